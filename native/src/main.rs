@@ -1,0 +1,5 @@
+//! `tinyllm-native`: the command-line front end of the engine.
+
+fn main() {
+    println!("tinyllm-native");
+}

@@ -1,0 +1,1 @@
+//! STUB: IQ grids (tables from ggml-common.h).
