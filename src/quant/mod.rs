@@ -232,11 +232,19 @@ pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, Quan
 
 /// View `bytes` as a slice of block structs; errors (never panics) when misaligned.
 pub(crate) fn cast_blocks<T: bytemuck::Pod>(ty: GgmlType, bytes: &[u8]) -> Result<&[T], QuantError> {
+    if bytes.is_empty() {
+        // An empty slice may carry a dangling, unaligned pointer; it holds no blocks either way.
+        return Ok(&[]);
+    }
     bytemuck::try_cast_slice(bytes).map_err(|_| QuantError::Misaligned {
         ty,
         align: std::mem::align_of::<T>(),
     })
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod oracle_tests;
 
 #[cfg(test)]
 mod tests {
