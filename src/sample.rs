@@ -1,7 +1,328 @@
-//! STUB: sampler (being written).
+//! Choosing the next token from logits: llama.cpp's default sampler chain.
+//!
+//! The chain is penalties -> top-k -> top-p -> min-p -> temperature -> weighted draw, the same
+//! order and definitions as llama.cpp's `common_sampler`, so settings mean what users of
+//! llama.cpp expect. Temperature 0 is greedy (argmax, ties to the lowest id). Draws come from a
+//! seeded ChaCha RNG, so a seed reproduces a run exactly.
+//!
+//! Cost per token, for a vocabulary of n (150k-262k) and a penalty window of w:
+//! building the candidate list, min-p and the draw are O(n); penalties O(n + w log w); top-k
+//! O(n) by `select_nth_unstable_by` plus O(k log k) to sort the survivors; top-p never sorts
+//! the whole vocabulary: after top-k it sorts the k survivors, and without top-k it selects
+//! the best 256, then 512, ... (each round O(n)) until their mass reaches p, so about
+//! O(n log(m / 256)) where m is the size of the kept nucleus.
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use std::cmp::Ordering;
+
+/// A sampler setting outside its valid range.
 #[derive(Debug, thiserror::Error)]
 pub enum SamplerError {
-    #[error("sampler: {0}")]
-    Other(String),
+    #[error("sampler: {field} = {value} is invalid: expected {expected}")]
+    Invalid { field: &'static str, value: String, expected: &'static str },
+}
+
+/// Sampler settings. [`Default`] gives llama.cpp's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerConfig {
+    /// Divides the logits; 0 means greedy.
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 = off.
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches p; 1 = off.
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely one; 0 = off.
+    pub min_p: f32,
+    /// Repetition penalty on tokens seen in the last `repeat_last_n`; 1 = off.
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalties look at; 0 = penalties off.
+    pub repeat_last_n: usize,
+    /// Subtracted once from the logit of every token seen in the window.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit per occurrence in the window.
+    pub frequency_penalty: f32,
+    /// RNG seed; the same seed gives the same draws.
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            // llama.cpp's LLAMA_DEFAULT_SEED value; here it is a fixed seed, not "random".
+            seed: 0xFFFF_FFFF,
+        }
+    }
+}
+
+impl SamplerConfig {
+    /// Greedy decoding: always the most likely token.
+    pub fn greedy() -> Self {
+        Self { temperature: 0.0, top_k: 1, top_p: 1.0, min_p: 0.0, ..Self::default() }
+    }
+
+    /// Rejects settings that have no meaning (negative or NaN temperature, top-p outside
+    /// (0, 1], ...), naming the field and its value.
+    pub fn validate(&self) -> Result<(), SamplerError> {
+        fn check(field: &'static str, v: f32, ok: bool, expected: &'static str) -> Result<(), SamplerError> {
+            if v.is_finite() && ok {
+                Ok(())
+            } else {
+                Err(SamplerError::Invalid { field, value: v.to_string(), expected })
+            }
+        }
+        check("temperature", self.temperature, self.temperature >= 0.0, "a finite number >= 0")?;
+        check("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0, "a number in (0, 1]")?;
+        check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "a number in [0, 1]")?;
+        check("repeat_penalty", self.repeat_penalty, self.repeat_penalty > 0.0, "a finite number > 0")?;
+        check("presence_penalty", self.presence_penalty, true, "a finite number")?;
+        check("frequency_penalty", self.frequency_penalty, true, "a finite number")?;
+        Ok(())
+    }
+
+    fn penalties_enabled(&self) -> bool {
+        self.repeat_last_n > 0
+            && (self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0)
+    }
+}
+
+/// One candidate token.
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    id: u32,
+    logit: f32,
+}
+
+/// Most likely first; equal logits in id order, so every choice is deterministic.
+fn by_logit_desc(a: &Cand, b: &Cand) -> Ordering {
+    b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
+}
+
+/// NaN can never win; +inf becomes the largest finite value so softmax stays finite.
+fn sanitize(logit: f32) -> f32 {
+    if logit.is_nan() {
+        f32::NEG_INFINITY
+    } else {
+        logit.min(f32::MAX)
+    }
+}
+
+/// The sampler: settings, RNG and a reused candidate buffer.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    cfg: SamplerConfig,
+    rng: ChaCha20Rng,
+    cand: Vec<Cand>,
+}
+
+impl Sampler {
+    /// A sampler for valid settings.
+    pub fn new(cfg: SamplerConfig) -> Result<Self, SamplerError> {
+        cfg.validate()?;
+        let rng = ChaCha20Rng::seed_from_u64(cfg.seed);
+        Ok(Self { cfg, rng, cand: Vec::new() })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.cfg
+    }
+
+    /// Restarts the RNG from the seed, so the next draws repeat the first ones.
+    pub fn reset(&mut self) {
+        self.rng = ChaCha20Rng::seed_from_u64(self.cfg.seed);
+    }
+
+    /// Picks the next token. `history` holds the tokens so far (prompt and generated) for
+    /// the penalties. Never panics, whatever the logits hold: NaN is treated as -inf, and all
+    /// -inf/NaN logits give id 0.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        self.prepare(logits, history);
+        if self.cand.is_empty() {
+            return argmax(logits);
+        }
+        if self.greedy() {
+            return self.cand.iter().copied().min_by(by_logit_desc).map_or(0, |c| c.id);
+        }
+        self.truncate();
+        let (max, inv_t) = self.scaled_max();
+        let total: f64 = self.cand.iter().map(|c| weight(c.logit, max, inv_t)).sum();
+        let mut target = self.rng.random::<f64>() * total;
+        for c in &self.cand {
+            target -= weight(c.logit, max, inv_t);
+            if target < 0.0 {
+                return c.id;
+            }
+        }
+        // Rounding left a sliver of mass past the last candidate.
+        self.cand.last().map_or(0, |c| c.id)
+    }
+
+    /// The distribution `sample` draws from: surviving tokens with their probabilities after
+    /// the whole chain, most likely first (greedy gives one token with probability 1).
+    pub fn distribution(&mut self, logits: &[f32], history: &[u32]) -> Vec<(u32, f32)> {
+        self.prepare(logits, history);
+        if self.cand.is_empty() {
+            return vec![(argmax(logits), 1.0)];
+        }
+        if self.greedy() {
+            let best = self.cand.iter().copied().min_by(by_logit_desc).map_or(0, |c| c.id);
+            return vec![(best, 1.0)];
+        }
+        self.truncate();
+        self.cand.sort_unstable_by(by_logit_desc);
+        let (max, inv_t) = self.scaled_max();
+        let total: f64 = self.cand.iter().map(|c| weight(c.logit, max, inv_t)).sum();
+        self.cand.iter().map(|c| (c.id, (weight(c.logit, max, inv_t) / total) as f32)).collect()
+    }
+
+    fn greedy(&self) -> bool {
+        self.cfg.temperature <= 0.0
+    }
+
+    /// Candidates in id order with penalties applied; tokens that can never be drawn
+    /// (-inf, NaN) are dropped.
+    fn prepare(&mut self, logits: &[f32], history: &[u32]) {
+        self.cand.clear();
+        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| Cand { id: i as u32, logit: sanitize(l) }));
+        if self.cfg.penalties_enabled() {
+            // Still in id order: index == id.
+            for_each_penalized(&self.cfg, history, |id, count| {
+                if let Some(c) = self.cand.get_mut(id as usize) {
+                    c.logit = penalize(&self.cfg, c.logit, count);
+                }
+            });
+        }
+        self.cand.retain(|c| c.logit > f32::NEG_INFINITY);
+    }
+
+    /// top-k, then top-p, then min-p, on the raw (penalized) logits as llama.cpp does.
+    fn truncate(&mut self) {
+        let k = self.cfg.top_k;
+        if k > 0 && k < self.cand.len() {
+            self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
+            self.cand.truncate(k);
+        }
+        if self.cfg.top_p < 1.0 && self.cand.len() > 1 {
+            self.top_p();
+        }
+        if self.cfg.min_p > 0.0 && self.cand.len() > 1 {
+            let max = self.cand.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
+            let threshold = max + self.cfg.min_p.ln();
+            self.cand.retain(|c| c.logit >= threshold);
+        }
+    }
+
+    /// Keeps the smallest most-likely prefix whose probability (renormalized over the current
+    /// candidates) reaches `top_p`; leaves the survivors sorted.
+    fn top_p(&mut self) {
+        let p = f64::from(self.cfg.top_p);
+        let max = self.cand.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
+        let total: f64 = self.cand.iter().map(|c| weight(c.logit, max, 1.0)).sum();
+        let n = self.cand.len();
+        let mut k = n.min(256);
+        loop {
+            if k < n {
+                self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
+            }
+            self.cand[..k].sort_unstable_by(by_logit_desc);
+            let mut cum = 0.0;
+            for i in 0..k {
+                cum += weight(self.cand[i].logit, max, 1.0) / total;
+                if cum >= p {
+                    self.cand.truncate(i + 1);
+                    return;
+                }
+            }
+            if k == n {
+                return; // rounding kept the sum just below p: keep everything
+            }
+            k = (k * 2).min(n);
+        }
+    }
+
+    /// The largest candidate logit and 1/temperature.
+    fn scaled_max(&self) -> (f32, f64) {
+        let max = self.cand.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
+        (max, 1.0 / f64::from(self.cfg.temperature))
+    }
+}
+
+/// exp((logit - max) / temperature), in f64 so sums over 262k tokens stay exact enough.
+fn weight(logit: f32, max: f32, inv_t: f64) -> f64 {
+    ((f64::from(logit) - f64::from(max)) * inv_t).exp()
+}
+
+/// llama.cpp's penalty for a token seen `count` times in the window: the repeat penalty divides
+/// a positive logit and multiplies a non-positive one; then
+/// `count * frequency_penalty + presence_penalty` is subtracted.
+fn penalize(cfg: &SamplerConfig, logit: f32, count: u32) -> f32 {
+    let l = if logit <= 0.0 { logit * cfg.repeat_penalty } else { logit / cfg.repeat_penalty };
+    l - (count as f32 * cfg.frequency_penalty + cfg.presence_penalty)
+}
+
+/// Calls `f(id, count)` for every distinct token in the last `repeat_last_n` of `history`.
+fn for_each_penalized(cfg: &SamplerConfig, history: &[u32], mut f: impl FnMut(u32, u32)) {
+    let window = &history[history.len().saturating_sub(cfg.repeat_last_n)..];
+    let mut ids = window.to_vec();
+    ids.sort_unstable();
+    for run in ids.chunk_by(|a, b| a == b) {
+        f(run[0], run.len() as u32);
+    }
+}
+
+/// Applies the penalties of `cfg` to `logits` (indexed by token id) for the tokens in the
+/// window of `history`, exactly as the sampler does before truncation.
+pub fn apply_penalties(cfg: &SamplerConfig, logits: &mut [f32], history: &[u32]) {
+    if !cfg.penalties_enabled() {
+        return;
+    }
+    for_each_penalized(cfg, history, |id, count| {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = penalize(cfg, *l, count);
+        }
+    });
+}
+
+/// The id of the largest logit, the lowest id among equals; NaN never wins; 0 for an empty
+/// or all-NaN slice.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if !l.is_nan() && best.is_none_or(|(_, b)| l > b) {
+            best = Some((i, l));
+        }
+    }
+    best.map_or(0, |(i, _)| i as u32)
+}
+
+/// The `k` most likely tokens with their log-probabilities under the softmax of the full
+/// `logits` (no temperature or truncation), most likely first, ties in id order. O(n + k log k).
+pub fn log_softmax_top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut cand: Vec<Cand> =
+        logits.iter().enumerate().map(|(i, &l)| Cand { id: i as u32, logit: sanitize(l) }).collect();
+    let max = cand.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return Vec::new();
+    }
+    let sum: f64 = cand.iter().map(|c| weight(c.logit, max, 1.0)).sum();
+    let log_z = f64::from(max) + sum.ln();
+    let k = k.min(cand.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    if k < cand.len() {
+        cand.select_nth_unstable_by(k - 1, by_logit_desc);
+        cand.truncate(k);
+    }
+    cand.sort_unstable_by(by_logit_desc);
+    cand.iter().map(|c| (c.id, (f64::from(c.logit) - log_z) as f32)).collect()
 }

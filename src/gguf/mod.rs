@@ -33,7 +33,7 @@ pub enum GgufError {
     Truncated { field: String, offset: u64, need: u64, file_len: u64 },
     #[error("{field} = {count} is impossible: only {remaining} bytes are left in the file")]
     CountTooLarge { field: String, count: u64, remaining: u64 },
-    #[error("{field}: string length {len} exceeds the limit or the {remaining} bytes left")]
+    #[error("{field}: string length {len} exceeds the limit for names ({remaining} bytes left in the file)")]
     StringTooLong { field: String, len: u64, remaining: u64 },
     #[error("{field}: string is not valid UTF-8")]
     InvalidUtf8 { field: String },
@@ -232,6 +232,17 @@ impl GgufFile {
     /// The tensor table in file order (parts concatenated).
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
+    }
+
+    /// Where part `part`'s tensor data section starts (its header size, padded); 0 for a part
+    /// that does not exist.
+    pub fn data_offset(&self, part: usize) -> u64 {
+        self.parts.get(part).map_or(0, |p| p.data_offset)
+    }
+
+    /// Number of files (1, or the size of a split set).
+    pub fn part_count(&self) -> usize {
+        self.parts.len()
     }
 
     /// Total bytes of all parts.

@@ -97,7 +97,7 @@ impl<'a> Reader<'a> {
 
     fn string(&mut self, max_len: u64, field: &dyn Fn() -> String) -> Result<String, GgufError> {
         let len = self.u64(field)?;
-        if len > max_len || len > self.remaining() {
+        if len > max_len {
             return Err(GgufError::StringTooLong {
                 field: field(),
                 len,
