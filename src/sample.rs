@@ -7,10 +7,8 @@
 //!
 //! Cost per token, for a vocabulary of n (150k-262k) and a penalty window of w:
 //! building the candidate list, min-p and the draw are O(n); penalties O(n + w log w); top-k
-//! O(n) by `select_nth_unstable_by` plus O(k log k) to sort the survivors; top-p never sorts
-//! the whole vocabulary: after top-k it sorts the k survivors, and without top-k it selects
-//! the best 256, then 512, ... (each round O(n)) until their mass reaches p, so about
-//! O(n log(m / 256)) where m is the size of the kept nucleus.
+//! O(n) by `select_nth_unstable_by`; top-p O(n) by a quickselect on probability mass (no
+//! sort at all). Only [`Sampler::distribution`], a diagnostic, sorts its survivors.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -20,7 +18,11 @@ use std::cmp::Ordering;
 #[derive(Debug, thiserror::Error)]
 pub enum SamplerError {
     #[error("sampler: {field} = {value} is invalid: expected {expected}")]
-    Invalid { field: &'static str, value: String, expected: &'static str },
+    Invalid {
+        field: &'static str,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 /// Sampler settings. [`Default`] gives llama.cpp's defaults.
@@ -66,7 +68,13 @@ impl Default for SamplerConfig {
 impl SamplerConfig {
     /// Greedy decoding: always the most likely token.
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, top_k: 1, top_p: 1.0, min_p: 0.0, ..Self::default() }
+        Self {
+            temperature: 0.0,
+            top_k: 1,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Self::default()
+        }
     }
 
     /// Rejects settings that have no meaning (negative or NaN temperature, top-p outside
@@ -76,13 +84,37 @@ impl SamplerConfig {
             if v.is_finite() && ok {
                 Ok(())
             } else {
-                Err(SamplerError::Invalid { field, value: v.to_string(), expected })
+                Err(SamplerError::Invalid {
+                    field,
+                    value: v.to_string(),
+                    expected,
+                })
             }
         }
-        check("temperature", self.temperature, self.temperature >= 0.0, "a finite number >= 0")?;
-        check("top_p", self.top_p, self.top_p > 0.0 && self.top_p <= 1.0, "a number in (0, 1]")?;
-        check("min_p", self.min_p, (0.0..=1.0).contains(&self.min_p), "a number in [0, 1]")?;
-        check("repeat_penalty", self.repeat_penalty, self.repeat_penalty > 0.0, "a finite number > 0")?;
+        check(
+            "temperature",
+            self.temperature,
+            self.temperature >= 0.0,
+            "a finite number >= 0",
+        )?;
+        check(
+            "top_p",
+            self.top_p,
+            self.top_p > 0.0 && self.top_p <= 1.0,
+            "a number in (0, 1]",
+        )?;
+        check(
+            "min_p",
+            self.min_p,
+            (0.0..=1.0).contains(&self.min_p),
+            "a number in [0, 1]",
+        )?;
+        check(
+            "repeat_penalty",
+            self.repeat_penalty,
+            self.repeat_penalty > 0.0,
+            "a finite number > 0",
+        )?;
         check("presence_penalty", self.presence_penalty, true, "a finite number")?;
         check("frequency_penalty", self.frequency_penalty, true, "a finite number")?;
         Ok(())
@@ -128,7 +160,11 @@ impl Sampler {
     pub fn new(cfg: SamplerConfig) -> Result<Self, SamplerError> {
         cfg.validate()?;
         let rng = ChaCha20Rng::seed_from_u64(cfg.seed);
-        Ok(Self { cfg, rng, cand: Vec::new() })
+        Ok(Self {
+            cfg,
+            rng,
+            cand: Vec::new(),
+        })
     }
 
     /// The settings.
@@ -181,7 +217,10 @@ impl Sampler {
         self.cand.sort_unstable_by(by_logit_desc);
         let (max, inv_t) = self.scaled_max();
         let total: f64 = self.cand.iter().map(|c| weight(c.logit, max, inv_t)).sum();
-        self.cand.iter().map(|c| (c.id, (weight(c.logit, max, inv_t) / total) as f32)).collect()
+        self.cand
+            .iter()
+            .map(|c| (c.id, (weight(c.logit, max, inv_t) / total) as f32))
+            .collect()
     }
 
     fn greedy(&self) -> bool {
@@ -192,7 +231,10 @@ impl Sampler {
     /// (-inf, NaN) are dropped.
     fn prepare(&mut self, logits: &[f32], history: &[u32]) {
         self.cand.clear();
-        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| Cand { id: i as u32, logit: sanitize(l) }));
+        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| Cand {
+            id: i as u32,
+            logit: sanitize(l),
+        }));
         if self.cfg.penalties_enabled() {
             // Still in id order: index == id.
             for_each_penalized(&self.cfg, history, |id, count| {
@@ -222,31 +264,30 @@ impl Sampler {
     }
 
     /// Keeps the smallest most-likely prefix whose probability (renormalized over the current
-    /// candidates) reaches `top_p`; leaves the survivors sorted.
+    /// candidates) reaches `top_p`, without sorting: a quickselect on probability mass. Each
+    /// step splits the undecided range at its middle with `select_nth_unstable_by`; if the
+    /// upper half (plus everything already kept) reaches p, the cut lies inside it, otherwise
+    /// the upper half is kept and the search continues below. Halving ranges give O(n) in all.
     fn top_p(&mut self) {
-        let p = f64::from(self.cfg.top_p);
         let max = self.cand.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
         let total: f64 = self.cand.iter().map(|c| weight(c.logit, max, 1.0)).sum();
-        let n = self.cand.len();
-        let mut k = n.min(256);
-        loop {
-            if k < n {
-                self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
+        let target = f64::from(self.cfg.top_p) * total;
+        // cand[..lo] are kept with mass `acc`; the cut lies in cand[lo..hi].
+        let (mut lo, mut hi, mut acc) = (0, self.cand.len(), 0.0);
+        while hi - lo > 1 {
+            let mid = (hi - lo) / 2;
+            let range = &mut self.cand[lo..hi];
+            range.select_nth_unstable_by(mid, by_logit_desc);
+            let upper: f64 = range[..mid].iter().map(|c| weight(c.logit, max, 1.0)).sum();
+            if acc + upper >= target {
+                hi = lo + mid;
+            } else {
+                acc += upper;
+                lo += mid;
             }
-            self.cand[..k].sort_unstable_by(by_logit_desc);
-            let mut cum = 0.0;
-            for i in 0..k {
-                cum += weight(self.cand[i].logit, max, 1.0) / total;
-                if cum >= p {
-                    self.cand.truncate(i + 1);
-                    return;
-                }
-            }
-            if k == n {
-                return; // rounding kept the sum just below p: keep everything
-            }
-            k = (k * 2).min(n);
         }
+        // cand[lo] is the token whose mass crosses p (or the last one, if rounding never did).
+        self.cand.truncate(lo + 1);
     }
 
     /// The largest candidate logit and 1/temperature.
@@ -265,7 +306,11 @@ fn weight(logit: f32, max: f32, inv_t: f64) -> f64 {
 /// a positive logit and multiplies a non-positive one; then
 /// `count * frequency_penalty + presence_penalty` is subtracted.
 fn penalize(cfg: &SamplerConfig, logit: f32, count: u32) -> f32 {
-    let l = if logit <= 0.0 { logit * cfg.repeat_penalty } else { logit / cfg.repeat_penalty };
+    let l = if logit <= 0.0 {
+        logit * cfg.repeat_penalty
+    } else {
+        logit / cfg.repeat_penalty
+    };
     l - (count as f32 * cfg.frequency_penalty + cfg.presence_penalty)
 }
 
@@ -307,8 +352,14 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// The `k` most likely tokens with their log-probabilities under the softmax of the full
 /// `logits` (no temperature or truncation), most likely first, ties in id order. O(n + k log k).
 pub fn log_softmax_top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut cand: Vec<Cand> =
-        logits.iter().enumerate().map(|(i, &l)| Cand { id: i as u32, logit: sanitize(l) }).collect();
+    let mut cand: Vec<Cand> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| Cand {
+            id: i as u32,
+            logit: sanitize(l),
+        })
+        .collect();
     let max = cand.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         return Vec::new();
@@ -324,5 +375,7 @@ pub fn log_softmax_top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
         cand.truncate(k);
     }
     cand.sort_unstable_by(by_logit_desc);
-    cand.iter().map(|c| (c.id, (f64::from(c.logit) - log_z) as f32)).collect()
+    cand.iter()
+        .map(|c| (c.id, (f64::from(c.logit) - log_z) as f32))
+        .collect()
 }

@@ -1,0 +1,395 @@
+//! Rendering a model's Jinja chat template the way Hugging Face's Python `jinja2` does.
+//!
+//! Templates come from untrusted GGUF files, so every render runs under three limits: an
+//! instruction budget (minijinja fuel), a recursion limit, and caps on `range` and on the
+//! output size. Each produces a [`TemplateError`] naming the limit.
+
+use super::fallback::Family;
+use super::{json, TemplateError};
+use crate::gguf::GgufFile;
+use minijinja::value::{Kwargs, Rest};
+use minijinja::{Environment, Error, ErrorKind, State, Value};
+use std::io;
+
+/// Instruction budget per render: a 2000-message conversation through the Qwen template fits
+/// (tested), while a runaway loop stops within a fraction of a second.
+pub const FUEL: u64 = 2_000_000;
+/// Recursion limit (minijinja counts a few units per macro call, one per loop or `if`).
+pub const RECURSION_LIMIT: usize = 200;
+/// Largest rendered prompt, in bytes (far beyond any context window).
+pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
+/// Largest `range(...)`, in items.
+pub const MAX_RANGE_ITEMS: usize = 100_000;
+
+/// Name under which the template is stored in its environment; no extension, so no
+/// auto-escaping.
+const NAME: &str = "chat_template";
+
+/// Inputs of one render.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderRequest<'a> {
+    /// OpenAI-style messages (`role`, `content` as a string or a list of parts, `tool_calls`...).
+    pub messages: &'a [serde_json::Value],
+    /// OpenAI-style tool declarations.
+    pub tools: Option<&'a [serde_json::Value]>,
+    /// Append the header of the assistant's turn.
+    pub add_generation_prompt: bool,
+    /// Extra template variables, e.g. `enable_thinking`.
+    pub kwargs: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// A compiled chat template plus the special-token texts it may reference.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+    fallback: bool,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source_bytes", &self.source.len())
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .field("fallback", &self.fallback)
+            .finish()
+    }
+}
+
+impl ChatTemplate {
+    /// The GGUF's `tokenizer.chat_template`, or the built-in template of its family when it has
+    /// none. `bos_token`/`eos_token` are the texts of the vocabulary entries named by
+    /// `tokenizer.ggml.bos_token_id`/`eos_token_id` (empty when absent).
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, TemplateError> {
+        let tokens = file
+            .get("tokenizer.ggml.tokens")
+            .map(|_| file.get_array("tokenizer.ggml.tokens"))
+            .transpose()?;
+        let token_text = |key: &str| -> Result<String, TemplateError> {
+            let Some(id) = file.opt(key, GgufFile::get_u32)? else {
+                return Ok(String::new());
+            };
+            let text = tokens.and_then(|t| t.items.get(id as usize)).and_then(|v| v.as_str());
+            Ok(text.unwrap_or_default().to_string())
+        };
+        let bos = token_text("tokenizer.ggml.bos_token_id")?;
+        let eos = token_text("tokenizer.ggml.eos_token_id")?;
+        match optional_str(file, "tokenizer.chat_template")? {
+            Some(src) if !src.trim().is_empty() => Self::from_source(src, &bos, &eos),
+            _ => {
+                let arch = optional_str(file, "general.architecture")?.unwrap_or_default();
+                let has_token = |t: &str| tokens.is_some_and(|a| a.items.iter().any(|v| v.as_str() == Some(t)));
+                Ok(Self::fallback(Family::detect(arch, has_token), &bos, &eos))
+            }
+        }
+    }
+
+    /// Compiles `source`; a syntax error names its line.
+    pub fn from_source(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        let mut env = environment();
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(convert_error)?;
+        Ok(Self {
+            env,
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+            fallback: false,
+        })
+    }
+
+    /// The built-in template of `family`.
+    pub fn fallback(family: Family, bos_token: &str, eos_token: &str) -> Self {
+        let mut env = environment();
+        let source = family.source();
+        // The built-in sources are constants covered by tests, so compiling them cannot fail at
+        // run time; should it ever, the render reports the missing template instead of panicking.
+        let _ = env.add_template(NAME, source);
+        Self {
+            env,
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+            fallback: true,
+        }
+    }
+
+    /// The template text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether this is a built-in template rather than the file's own.
+    pub fn is_fallback(&self) -> bool {
+        self.fallback
+    }
+
+    /// The BOS token text the template sees as `bos_token`.
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+
+    /// The EOS token text the template sees as `eos_token`.
+    pub fn eos_token(&self) -> &str {
+        &self.eos_token
+    }
+
+    /// Renders the conversation into the prompt text.
+    pub fn render(&self, req: &RenderRequest) -> Result<String, TemplateError> {
+        let mut ctx = serde_json::Map::new();
+        ctx.insert("bos_token".into(), self.bos_token.clone().into());
+        ctx.insert("eos_token".into(), self.eos_token.clone().into());
+        for (k, v) in req.kwargs {
+            ctx.insert(k.clone(), v.clone());
+        }
+        let messages: Vec<serde_json::Value> = req.messages.iter().map(normalize_message).collect();
+        ctx.insert("messages".into(), messages.into());
+        ctx.insert(
+            "tools".into(),
+            req.tools.map_or(serde_json::Value::Null, |t| t.to_vec().into()),
+        );
+        ctx.insert("add_generation_prompt".into(), req.add_generation_prompt.into());
+
+        let tmpl = self.env.get_template(NAME).map_err(convert_error)?;
+        let mut out = CappedWriter {
+            buf: Vec::new(),
+            limit: MAX_OUTPUT_BYTES,
+        };
+        tmpl.render_captured_to(Value::from_serialize(&ctx), &mut out)
+            .map_err(convert_error)?;
+        // Writes are capped as they happen; `{% set %}` captures bypass the writer, so check again.
+        if out.buf.len() > MAX_OUTPUT_BYTES {
+            return Err(TemplateError::OutputTooLarge {
+                limit: MAX_OUTPUT_BYTES,
+            });
+        }
+        String::from_utf8(out.buf).map_err(|e| TemplateError::Render {
+            line: None,
+            detail: e.to_string(),
+        })
+    }
+}
+
+/// A string key that may be absent (`GgufFile::opt` cannot return borrows).
+fn optional_str<'a>(file: &'a GgufFile, key: &str) -> Result<Option<&'a str>, TemplateError> {
+    Ok(file.get(key).map(|_| file.get_str(key)).transpose()?)
+}
+
+/// The environment with Hugging Face's settings and helpers.
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(false);
+    env.set_fuel(Some(FUEL));
+    env.set_recursion_limit(RECURSION_LIMIT);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_formatter(python_formatter);
+    env.add_filter("tojson", tojson);
+    env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
+    env.add_function("range", range);
+    env
+}
+
+/// Prints `None`, `True` and `False` as Python does; everything else as minijinja does.
+fn python_formatter(out: &mut minijinja::Output, state: &State, value: &Value) -> Result<(), Error> {
+    let text = if value.is_none() {
+        "None"
+    } else if value.kind() == minijinja::value::ValueKind::Bool {
+        if value.is_true() {
+            "True"
+        } else {
+            "False"
+        }
+    } else {
+        return minijinja::escape_formatter(out, state, value);
+    };
+    out.write_str(text).map_err(Error::from)
+}
+
+/// `tojson` as Hugging Face defines it: `json.dumps(value, ensure_ascii=False, indent=indent)`.
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<Value> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match (v.as_i64(), v.as_str()) {
+            (Some(n), _) => Some(" ".repeat(n.clamp(0, 64) as usize)),
+            (None, Some(s)) => Some(s.to_string()),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: indent must be an integer or a string",
+                ))
+            }
+        },
+    };
+    let text = json::dumps(&value, indent.as_deref())
+        .map_err(|e| Error::new(ErrorKind::BadSerialization, format!("tojson: {e}")))?;
+    Ok(Value::from_safe_string(text))
+}
+
+/// Marks an error raised by the template itself, so the message can be reported as is.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Raised(String);
+
+/// Marks a `range` over the item cap.
+#[derive(Debug, thiserror::Error)]
+#[error("range of {len} items exceeds the limit of {limit}")]
+struct RangeLimit {
+    len: u128,
+    limit: usize,
+}
+
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg.clone()).with_source(Raised(msg)))
+}
+
+/// `strftime_now(fmt)`: the local time formatted with a strftime pattern (bad patterns are an
+/// error, not a panic).
+fn strftime_now(fmt: String) -> Result<Value, Error> {
+    use std::fmt::Write;
+    let items = chrono::format::StrftimeItems::new(&fmt)
+        .parse()
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("strftime_now({fmt:?}): {e}")))?;
+    let mut text = String::new();
+    write!(text, "{}", chrono::Local::now().format_with_items(items.iter())).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now({fmt:?}): cannot format"),
+        )
+    })?;
+    Ok(Value::from(text))
+}
+
+/// Python's `range(stop)`, `range(start, stop[, step])`, refusing more than
+/// [`MAX_RANGE_ITEMS`] items before anything is allocated.
+fn range(args: Rest<i64>) -> Result<Value, Error> {
+    let (start, stop, step) = match args.as_slice() {
+        [stop] => (0, *stop, 1),
+        [start, stop] => (*start, *stop, 1),
+        [start, stop, step] => (*start, *stop, *step),
+        _ => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "range expects 1 to 3 integer arguments",
+            ))
+        }
+    };
+    if step == 0 {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "range() arg 3 must not be zero",
+        ));
+    }
+    let (start, stop, step) = (i128::from(start), i128::from(stop), i128::from(step));
+    let span = if step > 0 { stop - start } else { start - stop };
+    let len = if span <= 0 {
+        0
+    } else {
+        ((span - 1) / step.abs() + 1) as u128
+    };
+    if len > MAX_RANGE_ITEMS as u128 {
+        let limit = RangeLimit {
+            len,
+            limit: MAX_RANGE_ITEMS,
+        };
+        return Err(Error::new(ErrorKind::InvalidOperation, limit.to_string()).with_source(limit));
+    }
+    // `len` is at most MAX_RANGE_ITEMS, so every item fits an i64 and the cast is exact.
+    let items: Vec<i64> = (0..len as i128).map(|i| (start + i * step) as i64).collect();
+    Ok(Value::from(items))
+}
+
+/// Message normalization done by llama.cpp before rendering: tool-call `arguments` given as
+/// JSON strings become objects, and content given as a list of parts becomes the text parts
+/// joined by newlines.
+fn normalize_message(msg: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    let mut msg = msg.clone();
+    let Some(obj) = msg.as_object_mut() else { return msg };
+    if let Some(J::Array(parts)) = obj.get("content") {
+        let texts: Vec<&str> = parts
+            .iter()
+            .filter(|p| p.get("type").and_then(J::as_str) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(J::as_str))
+            .collect();
+        let joined = texts.join("\n");
+        obj.insert("content".into(), joined.into());
+    }
+    if let Some(J::Array(calls)) = obj.get_mut("tool_calls") {
+        for call in calls {
+            let args = match call.get_mut("function") {
+                Some(f) => f.get_mut("arguments"),
+                None => call.get_mut("arguments"),
+            };
+            if let Some(args) = args {
+                if let Some(parsed) = args.as_str().and_then(|s| serde_json::from_str::<J>(s).ok()) {
+                    *args = parsed;
+                }
+            }
+        }
+    }
+    msg
+}
+
+/// Collects the output and fails the render once it passes `limit` bytes.
+struct CappedWriter {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            return Err(io::Error::other("chat template output limit reached"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Maps a minijinja error to the limit or message it stands for.
+fn convert_error(err: Error) -> TemplateError {
+    let mut source = std::error::Error::source(&err);
+    while let Some(e) = source {
+        if let Some(Raised(msg)) = e.downcast_ref::<Raised>() {
+            return TemplateError::Raised(msg.clone());
+        }
+        if let Some(r) = e.downcast_ref::<RangeLimit>() {
+            return TemplateError::RangeTooLarge {
+                len: r.len,
+                limit: r.limit,
+            };
+        }
+        source = e.source();
+    }
+    let detail = match err.detail() {
+        Some(d) => format!("{}: {d}", err.kind()),
+        None => err.kind().to_string(),
+    };
+    match err.kind() {
+        ErrorKind::OutOfFuel => TemplateError::OutOfFuel { fuel: FUEL },
+        ErrorKind::WriteFailure => TemplateError::OutputTooLarge {
+            limit: MAX_OUTPUT_BYTES,
+        },
+        ErrorKind::SyntaxError => TemplateError::Syntax {
+            line: err.line().unwrap_or(0),
+            detail,
+        },
+        _ if detail.contains("recursion limit") => TemplateError::RecursionLimit { limit: RECURSION_LIMIT },
+        _ => TemplateError::Render {
+            line: err.line(),
+            detail,
+        },
+    }
+}
