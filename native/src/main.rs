@@ -11,6 +11,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     match try_main() {
         Ok(()) => ExitCode::SUCCESS,
+        // A closed stdout (`| head`) is the reader's choice, not an error worth reporting.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::from(cli::exit_code(&err))
@@ -20,4 +22,9 @@ fn main() -> ExitCode {
 
 fn try_main() -> anyhow::Result<()> {
     cli::run()
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }

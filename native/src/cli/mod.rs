@@ -1,0 +1,89 @@
+//! Command-line parsing and dispatch: one module per subcommand.
+
+mod inspect;
+mod template;
+mod tokenize;
+
+use clap::{Parser, Subcommand};
+use std::io::Read;
+
+/// An error in what the user gave us (flags, files, ids, messages): exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InputError(pub String);
+
+#[derive(Parser)]
+#[command(name = "tinyllm-native", version, about = "Run GGUF language models: inspect, tokenize, template")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describe a model: architecture, hyper-parameters, tensors, quant mix.
+    Inspect(inspect::Args),
+    /// Print the token ids of a text as a JSON array.
+    Tokenize(tokenize::TokenizeArgs),
+    /// Turn comma-separated token ids back into text.
+    Detokenize(tokenize::DetokenizeArgs),
+    /// Render the model's chat template for a list of messages.
+    Template(template::Args),
+}
+
+pub fn run() -> anyhow::Result<()> {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+            print!("{e}");
+            return Ok(());
+        }
+        Err(e) => return Err(InputError(e.to_string().trim_end().to_string()).into()),
+    };
+    match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Tokenize(a) => tokenize::run_tokenize(a),
+        Command::Detokenize(a) => tokenize::run_detokenize(a),
+        Command::Template(a) => template::run(a),
+    }
+}
+
+/// 2 for usage and input errors (ours or the engine's), 1 for anything else.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    let input = err
+        .chain()
+        .any(|e| e.is::<InputError>() || e.is::<tinyllm::Error>() || e.is::<tinyllm::gguf::GgufError>()
+            || e.is::<tinyllm::tokenizer::TokenizerError>() || e.is::<tinyllm::chat::TemplateError>()
+            || e.is::<tinyllm::quant::QuantError>() || e.is::<serde_json::Error>());
+    if input {
+        2
+    } else {
+        1
+    }
+}
+
+/// Open a model given as a path or alias; every failure is an input error.
+pub fn open_model(model: &str) -> anyhow::Result<tinyllm::gguf::GgufFile> {
+    let path = crate::models::resolve(model)?;
+    Ok(tinyllm::gguf::GgufFile::open(&path).map_err(|e| InputError(format!("{}: {e}", path.display())))?)
+}
+
+/// The text argument, or standard input when it is `-` or absent.
+pub fn text_or_stdin(text: Option<String>) -> anyhow::Result<String> {
+    match text {
+        Some(t) if t != "-" => Ok(t),
+        _ => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| InputError(format!("reading standard input: {e}")))?;
+            Ok(s)
+        }
+    }
+}
+
+/// Read and parse a JSON file named on the command line.
+pub fn read_json_file(path: &std::path::Path, what: &str) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| InputError(format!("{what} file {}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| InputError(format!("{what} file {}: invalid JSON: {e}", path.display())).into())
+}

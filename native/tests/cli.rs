@@ -1,0 +1,182 @@
+//! The CLI contract (DESIGN.md): outputs of inspect/tokenize/detokenize/template on the real
+//! models checked against llama.cpp's golden answers, and exit code 2 with a clear message for
+//! every kind of bad input.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::{golden, real_model, GgufWriter};
+use serde_json::Value;
+use std::process::{Command, Output};
+
+const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
+
+fn tinyllm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tinyllm-native")).args(args).output().expect("run tinyllm-native")
+}
+
+fn ok_stdout(args: &[&str]) -> String {
+    let out = tinyllm(args);
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+/// Runs a command that must fail with exit code 2 and returns its error message.
+fn input_error(args: &[&str]) -> String {
+    let out = tinyllm(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: expected exit 2, stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    stderr
+}
+
+fn jsonl(rel: &str) -> Vec<Value> {
+    std::fs::read_to_string(golden(rel))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn inspect_real_models() {
+    for (file, arch, tensors, n_layers) in [(GEMMA, "gemma3", 236, 18), (QWEN, "qwen2", 291, 24)] {
+        let path = real_model(file);
+        let j: Value = serde_json::from_str(&ok_stdout(&["inspect", path.to_str().unwrap(), "--json"])).unwrap();
+        assert_eq!(j["architecture"], arch);
+        assert_eq!(j["tensor_count"], tensors);
+        assert_eq!(j["tensors"].as_array().unwrap().len(), tensors);
+        assert_eq!(j["metadata"][format!("{arch}.block_count")], n_layers);
+        // Q4_K_M: mostly Q4_K with Q6_K for the sensitive tensors, norms in F32.
+        let mix = j["quant_mix"].as_object().unwrap();
+        for ty in ["Q4_K", "Q6_K", "F32"] {
+            assert!(mix.contains_key(ty), "{file}: quant mix {mix:?} lacks {ty}");
+        }
+        let mix_tensors: usize = mix.values().map(|v| v["tensors"].as_u64().unwrap() as usize).sum();
+        assert_eq!(mix_tensors, tensors);
+        let data_bytes: u64 = j["tensors"].as_array().unwrap().iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+        assert!(data_bytes < j["file_bytes"].as_u64().unwrap());
+        let text = ok_stdout(&["inspect", path.to_str().unwrap()]);
+        assert!(text.contains(&format!("tensors        {tensors}")), "{text}");
+    }
+}
+
+/// A GGUF holding llama.cpp's quantized golden blocks: `--dequant` must write gguf-py's values
+/// bit for bit.
+#[test]
+fn inspect_dequant_matches_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let index: Value = serde_json::from_str(&std::fs::read_to_string(golden("quants/index.json")).unwrap()).unwrap();
+    for ty in ["Q4_K", "Q8_0", "F16", "IQ4_XS"] {
+        let entry = index["types"].as_array().unwrap().iter().find(|t| t["type"] == ty).unwrap();
+        let blocks = std::fs::read(golden(&format!("quants/{ty}.bin"))).unwrap();
+        let mut w = GgufWriter::new();
+        w.kv_str("general.architecture", "test");
+        w.tensor_at("t", &[512, 4], entry["ggml_type_id"].as_u64().unwrap() as u32, blocks.len() as u64, 0);
+        let bytes = w.finish_with(&blocks);
+        let gguf = dir.path().join(format!("{ty}.gguf"));
+        std::fs::write(&gguf, &bytes).unwrap();
+        let out = dir.path().join(format!("{ty}.f32"));
+        ok_stdout(&["inspect", gguf.to_str().unwrap(), "--tensor", "t", "--dequant", out.to_str().unwrap()]);
+        let want = std::fs::read(golden(&format!("quants/{ty}.f32"))).unwrap();
+        assert!(std::fs::read(&out).unwrap() == want, "{ty}: --dequant output differs from golden");
+    }
+}
+
+#[test]
+fn tokenize_and_detokenize_match_golden() {
+    for (file, golden_name) in [(QWEN, "qwen2.5-coder-0.5b"), (GEMMA, "gemma-3-270m")] {
+        let path = real_model(file);
+        let model = path.to_str().unwrap();
+        let rows = jsonl(&format!("tokenizer/{golden_name}.tokenize.jsonl"));
+        // Every 10th row through the CLI (the library test covers all of them).
+        for row in rows.iter().step_by(10) {
+            let text = row["text"].as_str().unwrap();
+            if text.is_empty() || text.starts_with('-') {
+                continue;
+            }
+            let mut args = vec!["tokenize", "-m", model];
+            if !row["add_special"].as_bool().unwrap() {
+                args.push("--no-add-special");
+            }
+            if !row["parse_special"].as_bool().unwrap() {
+                args.push("--no-parse-special");
+            }
+            args.push(text);
+            let ids: Value = serde_json::from_str(&ok_stdout(&args)).unwrap();
+            assert_eq!(ids, row["ids"], "{golden_name}: tokenize {text:?}");
+        }
+        for row in jsonl(&format!("tokenizer/{golden_name}.detokenize.jsonl")).iter().step_by(5) {
+            let ids: Vec<String> = row["ids"].as_array().unwrap().iter().map(|i| i.to_string()).collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let out = ok_stdout(&["detokenize", "-m", model, "--json", &ids.join(",")]);
+            let text: String = serde_json::from_str(&out).unwrap();
+            assert_eq!(text, row["text"].as_str().unwrap(), "{golden_name}: detokenize {ids:?}");
+        }
+    }
+}
+
+#[test]
+fn template_matches_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = real_model(QWEN);
+    for case in jsonl("templates/qwen2.5-coder-0.5b.jsonl") {
+        let messages = dir.path().join("messages.json");
+        std::fs::write(&messages, case["messages"].to_string()).unwrap();
+        let mut args = vec!["template", "-m", model.to_str().unwrap(), "--messages", messages.to_str().unwrap(), "--json"];
+        let tools = dir.path().join("tools.json");
+        if case["tools"].is_array() {
+            std::fs::write(&tools, case["tools"].to_string()).unwrap();
+            args.extend(["--tools", tools.to_str().unwrap()]);
+        }
+        if !case["add_generation_prompt"].as_bool().unwrap() {
+            args.push("--no-generation-prompt");
+        }
+        let text: String = serde_json::from_str(&ok_stdout(&args)).unwrap();
+        assert_eq!(text, case["rendered"].as_str().unwrap(), "template case {}", case["name"]);
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = input_error(&["inspect", "/nonexistent/model.gguf"]);
+    assert!(e.contains("/nonexistent/model.gguf"), "{e}");
+    let e = input_error(&["inspect", "no-such-alias:1b"]);
+    assert!(e.contains("no-such-alias:1b") && e.contains("qwen2.5-coder:0.5b"), "{e}");
+
+    let garbage = dir.path().join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a gguf file at all").unwrap();
+    let e = input_error(&["inspect", garbage.to_str().unwrap()]);
+    assert!(e.contains("magic"), "{e}");
+
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    let e = input_error(&["inspect", empty.to_str().unwrap()]);
+    assert!(e.contains("truncated"), "{e}");
+
+    let qwen = real_model(QWEN);
+    let qwen = qwen.to_str().unwrap();
+    let e = input_error(&["inspect", qwen, "--tensor", "no.such.tensor", "--dequant", "/tmp/x.f32"]);
+    assert!(e.contains("no.such.tensor"), "{e}");
+    let e = input_error(&["detokenize", "-m", qwen, "1,2,banana"]);
+    assert!(e.contains("banana"), "{e}");
+    let e = input_error(&["detokenize", "-m", qwen, "1,999999999"]);
+    assert!(e.contains("999999999"), "{e}");
+    let e = input_error(&["inspect", qwen, "--no-such-flag"]);
+    assert!(e.contains("--no-such-flag"), "{e}");
+
+    let bad_json = dir.path().join("bad.json");
+    std::fs::write(&bad_json, "[{\"role\": ").unwrap();
+    let e = input_error(&["template", "-m", qwen, "--messages", bad_json.to_str().unwrap()]);
+    assert!(e.contains("invalid JSON"), "{e}");
+    let e = input_error(&["template", "-m", qwen, "--messages", "/nonexistent.json"]);
+    assert!(e.contains("/nonexistent.json"), "{e}");
+    let msgs = dir.path().join("m.json");
+    std::fs::write(&msgs, r#"[{"role":"user","content":"hi"}]"#).unwrap();
+    let e = input_error(&["template", "-m", qwen, "--messages", msgs.to_str().unwrap(), "--kwargs", "[1]"]);
+    assert!(e.contains("--kwargs"), "{e}");
+}
