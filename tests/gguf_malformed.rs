@@ -78,7 +78,10 @@ fn absurd_counts_are_rejected_before_allocating() {
     v.extend((1u64 << 62).to_le_bytes());
     w.kv_raw("tokenizer.ggml.scores", 9, &v);
     let e = err(w.finish());
-    assert!(e.contains("tokenizer.ggml.scores") && e.contains("4611686018427387904"), "{e}");
+    assert!(
+        e.contains("tokenizer.ggml.scores") && e.contains("4611686018427387904"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -86,7 +89,10 @@ fn unknown_types_and_bad_values() {
     let mut w = GgufWriter::new();
     w.kv_raw("x.key", 13, &[0; 8]);
     let e = err(w.finish());
-    assert!(e.contains("x.key") && e.contains("unknown metadata value type 13"), "{e}");
+    assert!(
+        e.contains("x.key") && e.contains("unknown metadata value type 13"),
+        "{e}"
+    );
 
     let mut w = GgufWriter::new();
     w.kv_raw("x.flag", 7, &[2]);
@@ -133,7 +139,10 @@ fn bad_tensor_entries_name_the_tensor() {
     let mut w = valid();
     w.tensor_at("odd", &[4], 0, 16, 36);
     let e = err(w.finish());
-    assert!(e.contains("'odd'") && e.contains("not a multiple of the alignment"), "{e}");
+    assert!(
+        e.contains("'odd'") && e.contains("not a multiple of the alignment"),
+        "{e}"
+    );
 
     let mut w = valid();
     w.tensor_at("far", &[4], 0, 16, 1 << 40);
@@ -178,7 +187,10 @@ fn every_truncation_of_a_small_file_is_an_error() {
     assert!(parse(full[..needed].to_vec()).is_ok());
     for len in 0..needed {
         let e = err(full[..len].to_vec());
-        assert!(e.contains("truncated") || e.contains("past the end") || e.contains("impossible"), "len {len}: {e}");
+        assert!(
+            e.contains("truncated") || e.contains("past the end") || e.contains("impossible"),
+            "len {len}: {e}"
+        );
     }
 }
 
@@ -186,7 +198,10 @@ fn every_truncation_of_a_small_file_is_an_error() {
 fn typed_getters_name_the_key() {
     let f = parse(valid().finish()).unwrap();
     let e = f.get_u32("general.architecture").unwrap_err().to_string();
-    assert!(e.contains("general.architecture") && e.contains("string") && e.contains("integer"), "{e}");
+    assert!(
+        e.contains("general.architecture") && e.contains("string") && e.contains("integer"),
+        "{e}"
+    );
     let e = f.get_str("missing.key").unwrap_err().to_string();
     assert!(e.contains("missing.key"), "{e}");
     assert_eq!(f.opt("missing.key", GgufFile::get_u32).unwrap(), None);
@@ -202,16 +217,37 @@ fn truncated_real_headers() {
         let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e} (run scripts/fetch-models.sh)"));
         let header_end = file.data_offset(0) as usize;
         let mut bytes = Vec::new();
-        std::fs::File::open(&path).unwrap().take(header_end as u64 + 4096).read_to_end(&mut bytes).unwrap();
+        std::fs::File::open(&path)
+            .unwrap()
+            .take(header_end as u64 + 4096)
+            .read_to_end(&mut bytes)
+            .unwrap();
         let mut cuts: Vec<usize> = (0..300).map(|i| i * header_end / 300).collect();
-        cuts.extend([1, 3, 4, 7, 8, 15, 16, 23, 24, header_end - 1, header_end, header_end + 1, bytes.len()]);
+        cuts.extend([
+            1,
+            3,
+            4,
+            7,
+            8,
+            15,
+            16,
+            23,
+            24,
+            header_end - 1,
+            header_end,
+            header_end + 1,
+            bytes.len(),
+        ]);
         for cut in cuts {
             match GgufFile::from_bytes(bytes[..cut].to_vec()) {
                 Ok(_) => panic!("{name} cut at {cut} parsed"),
                 Err(e) => {
                     let e = e.to_string();
                     assert!(
-                        e.contains("truncated") || e.contains("past the end") || e.contains("impossible") || e.contains("exceeds"),
+                        e.contains("truncated")
+                            || e.contains("past the end")
+                            || e.contains("impossible")
+                            || e.contains("exceeds"),
                         "{name} cut at {cut}: {e}"
                     );
                 }

@@ -13,12 +13,19 @@ const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
 
 fn tinyllm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tinyllm-native")).args(args).output().expect("run tinyllm-native")
+    Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+        .args(args)
+        .output()
+        .expect("run tinyllm-native")
 }
 
 fn ok_stdout(args: &[&str]) -> String {
     let out = tinyllm(args);
-    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8 stdout")
 }
 
@@ -26,7 +33,11 @@ fn ok_stdout(args: &[&str]) -> String {
 fn input_error(args: &[&str]) -> String {
     let out = tinyllm(args);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(2), "{args:?}: expected exit 2, stderr: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: expected exit 2, stderr: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     stderr
 }
@@ -55,7 +66,12 @@ fn inspect_real_models() {
         }
         let mix_tensors: usize = mix.values().map(|v| v["tensors"].as_u64().unwrap() as usize).sum();
         assert_eq!(mix_tensors, tensors);
-        let data_bytes: u64 = j["tensors"].as_array().unwrap().iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+        let data_bytes: u64 = j["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["bytes"].as_u64().unwrap())
+            .sum();
         assert!(data_bytes < j["file_bytes"].as_u64().unwrap());
         let text = ok_stdout(&["inspect", path.to_str().unwrap()]);
         assert!(text.contains(&format!("tensors        {tensors}")), "{text}");
@@ -69,18 +85,39 @@ fn inspect_dequant_matches_golden() {
     let dir = tempfile::tempdir().unwrap();
     let index: Value = serde_json::from_str(&std::fs::read_to_string(golden("quants/index.json")).unwrap()).unwrap();
     for ty in ["Q4_K", "Q8_0", "F16", "IQ4_XS"] {
-        let entry = index["types"].as_array().unwrap().iter().find(|t| t["type"] == ty).unwrap();
+        let entry = index["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == ty)
+            .unwrap();
         let blocks = std::fs::read(golden(&format!("quants/{ty}.bin"))).unwrap();
         let mut w = GgufWriter::new();
         w.kv_str("general.architecture", "test");
-        w.tensor_at("t", &[512, 4], entry["ggml_type_id"].as_u64().unwrap() as u32, blocks.len() as u64, 0);
+        w.tensor_at(
+            "t",
+            &[512, 4],
+            entry["ggml_type_id"].as_u64().unwrap() as u32,
+            blocks.len() as u64,
+            0,
+        );
         let bytes = w.finish_with(&blocks);
         let gguf = dir.path().join(format!("{ty}.gguf"));
         std::fs::write(&gguf, &bytes).unwrap();
         let out = dir.path().join(format!("{ty}.f32"));
-        ok_stdout(&["inspect", gguf.to_str().unwrap(), "--tensor", "t", "--dequant", out.to_str().unwrap()]);
+        ok_stdout(&[
+            "inspect",
+            gguf.to_str().unwrap(),
+            "--tensor",
+            "t",
+            "--dequant",
+            out.to_str().unwrap(),
+        ]);
         let want = std::fs::read(golden(&format!("quants/{ty}.f32"))).unwrap();
-        assert!(std::fs::read(&out).unwrap() == want, "{ty}: --dequant output differs from golden");
+        assert!(
+            std::fs::read(&out).unwrap() == want,
+            "{ty}: --dequant output differs from golden"
+        );
     }
 }
 
@@ -107,7 +144,10 @@ fn tokenize_and_detokenize_match_golden() {
             let ids: Value = serde_json::from_str(&ok_stdout(&args)).unwrap();
             assert_eq!(ids, row["ids"], "{golden_name}: tokenize {text:?}");
         }
-        for row in jsonl(&format!("tokenizer/{golden_name}.detokenize.jsonl")).iter().step_by(5) {
+        for row in jsonl(&format!("tokenizer/{golden_name}.detokenize.jsonl"))
+            .iter()
+            .step_by(5)
+        {
             let ids: Vec<String> = row["ids"].as_array().unwrap().iter().map(|i| i.to_string()).collect();
             if ids.is_empty() {
                 continue;
@@ -126,7 +166,14 @@ fn template_matches_golden() {
     for case in jsonl("templates/qwen2.5-coder-0.5b.jsonl") {
         let messages = dir.path().join("messages.json");
         std::fs::write(&messages, case["messages"].to_string()).unwrap();
-        let mut args = vec!["template", "-m", model.to_str().unwrap(), "--messages", messages.to_str().unwrap(), "--json"];
+        let mut args = vec![
+            "template",
+            "-m",
+            model.to_str().unwrap(),
+            "--messages",
+            messages.to_str().unwrap(),
+            "--json",
+        ];
         let tools = dir.path().join("tools.json");
         if case["tools"].is_array() {
             std::fs::write(&tools, case["tools"].to_string()).unwrap();
@@ -136,7 +183,12 @@ fn template_matches_golden() {
             args.push("--no-generation-prompt");
         }
         let text: String = serde_json::from_str(&ok_stdout(&args)).unwrap();
-        assert_eq!(text, case["rendered"].as_str().unwrap(), "template case {}", case["name"]);
+        assert_eq!(
+            text,
+            case["rendered"].as_str().unwrap(),
+            "template case {}",
+            case["name"]
+        );
     }
 }
 
@@ -146,7 +198,10 @@ fn bad_input_exits_2_with_a_message() {
     let e = input_error(&["inspect", "/nonexistent/model.gguf"]);
     assert!(e.contains("/nonexistent/model.gguf"), "{e}");
     let e = input_error(&["inspect", "no-such-alias:1b"]);
-    assert!(e.contains("no-such-alias:1b") && e.contains("qwen2.5-coder:0.5b"), "{e}");
+    assert!(
+        e.contains("no-such-alias:1b") && e.contains("qwen2.5-coder:0.5b"),
+        "{e}"
+    );
 
     let garbage = dir.path().join("garbage.gguf");
     std::fs::write(&garbage, b"this is not a gguf file at all").unwrap();
@@ -177,6 +232,14 @@ fn bad_input_exits_2_with_a_message() {
     assert!(e.contains("/nonexistent.json"), "{e}");
     let msgs = dir.path().join("m.json");
     std::fs::write(&msgs, r#"[{"role":"user","content":"hi"}]"#).unwrap();
-    let e = input_error(&["template", "-m", qwen, "--messages", msgs.to_str().unwrap(), "--kwargs", "[1]"]);
+    let e = input_error(&[
+        "template",
+        "-m",
+        qwen,
+        "--messages",
+        msgs.to_str().unwrap(),
+        "--kwargs",
+        "[1]",
+    ]);
     assert!(e.contains("--kwargs"), "{e}");
 }

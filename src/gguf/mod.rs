@@ -30,7 +30,12 @@ pub enum GgufError {
     #[error("big-endian GGUF files are not supported")]
     BigEndian,
     #[error("file truncated reading {field}: need {need} bytes at offset {offset}, file has {file_len}")]
-    Truncated { field: String, offset: u64, need: u64, file_len: u64 },
+    Truncated {
+        field: String,
+        offset: u64,
+        need: u64,
+        file_len: u64,
+    },
     #[error("{field} = {count} is impossible: only {remaining} bytes are left in the file")]
     CountTooLarge { field: String, count: u64, remaining: u64 },
     #[error("{field}: string length {len} exceeds the limit for names ({remaining} bytes left in the file)")]
@@ -52,9 +57,18 @@ pub enum GgufError {
     #[error("tensor '{tensor}': {problem}")]
     BadTensor { tensor: String, problem: String },
     #[error("tensor '{tensor}': offset {offset} is not a multiple of the alignment {alignment}")]
-    MisalignedTensor { tensor: String, offset: u64, alignment: u64 },
+    MisalignedTensor {
+        tensor: String,
+        offset: u64,
+        alignment: u64,
+    },
     #[error("tensor '{tensor}': data at offset {offset} + {bytes} bytes lies past the end of the data section ({data_len} bytes)")]
-    TensorOutOfBounds { tensor: String, offset: u64, bytes: u64, data_len: u64 },
+    TensorOutOfBounds {
+        tensor: String,
+        offset: u64,
+        bytes: u64,
+        data_len: u64,
+    },
     #[error("duplicate tensor '{0}'")]
     DuplicateTensor(String),
     #[error("split GGUF: {0}")]
@@ -62,7 +76,11 @@ pub enum GgufError {
     #[error("missing metadata key '{0}'")]
     MissingKey(String),
     #[error("metadata key '{key}' is {found}, expected {expected}")]
-    WrongType { key: String, expected: &'static str, found: String },
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: String,
+    },
     #[error("metadata key '{key}': {problem}")]
     BadValue { key: String, problem: String },
     #[error("no tensor named '{0}'")]
@@ -202,7 +220,10 @@ impl GgufFile {
                     part: part_no,
                 });
             }
-            parts.push(Part { source, data_offset: header.data_offset });
+            parts.push(Part {
+                source,
+                data_offset: header.data_offset,
+            });
         }
         if n_parts == 1 {
             if let Some(count) = find(&metadata, "split.count").and_then(Value::as_integer) {
@@ -221,7 +242,14 @@ impl GgufFile {
                 )));
             }
         }
-        Ok(GgufFile { version, alignment, metadata, index, tensors, parts })
+        Ok(GgufFile {
+            version,
+            alignment,
+            metadata,
+            index,
+            tensors,
+            parts,
+        })
     }
 
     /// All metadata entries in file order.
@@ -256,7 +284,9 @@ impl GgufFile {
 
     /// A zero-copy view of a tensor's bytes.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>, GgufError> {
-        let info = self.tensor_info(name).ok_or_else(|| GgufError::MissingTensor(name.to_string()))?;
+        let info = self
+            .tensor_info(name)
+            .ok_or_else(|| GgufError::MissingTensor(name.to_string()))?;
         Ok(self.view(info))
     }
 
@@ -264,7 +294,10 @@ impl GgufFile {
     pub fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
         let part = &self.parts[info.part];
         let start = (part.data_offset + info.offset) as usize;
-        TensorView { info, data: &part.source.bytes()[start..start + info.bytes as usize] }
+        TensorView {
+            info,
+            data: &part.source.bytes()[start..start + info.bytes as usize],
+        }
     }
 
     /// The raw value of a key.
@@ -295,13 +328,18 @@ impl GgufFile {
     pub fn get_u32(&self, key: &str) -> Result<u32, GgufError> {
         let v = self.require(key)?;
         let i = v.as_integer().ok_or_else(|| wrong_type(key, "an integer", v))?;
-        u32::try_from(i).map_err(|_| GgufError::BadValue { key: key.to_string(), problem: format!("{i} does not fit a u32") })
+        u32::try_from(i).map_err(|_| GgufError::BadValue {
+            key: key.to_string(),
+            problem: format!("{i} does not fit a u32"),
+        })
     }
 
     /// F32, F64 or an integer, as f32.
     pub fn get_f32(&self, key: &str) -> Result<f32, GgufError> {
         let v = self.require(key)?;
-        v.as_f64().map(|f| f as f32).ok_or_else(|| wrong_type(key, "a number", v))
+        v.as_f64()
+            .map(|f| f as f32)
+            .ok_or_else(|| wrong_type(key, "a number", v))
     }
 
     pub fn get_array(&self, key: &str) -> Result<&Array, GgufError> {
@@ -316,7 +354,16 @@ impl GgufFile {
             .iter()
             .map(|v| v.as_str())
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| wrong_type(key, "an array of string", &Value::Array(Array { elem: a.elem, items: vec![] })))
+            .ok_or_else(|| {
+                wrong_type(
+                    key,
+                    "an array of string",
+                    &Value::Array(Array {
+                        elem: a.elem,
+                        items: vec![],
+                    }),
+                )
+            })
     }
 
     /// An array of numbers (any numeric element type), as f32.
@@ -326,7 +373,16 @@ impl GgufFile {
             .iter()
             .map(|v| v.as_f64().map(|f| f as f32))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| wrong_type(key, "an array of numbers", &Value::Array(Array { elem: a.elem, items: vec![] })))
+            .ok_or_else(|| {
+                wrong_type(
+                    key,
+                    "an array of numbers",
+                    &Value::Array(Array {
+                        elem: a.elem,
+                        items: vec![],
+                    }),
+                )
+            })
     }
 
     /// An array of integers, as i64 (values outside i64 are an error naming the key).
@@ -336,7 +392,16 @@ impl GgufFile {
             .iter()
             .map(|v| v.as_integer().and_then(|i| i64::try_from(i).ok()))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| wrong_type(key, "an array of integers", &Value::Array(Array { elem: a.elem, items: vec![] })))
+            .ok_or_else(|| {
+                wrong_type(
+                    key,
+                    "an array of integers",
+                    &Value::Array(Array {
+                        elem: a.elem,
+                        items: vec![],
+                    }),
+                )
+            })
     }
 
     /// `Ok(None)` when the key is absent, an error when present with the wrong type.
@@ -353,12 +418,19 @@ fn find<'a>(metadata: &'a [(String, Value)], key: &str) -> Option<&'a Value> {
 }
 
 fn wrong_type(key: &str, expected: &'static str, found: &Value) -> GgufError {
-    GgufError::WrongType { key: key.to_string(), expected, found: found.type_description() }
+    GgufError::WrongType {
+        key: key.to_string(),
+        expected,
+        found: found.type_description(),
+    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 fn map_file(path: &Path) -> Result<Source, GgufError> {
-    let io = |source| GgufError::Io { path: path.to_path_buf(), source };
+    let io = |source| GgufError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let file = std::fs::File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     if !meta.is_file() {
@@ -390,7 +462,11 @@ pub fn split_paths(path: &Path) -> Option<Vec<PathBuf>> {
         return None;
     }
     let dir = path.parent().unwrap_or(Path::new(""));
-    Some((1..=total).map(|i| dir.join(format!("{prefix}-{i:05}-of-{total:05}.gguf"))).collect())
+    Some(
+        (1..=total)
+            .map(|i| dir.join(format!("{prefix}-{i:05}-of-{total:05}.gguf")))
+            .collect(),
+    )
 }
 
 /// Each part of a split set must say which part it is and how many there are.

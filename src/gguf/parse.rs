@@ -123,16 +123,26 @@ impl<'a> Reader<'a> {
             ValueType::Bool => match self.array::<1>(field)?[0] {
                 0 => Value::Bool(false),
                 1 => Value::Bool(true),
-                b => return Err(GgufError::InvalidBool { field: field(), byte: b }),
+                b => {
+                    return Err(GgufError::InvalidBool {
+                        field: field(),
+                        byte: b,
+                    })
+                }
             },
             ValueType::String => Value::String(self.string(u64::MAX, field)?),
             ValueType::Array => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(GgufError::ArrayTooDeep { field: field(), max: MAX_ARRAY_DEPTH });
+                    return Err(GgufError::ArrayTooDeep {
+                        field: field(),
+                        max: MAX_ARRAY_DEPTH,
+                    });
                 }
                 let type_id = self.u32(field)?;
-                let elem = ValueType::from_id(type_id)
-                    .ok_or_else(|| GgufError::UnknownValueType { field: field(), type_id })?;
+                let elem = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+                    field: field(),
+                    type_id,
+                })?;
                 let count = self.count(elem.min_encoded_len(), field)?;
                 // The count is now bounded by the bytes left, so this allocation is too.
                 let mut items = Vec::with_capacity(count as usize);
@@ -169,7 +179,10 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
         let key = r.string(MAX_NAME_LEN, &|| format!("metadata key #{i}"))?;
         let field = || format!("metadata value '{key}'");
         let type_id = r.u32(&field)?;
-        let ty = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType { field: field(), type_id })?;
+        let ty = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+            field: field(),
+            type_id,
+        })?;
         let value = r.value(ty, 0, &field)?;
         if metadata.iter().any(|(k, _)| *k == key) {
             return Err(GgufError::DuplicateKey(key));
@@ -189,23 +202,39 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
         let field = |what: &str| format!("tensor '{name}' {what}");
         let n_dims = r.u32(&|| field("n_dims"))?;
         if n_dims == 0 || n_dims as usize > MAX_DIMS {
-            return Err(GgufError::BadTensor { tensor: name, problem: format!("n_dims {n_dims} is not in 1..={MAX_DIMS}") });
+            return Err(GgufError::BadTensor {
+                tensor: name,
+                problem: format!("n_dims {n_dims} is not in 1..={MAX_DIMS}"),
+            });
         }
         let mut shape = Vec::with_capacity(n_dims as usize);
         for d in 0..n_dims {
             shape.push(r.u64(&|| field(&format!("dimension {d}")))?);
         }
         let type_id = r.u32(&|| field("type"))?;
-        let ty = GgmlType::from_id(type_id).map_err(|_| GgufError::UnknownTensorType { tensor: name.clone(), type_id })?;
+        let ty = GgmlType::from_id(type_id).map_err(|_| GgufError::UnknownTensorType {
+            tensor: name.clone(),
+            type_id,
+        })?;
         let offset = r.u64(&|| field("offset"))?;
         let bytes = tensor_bytes(&name, ty, &shape)?;
         if offset % alignment != 0 {
-            return Err(GgufError::MisalignedTensor { tensor: name, offset, alignment });
+            return Err(GgufError::MisalignedTensor {
+                tensor: name,
+                offset,
+                alignment,
+            });
         }
         if tensors.iter().any(|t| t.name == name) {
             return Err(GgufError::DuplicateTensor(name));
         }
-        tensors.push(RawTensor { name, ty, shape, offset, bytes });
+        tensors.push(RawTensor {
+            name,
+            ty,
+            shape,
+            offset,
+            bytes,
+        });
     }
 
     let data_offset = (r.pos as u64).div_ceil(alignment) * alignment;
@@ -220,12 +249,21 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
             });
         }
     }
-    Ok(Header { version, metadata, tensors, alignment, data_offset })
+    Ok(Header {
+        version,
+        metadata,
+        tensors,
+        alignment,
+        data_offset,
+    })
 }
 
 /// Byte size of a tensor, checking the element count and row length against its type.
 fn tensor_bytes(name: &str, ty: GgmlType, shape: &[u64]) -> Result<u64, GgufError> {
-    let bad = |problem: String| GgufError::BadTensor { tensor: name.to_string(), problem };
+    let bad = |problem: String| GgufError::BadTensor {
+        tensor: name.to_string(),
+        problem,
+    };
     let mut elements: u64 = 1;
     for &d in shape {
         if d == 0 || d > i64::MAX as u64 {
@@ -244,5 +282,6 @@ fn tensor_bytes(name: &str, ty: GgmlType, shape: &[u64]) -> Result<u64, GgufErro
             ty.block_size()
         )));
     }
-    ty.bytes_for(elements).ok_or_else(|| bad(format!("shape {shape:?} overflows the byte size")))
+    ty.bytes_for(elements)
+        .ok_or_else(|| bad(format!("shape {shape:?} overflows the byte size")))
 }

@@ -126,10 +126,7 @@ impl fmt::Display for GgmlType {
 impl GgmlType {
     /// Parse a llama.cpp type name (`q4_k`, `Q4_K`); case-insensitive.
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|t| t.name().eq_ignore_ascii_case(name))
+        Self::ALL.iter().copied().find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
     /// Bytes needed for `elements` values, or `None` when `elements` is not a whole number of
@@ -169,8 +166,8 @@ impl GgmlType {
         use GgmlType::*;
         match self {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 | NVFP4 => Q8_0,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS
-            | IQ3_S | IQ1_S | IQ1_M | IQ4_XS | TQ1_0 | TQ2_0 => Q8_K,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M
+            | IQ4_XS | TQ1_0 | TQ2_0 => Q8_K,
             _ => F32,
         }
     }
@@ -221,9 +218,7 @@ pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, Quan
         F32 | F16 | BF16 => Ok(float::vec_dot(ty, w, act)),
         Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Ok(legacy::vec_dot(ty, w, act)),
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => Ok(kquant::vec_dot(ty, w, act)),
-        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | IQ4_NL | IQ4_XS => {
-            Ok(iquant::vec_dot(ty, w, act))
-        }
+        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | IQ4_NL | IQ4_XS => Ok(iquant::vec_dot(ty, w, act)),
         MXFP4 | NVFP4 => Ok(fp4::vec_dot(ty, w, act)),
         TQ1_0 | TQ2_0 => Ok(ternary::vec_dot(ty, w, act)),
         Q8_1 | Q8_K | F64 | I8 | I16 | I32 | I64 => Err(QuantError::Unsupported { ty, op: "vec_dot" }),

@@ -26,7 +26,10 @@ pub fn real_model(name: &str) -> PathBuf {
 /// this module is shared by the engine's and the CLI's tests, whose manifest dirs differ).
 pub fn golden(rel: &str) -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let root = manifest.ancestors().find(|d| d.join("tests/golden").is_dir()).unwrap_or(&manifest);
+    let root = manifest
+        .ancestors()
+        .find(|d| d.join("tests/golden").is_dir())
+        .unwrap_or(&manifest);
     root.join("tests/golden").join(rel)
 }
 
@@ -87,7 +90,8 @@ impl GgufWriter {
 
     /// A tensor at an explicit offset in the data section.
     pub fn tensor_at(&mut self, name: &str, shape: &[u64], type_id: u32, bytes: u64, offset: u64) {
-        self.tensors.push((name.to_string(), shape.to_vec(), type_id, offset, bytes));
+        self.tensors
+            .push((name.to_string(), shape.to_vec(), type_id, offset, bytes));
         if let Some(end) = offset.checked_add(bytes).filter(|&e| e < 1 << 20) {
             self.next_offset = self.next_offset.max(end.div_ceil(32) * 32);
         }

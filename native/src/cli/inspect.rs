@@ -84,7 +84,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if a.json {
             println!("{}", tensor_json(t));
         } else {
-            println!("{}  {}  shape {:?}  offset {}  {} bytes", t.name, t.ty, t.shape, t.offset, t.bytes);
+            println!(
+                "{}  {}  shape {:?}  offset {}  {} bytes",
+                t.name, t.ty, t.shape, t.offset, t.bytes
+            );
         }
         return Ok(());
     }
@@ -136,7 +139,13 @@ fn print_text(file: &GgufFile, s: &Summary) -> anyhow::Result<()> {
     if let Ok(name) = file.get_str("general.name") {
         writeln!(o, "name           {name}")?;
     }
-    writeln!(o, "gguf version   {} ({} file{})", file.version, file.part_count(), if file.part_count() == 1 { "" } else { "s" })?;
+    writeln!(
+        o,
+        "gguf version   {} ({} file{})",
+        file.version,
+        file.part_count(),
+        if file.part_count() == 1 { "" } else { "s" }
+    )?;
     writeln!(o, "file size      {:.1} MiB", mib(file.file_bytes()))?;
     writeln!(o, "parameters     {:.1} M", s.parameters as f64 / 1e6)?;
     writeln!(o, "tensors        {}", file.tensors().len())?;
@@ -177,6 +186,12 @@ fn dump_f32(file: &GgufFile, t: &TensorInfo, out: &std::path::Path) -> anyhow::R
         }
     }
     w.flush()?;
-    eprintln!("wrote {} values of {} ({}) to {}", t.elements(), t.name, t.ty, out.display());
+    eprintln!(
+        "wrote {} values of {} ({}) to {}",
+        t.elements(),
+        t.name,
+        t.ty,
+        out.display()
+    );
     Ok(())
 }

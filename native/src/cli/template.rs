@@ -32,9 +32,13 @@ fn array_field(v: serde_json::Value, key: &str, what: &str) -> Result<Vec<serde_
         serde_json::Value::Array(a) => Ok(a),
         serde_json::Value::Object(mut o) => match o.remove(key) {
             Some(serde_json::Value::Array(a)) => Ok(a),
-            _ => Err(InputError(format!("{what}: expected an array or an object with a '{key}' array"))),
+            _ => Err(InputError(format!(
+                "{what}: expected an array or an object with a '{key}' array"
+            ))),
         },
-        _ => Err(InputError(format!("{what}: expected an array or an object with a '{key}' array"))),
+        _ => Err(InputError(format!(
+            "{what}: expected an array or an object with a '{key}' array"
+        ))),
     }
 }
 

@@ -49,7 +49,11 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>, InputError> {
     s.split(',')
         .map(|item| {
             let item = item.trim();
-            item.parse::<u32>().map_err(|_| InputError(format!("'{item}' is not a token id (expected comma-separated non-negative integers)")))
+            item.parse::<u32>().map_err(|_| {
+                InputError(format!(
+                    "'{item}' is not a token id (expected comma-separated non-negative integers)"
+                ))
+            })
         })
         .collect()
 }
