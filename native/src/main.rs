@@ -5,6 +5,7 @@
 
 mod cli;
 mod models;
+mod pull;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ fn try_main() -> anyhow::Result<()> {
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

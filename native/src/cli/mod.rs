@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch: one module per subcommand.
 
 mod inspect;
+mod pull;
 mod template;
 mod tokenize;
 
@@ -13,7 +14,11 @@ use std::io::Read;
 pub struct InputError(pub String);
 
 #[derive(Parser)]
-#[command(name = "tinyllm-native", version, about = "Run GGUF language models: inspect, tokenize, template")]
+#[command(
+    name = "tinyllm-native",
+    version,
+    about = "Run GGUF language models: inspect, tokenize, template"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,12 +34,19 @@ enum Command {
     Detokenize(tokenize::DetokenizeArgs),
     /// Render the model's chat template for a list of messages.
     Template(template::Args),
+    /// Download a model (alias or URL) into the model cache, resuming and verifying it.
+    Pull(pull::Args),
 }
 
 pub fn run() -> anyhow::Result<()> {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
             print!("{e}");
             return Ok(());
         }
@@ -45,16 +57,21 @@ pub fn run() -> anyhow::Result<()> {
         Command::Tokenize(a) => tokenize::run_tokenize(a),
         Command::Detokenize(a) => tokenize::run_detokenize(a),
         Command::Template(a) => template::run(a),
+        Command::Pull(a) => pull::run(a),
     }
 }
 
 /// 2 for usage and input errors (ours or the engine's), 1 for anything else.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
-    let input = err
-        .chain()
-        .any(|e| e.is::<InputError>() || e.is::<tinyllm::Error>() || e.is::<tinyllm::gguf::GgufError>()
-            || e.is::<tinyllm::tokenizer::TokenizerError>() || e.is::<tinyllm::chat::TemplateError>()
-            || e.is::<tinyllm::quant::QuantError>() || e.is::<serde_json::Error>());
+    let input = err.chain().any(|e| {
+        e.is::<InputError>()
+            || e.is::<tinyllm::Error>()
+            || e.is::<tinyllm::gguf::GgufError>()
+            || e.is::<tinyllm::tokenizer::TokenizerError>()
+            || e.is::<tinyllm::chat::TemplateError>()
+            || e.is::<tinyllm::quant::QuantError>()
+            || e.is::<serde_json::Error>()
+    });
     if input {
         2
     } else {
@@ -85,5 +102,18 @@ pub fn text_or_stdin(text: Option<String>) -> anyhow::Result<String> {
 /// Read and parse a JSON file named on the command line.
 pub fn read_json_file(path: &std::path::Path, what: &str) -> anyhow::Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).map_err(|e| InputError(format!("{what} file {}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| InputError(format!("{what} file {}: invalid JSON: {e}", path.display())).into())
+    serde_json::from_str(&text)
+        .map_err(|e| InputError(format!("{what} file {}: invalid JSON: {e}", path.display())).into())
+}
+
+/// Print text as is (no newline added) or, with `json`, as one JSON string: byte-exact either way.
+pub fn print_text(text: &str, json: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string(text)?)?;
+    } else {
+        out.write_all(text.as_bytes())?;
+    }
+    Ok(())
 }

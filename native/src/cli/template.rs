@@ -1,7 +1,6 @@
 //! `template`: render the model's chat template (or its built-in fallback) for messages.
 
-use super::{open_model, read_json_file, InputError};
-use std::io::Write;
+use super::{open_model, print_text, read_json_file, InputError};
 use std::path::PathBuf;
 use tinyllm::chat::{ChatTemplate, RenderRequest};
 
@@ -63,11 +62,5 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         add_generation_prompt: !a.no_generation_prompt,
         kwargs: &kwargs,
     })?;
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string(&text)?)?;
-    } else {
-        out.write_all(text.as_bytes())?;
-    }
-    Ok(())
+    print_text(&text, a.json)
 }

@@ -1,7 +1,6 @@
 //! `tokenize` and `detokenize`: the model's tokenizer on the command line.
 
-use super::{open_model, text_or_stdin, InputError};
-use std::io::Write;
+use super::{open_model, print_text, text_or_stdin, InputError};
 use tinyllm::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]
@@ -63,11 +62,5 @@ pub fn run_detokenize(a: DetokenizeArgs) -> anyhow::Result<()> {
     let tok = Tokenizer::from_gguf(&file)?;
     let ids = parse_ids(&a.ids)?;
     let text = tok.decode(&ids)?;
-    let mut out = std::io::stdout().lock();
-    if a.json {
-        writeln!(out, "{}", serde_json::to_string(&text)?)?;
-    } else {
-        out.write_all(text.as_bytes())?;
-    }
-    Ok(())
+    print_text(&text, a.json)
 }
