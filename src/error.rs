@@ -13,4 +13,10 @@ pub enum Error {
     Template(#[from] crate::chat::TemplateError),
     #[error(transparent)]
     Sampler(#[from] crate::sample::SamplerError),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
 }

@@ -4,9 +4,12 @@
 //! tokenizers ([`tokenizer`]), chat-template rendering ([`chat`]) and the sampler
 //! ([`sample`]). Builds for native targets and for `wasm32-unknown-unknown`.
 
+pub mod backend;
 pub mod chat;
+pub mod engine;
 mod error;
 pub mod gguf;
+pub mod model;
 pub mod quant;
 pub mod sample;
 pub mod tokenizer;

@@ -28,6 +28,6 @@ pub enum TemplateError {
     OutputTooLarge { limit: usize },
     #[error("chat template range() of {len} items exceeds the limit of {limit} items")]
     RangeTooLarge { len: u128, limit: usize },
-    #[error("chat template: {0}")]
+    #[error(transparent)]
     Gguf(#[from] crate::gguf::GgufError),
 }

@@ -18,12 +18,10 @@ use rustc_hash::FxHashMap;
 pub enum TokenizerError {
     #[error("tokenizer: {0}")]
     Other(String),
-    #[error("tokenizer: reading {key}: {source}")]
-    Gguf {
-        key: &'static str,
-        #[source]
-        source: GgufError,
-    },
+    /// The GGUF error already names the key; it is shown inline rather than as a `source`,
+    /// so error chains do not print it twice.
+    #[error("tokenizer: {error}")]
+    Gguf { key: &'static str, error: GgufError },
     #[error("tokenizer: unsupported tokenizer.ggml.model '{0}' (supported: llama, gpt2)")]
     UnknownModel(String),
     #[error("tokenizer: unknown pre-tokenizer (tokenizer.ggml.pre) '{0}'")]
@@ -135,7 +133,7 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 fn gguf_err(key: &'static str) -> impl Fn(GgufError) -> TokenizerError {
-    move |source| TokenizerError::Gguf { key, source }
+    move |error| TokenizerError::Gguf { key, error }
 }
 
 /// Reads a numeric array (scores may be f32 or i32 in llama.cpp's loader).
@@ -391,7 +389,7 @@ impl Tokenizer {
         ] {
             if let Some(v) = file
                 .opt(key, GgufFile::get_bool)
-                .map_err(|source| TokenizerError::Gguf { key, source })?
+                .map_err(|error| TokenizerError::Gguf { key, error })?
             {
                 *slot = v;
             }

@@ -1,0 +1,476 @@
+//! The CPU backend: weights read in place from the GGUF mapping, activations in `Vec<f32>`,
+//! the KV cache in f16 (as llama.cpp stores it), work split across output rows on a
+//! persistent [`pool::Pool`]. Matmuls use the row kernels of [`kernels::Kernels`].
+
+mod attention;
+pub mod kernels;
+mod ops;
+pub mod pool;
+
+use std::sync::Arc;
+
+use half::f16;
+
+use super::{AttnParams, Backend, BackendError};
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::model::Rope;
+use crate::quant::{self, GgmlType};
+use kernels::Kernels;
+use pool::Pool;
+
+/// Output rows per matmul task (rows of `W`).
+const MATMUL_TILE: usize = 16;
+/// Values per task of element-wise ops.
+const ELEMENTWISE_CHUNK: usize = 1 << 14;
+
+/// The CPU backend.
+#[derive(Debug)]
+pub struct CpuBackend {
+    pool: Pool,
+    kernels: Kernels,
+}
+
+impl CpuBackend {
+    /// A backend with `threads` workers (0: one per core).
+    pub fn new(threads: usize) -> Result<Self, BackendError> {
+        Self::with_kernels(threads, Kernels::detect())
+    }
+
+    /// A backend with an explicit kernel set (tests compare [`Kernels::oracle`] with the
+    /// default).
+    pub fn with_kernels(threads: usize, kernels: Kernels) -> Result<Self, BackendError> {
+        Ok(CpuBackend {
+            pool: Pool::new(threads)?,
+            kernels,
+        })
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Name of the kernel variant in use.
+    pub fn kernel_variant(&self) -> &'static str {
+        self.kernels.variant
+    }
+}
+
+/// An f32 activation buffer.
+#[derive(Debug, Clone)]
+pub struct CpuBuffer(Vec<f32>);
+
+impl CpuBuffer {
+    /// The values (for tests and host-side consumers).
+    pub fn as_slice(&self) -> &[f32] {
+        &self.0
+    }
+}
+
+/// One layer's K or V cache in f16.
+#[derive(Debug, Clone)]
+pub struct CpuKv(Vec<f16>);
+
+/// A weight on the CPU.
+#[derive(Debug)]
+pub struct CpuWeight {
+    name: String,
+    ty: GgmlType,
+    /// Values per row (GGUF `shape[0]`).
+    n_in: usize,
+    /// Rows (product of the other dimensions).
+    n_out: usize,
+    data: WeightData,
+}
+
+#[derive(Debug)]
+enum WeightData {
+    /// 2-D tensors stay in the file mapping; rows are read in place.
+    Mapped { file: Arc<GgufFile>, info: TensorInfo },
+    /// 1-D tensors (norms, biases, rope factors) are small: decoded to f32 once.
+    Dense(Vec<f32>),
+}
+
+impl CpuWeight {
+    fn bytes(&self) -> &[u8] {
+        match &self.data {
+            WeightData::Mapped { file, info } => file.view(info).data,
+            WeightData::Dense(_) => &[],
+        }
+    }
+
+    fn dense(&self, op: &'static str) -> Result<&[f32], BackendError> {
+        match &self.data {
+            WeightData::Dense(v) => Ok(v),
+            WeightData::Mapped { .. } => Err(shape(op, format!("'{}' is a matrix, expected a vector", self.name))),
+        }
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.n_in / self.ty.block_size() * self.ty.block_bytes()
+    }
+}
+
+fn shape(op: &'static str, problem: String) -> BackendError {
+    BackendError::Shape { op, problem }
+}
+
+/// Error unless `buf` holds at least `need` values.
+fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
+    if have < need {
+        return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
+    }
+    Ok(())
+}
+
+/// Types whose rows [`Kernels`] can multiply.
+fn matmul_supported(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    match ty {
+        F32 | F16 | BF16 => true,
+        Q8_1 | Q8_K | F64 | I8 | I16 | I32 | I64 => false,
+        _ => true,
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buffer = CpuBuffer;
+    type Kv = CpuKv;
+    type Weight = CpuWeight;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight, BackendError> {
+        let view = file.tensor(name)?;
+        let info = view.info;
+        let bad = |problem: String| BackendError::BadTensor {
+            tensor: name.to_string(),
+            problem,
+        };
+        let n_in = usize::try_from(*info.shape.first().unwrap_or(&1)).map_err(|_| bad("row too long".into()))?;
+        let n_out =
+            usize::try_from(info.shape.iter().skip(1).product::<u64>()).map_err(|_| bad("too many rows".into()))?;
+        if n_in == 0 || n_in % info.ty.block_size() != 0 {
+            return Err(bad(format!(
+                "row length {n_in} is not a whole number of {} blocks",
+                info.ty
+            )));
+        }
+        let data = if info.shape.len() <= 1 {
+            WeightData::Dense(view.to_f32()?)
+        } else {
+            if !matmul_supported(info.ty) {
+                return Err(BackendError::UnsupportedType {
+                    tensor: name.to_string(),
+                    ty: info.ty,
+                    backend: "cpu",
+                });
+            }
+            info.ty.check_len(view.data.len(), n_in * n_out)?;
+            WeightData::Mapped {
+                file: Arc::clone(file),
+                info: info.clone(),
+            }
+        };
+        Ok(CpuWeight {
+            name: name.to_string(),
+            ty: info.ty,
+            n_in,
+            n_out,
+            data,
+        })
+    }
+
+    fn alloc(&self, len: usize) -> Result<CpuBuffer, BackendError> {
+        Ok(CpuBuffer(vec![0.0; len]))
+    }
+
+    fn alloc_kv(&self, len: usize) -> Result<CpuKv, BackendError> {
+        Ok(CpuKv(vec![f16::ZERO; len]))
+    }
+
+    fn write(&self, dst: &mut CpuBuffer, src: &[f32]) -> Result<(), BackendError> {
+        need("write", "destination", dst.0.len(), src.len())?;
+        dst.0[..src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn read(&self, src: &CpuBuffer, dst: &mut [f32]) -> Result<(), BackendError> {
+        need("read", "source", src.0.len(), dst.len())?;
+        dst.copy_from_slice(&src.0[..dst.len()]);
+        Ok(())
+    }
+
+    fn embed(&self, table: &CpuWeight, tokens: &[u32], scale: f32, out: &mut CpuBuffer) -> Result<(), BackendError> {
+        let width = table.n_in;
+        need("embed", "output", out.0.len(), tokens.len() * width)?;
+        let bytes = table.bytes();
+        let rb = table.row_bytes();
+        for (&t, row) in tokens.iter().zip(out.0.chunks_exact_mut(width)) {
+            let t_us = t as usize;
+            if t_us >= table.n_out {
+                return Err(BackendError::TokenOutOfRange {
+                    token: t,
+                    n_vocab: table.n_out,
+                });
+            }
+            quant::dequantize(table.ty, &bytes[t_us * rb..(t_us + 1) * rb], row)?;
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        Ok(())
+    }
+
+    fn matmul(&self, w: &CpuWeight, x: &CpuBuffer, rows: usize, out: &mut CpuBuffer) -> Result<(), BackendError> {
+        let (k, n) = (w.n_in, w.n_out);
+        need("matmul", "input", x.0.len(), rows * k)?;
+        need("matmul", "output", out.0.len(), rows * n)?;
+        let act = (self.kernels.prepare)(w.ty, &x.0[..rows * k], k)?;
+        let bytes = w.bytes();
+        let rb = w.row_bytes();
+        let row_fn = self.kernels.row;
+        let ty = w.ty;
+        if rows == 1 {
+            self.pool.for_chunks(&mut out.0[..n], MATMUL_TILE, |t, o| {
+                let mut scratch = vec![0f32; k];
+                for (j, y) in o.chunks_mut(1).enumerate() {
+                    let row = t * MATMUL_TILE + j;
+                    row_fn(ty, k, &bytes[row * rb..(row + 1) * rb], &act, &mut scratch, y);
+                }
+            });
+            return Ok(());
+        }
+        // Weight-row-major tiles: each weight row is decoded once and meets every activation
+        // row; the result is transposed into `out` afterwards.
+        let mut t_out = vec![0f32; n * rows];
+        self.pool.for_chunks(&mut t_out, MATMUL_TILE * rows, |t, tile| {
+            let mut scratch = vec![0f32; k];
+            for (j, col) in tile.chunks_exact_mut(rows).enumerate() {
+                let row = t * MATMUL_TILE + j;
+                row_fn(ty, k, &bytes[row * rb..(row + 1) * rb], &act, &mut scratch, col);
+            }
+        });
+        for (o, col) in t_out.chunks_exact(rows).enumerate() {
+            for (r, &v) in col.iter().enumerate() {
+                out.0[r * n + o] = v;
+            }
+        }
+        Ok(())
+    }
+
+    fn add_bias(&self, x: &mut CpuBuffer, bias: &CpuWeight, rows: usize) -> Result<(), BackendError> {
+        let b = bias.dense("add_bias")?;
+        need("add_bias", "input", x.0.len(), rows * b.len())?;
+        for row in x.0[..rows * b.len()].chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
+        }
+        Ok(())
+    }
+
+    fn add(&self, x: &mut CpuBuffer, y: &CpuBuffer, len: usize) -> Result<(), BackendError> {
+        need("add", "x", x.0.len(), len)?;
+        need("add", "y", y.0.len(), len)?;
+        let y = &y.0[..len];
+        self.pool.for_chunks(&mut x.0[..len], ELEMENTWISE_CHUNK, |i, c| {
+            let o = i * ELEMENTWISE_CHUNK;
+            let n = c.len();
+            c.iter_mut().zip(&y[o..o + n]).for_each(|(a, &b)| *a += b);
+        });
+        Ok(())
+    }
+
+    fn scale(&self, x: &mut CpuBuffer, len: usize, s: f32) -> Result<(), BackendError> {
+        need("scale", "x", x.0.len(), len)?;
+        x.0[..len].iter_mut().for_each(|v| *v *= s);
+        Ok(())
+    }
+
+    fn rmsnorm(
+        &self,
+        x: &CpuBuffer,
+        w: &CpuWeight,
+        groups: usize,
+        eps: f32,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        let wv = w.dense("rmsnorm")?;
+        let g = wv.len();
+        need("rmsnorm", "input", x.0.len(), groups * g)?;
+        need("rmsnorm", "output", out.0.len(), groups * g)?;
+        let x = &x.0[..groups * g];
+        self.pool.for_chunks(&mut out.0[..groups * g], g, |i, o| {
+            ops::rmsnorm(&x[i * g..(i + 1) * g], wv, eps, o)
+        });
+        Ok(())
+    }
+
+    fn rmsnorm_inplace(&self, x: &mut CpuBuffer, w: &CpuWeight, groups: usize, eps: f32) -> Result<(), BackendError> {
+        let wv = w.dense("rmsnorm")?;
+        let g = wv.len();
+        need("rmsnorm", "input", x.0.len(), groups * g)?;
+        self.pool
+            .for_chunks(&mut x.0[..groups * g], g, |_, c| ops::rmsnorm_inplace(c, wv, eps));
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut CpuBuffer,
+        rows: usize,
+        n_head: usize,
+        head_dim: usize,
+        pos0: usize,
+        rope: &Rope,
+        factors: Option<&CpuWeight>,
+    ) -> Result<(), BackendError> {
+        let width = n_head * head_dim;
+        need("rope", "input", x.0.len(), rows * width)?;
+        if rope.n_rot > head_dim || rope.n_rot % 2 != 0 {
+            return Err(shape(
+                "rope",
+                format!("n_rot {} does not fit head size {head_dim}", rope.n_rot),
+            ));
+        }
+        let factors = factors.map(|f| f.dense("rope")).transpose()?;
+        self.pool.for_chunks(&mut x.0[..rows * width], width, |r, row| {
+            let mut table = Vec::with_capacity(head_dim / 2);
+            ops::rope_table(pos0 + r, head_dim, rope, factors, &mut table);
+            for head in row.chunks_exact_mut(head_dim) {
+                ops::rope_head(head, rope, &table);
+            }
+        });
+        Ok(())
+    }
+
+    fn kv_store(
+        &self,
+        k_cache: &mut CpuKv,
+        v_cache: &mut CpuKv,
+        k: &CpuBuffer,
+        v: &CpuBuffer,
+        rows: usize,
+        kv_dim: usize,
+        pos0: usize,
+    ) -> Result<(), BackendError> {
+        let n = rows * kv_dim;
+        need("kv_store", "k", k.0.len(), n)?;
+        need("kv_store", "v", v.0.len(), n)?;
+        let start = pos0 * kv_dim;
+        need("kv_store", "k cache", k_cache.0.len(), start + n)?;
+        need("kv_store", "v cache", v_cache.0.len(), start + n)?;
+        for (dst, src) in [(&mut k_cache.0, &k.0), (&mut v_cache.0, &v.0)] {
+            dst[start..start + n]
+                .iter_mut()
+                .zip(&src[..n])
+                .for_each(|(d, &s)| *d = f16::from_f32(s));
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &CpuBuffer,
+        k_cache: &CpuKv,
+        v_cache: &CpuKv,
+        p: &AttnParams,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        let hd = p.head_dim;
+        if p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 || hd == 0 {
+            return Err(shape(
+                "attention",
+                format!("{} heads over {} kv heads", p.n_head, p.n_head_kv),
+            ));
+        }
+        let q_dim = p.n_head * hd;
+        let kv_dim = p.n_head_kv * hd;
+        let n_kv = p.pos0 + p.rows;
+        need("attention", "q", q.0.len(), p.rows * q_dim)?;
+        need("attention", "output", out.0.len(), p.rows * q_dim)?;
+        need("attention", "k cache", k_cache.0.len(), n_kv * kv_dim)?;
+        need("attention", "v cache", v_cache.0.len(), n_kv * kv_dim)?;
+        let group = p.n_head / p.n_head_kv;
+        let q = &q.0[..p.rows * q_dim];
+        self.pool.for_chunks(&mut out.0[..p.rows * q_dim], hd, |i, o| {
+            let (r, h) = (i / p.n_head, i % p.n_head);
+            let mut scores = Vec::with_capacity(n_kv);
+            attention::attend_head(
+                &q[i * hd..(i + 1) * hd],
+                &k_cache.0,
+                &v_cache.0,
+                kv_dim,
+                h / group,
+                p.pos0 + r,
+                p,
+                &mut scores,
+                o,
+            );
+        });
+        Ok(())
+    }
+
+    fn swiglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
+        self.gated("swiglu", gate, up, len, ops::silu)
+    }
+
+    fn geglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
+        self.gated("geglu", gate, up, len, ops::gelu)
+    }
+
+    fn copy_rows(
+        &self,
+        src: &CpuBuffer,
+        row0: usize,
+        rows: usize,
+        width: usize,
+        dst: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        need("copy_rows", "source", src.0.len(), (row0 + rows) * width)?;
+        need("copy_rows", "destination", dst.0.len(), rows * width)?;
+        dst.0[..rows * width].copy_from_slice(&src.0[row0 * width..(row0 + rows) * width]);
+        Ok(())
+    }
+
+    fn argmax(&self, x: &CpuBuffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError> {
+        need("argmax", "input", x.0.len(), rows * width)?;
+        if width == 0 {
+            return Err(shape("argmax", "zero-width rows".into()));
+        }
+        Ok(x.0[..rows * width].chunks_exact(width).map(argmax_row).collect())
+    }
+}
+
+impl CpuBackend {
+    fn gated(
+        &self,
+        op: &'static str,
+        gate: &mut CpuBuffer,
+        up: &CpuBuffer,
+        len: usize,
+        act: fn(f32) -> f32,
+    ) -> Result<(), BackendError> {
+        need(op, "gate", gate.0.len(), len)?;
+        need(op, "up", up.0.len(), len)?;
+        let up = &up.0[..len];
+        self.pool.for_chunks(&mut gate.0[..len], ELEMENTWISE_CHUNK, |i, c| {
+            let o = i * ELEMENTWISE_CHUNK;
+            let n = c.len();
+            c.iter_mut().zip(&up[o..o + n]).for_each(|(g, &u)| *g = act(*g) * u);
+        });
+        Ok(())
+    }
+}
+
+/// Index of the first maximum (NaN never wins).
+pub fn argmax_row(row: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] || row[best].is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}

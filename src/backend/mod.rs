@@ -1,0 +1,189 @@
+//! The compute backend interface the model graphs are written against.
+//!
+//! A backend owns device memory (activation buffers, KV storage, placed weights) and runs fused
+//! ops on it. Ops take buffers and return nothing but errors, so a GPU backend can record them
+//! into one command buffer per forward pass; only [`Backend::read`] and [`Backend::argmax`]
+//! bring data back to the host and may wait for pending work. Shapes are passed explicitly;
+//! buffers may be larger than an op needs (scratch sized for the biggest chunk).
+//!
+//! Implementations: [`cpu`] (scalar kernels, a persistent thread pool).
+
+pub mod cpu;
+
+use std::sync::Arc;
+
+use crate::gguf::{GgufError, GgufFile};
+use crate::model::Rope;
+use crate::quant::{GgmlType, QuantError};
+
+/// Errors from placing weights or running ops.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    #[error("tensor '{tensor}' has type {ty}, which the {backend} backend cannot multiply")]
+    UnsupportedType {
+        tensor: String,
+        ty: GgmlType,
+        backend: &'static str,
+    },
+    #[error("tensor '{tensor}': {problem}")]
+    BadTensor { tensor: String, problem: String },
+    #[error("{op}: {problem}")]
+    Shape { op: &'static str, problem: String },
+    #[error("token id {token} is outside the embedding table ({n_vocab} rows)")]
+    TokenOutOfRange { token: u32, n_vocab: usize },
+    #[error("cannot start the thread pool: {0}")]
+    ThreadPool(String),
+}
+
+/// Attention of `rows` consecutive query positions starting at `pos0` over the KV cache
+/// positions `0..pos0 + rows`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnParams {
+    pub rows: usize,
+    pub pos0: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Multiplies q·k before the softmax.
+    pub scale: f32,
+    /// Sliding window: key `j` is masked for query `i` when `i - j >= window`.
+    pub window: Option<usize>,
+}
+
+/// A compute device. See the module docs for the execution model.
+pub trait Backend: Send + Sync {
+    /// An f32 activation buffer.
+    type Buffer;
+    /// Storage for one layer's K (or V) cache: `n_ctx` rows of `n_head_kv * head_dim`.
+    type Kv;
+    /// A weight tensor placed on the device.
+    type Weight;
+
+    /// Short name for messages (`cpu`).
+    fn name(&self) -> &'static str;
+
+    /// Place tensor `name` of `file` on the device (zero-copy where the device can read the
+    /// mapping). Errors when the tensor is missing or of a type the backend cannot use.
+    fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<Self::Weight, BackendError>;
+
+    /// A zeroed buffer of `len` f32 values.
+    fn alloc(&self, len: usize) -> Result<Self::Buffer, BackendError>;
+
+    /// Zeroed KV storage of `len` elements.
+    fn alloc_kv(&self, len: usize) -> Result<Self::Kv, BackendError>;
+
+    /// Copy `src` into the start of `dst`.
+    fn write(&self, dst: &mut Self::Buffer, src: &[f32]) -> Result<(), BackendError>;
+
+    /// Copy the start of `src` into `dst`, after all recorded work has finished.
+    fn read(&self, src: &Self::Buffer, dst: &mut [f32]) -> Result<(), BackendError>;
+
+    /// `out[r] = table[tokens[r]] * scale` (rows dequantized from the table's format).
+    fn embed(
+        &self,
+        table: &Self::Weight,
+        tokens: &[u32],
+        scale: f32,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// `out[r] = W x[r]` for `rows` rows, `W` of shape `[n_out, n_in]` (GGUF `[n_in, n_out]`).
+    /// Activations are converted once per call to the weight's dot-product format.
+    fn matmul(
+        &self,
+        w: &Self::Weight,
+        x: &Self::Buffer,
+        rows: usize,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// `x[r] += bias` for `rows` rows of the bias's length.
+    fn add_bias(&self, x: &mut Self::Buffer, bias: &Self::Weight, rows: usize) -> Result<(), BackendError>;
+
+    /// `x[i] += y[i]` for the first `len` values.
+    fn add(&self, x: &mut Self::Buffer, y: &Self::Buffer, len: usize) -> Result<(), BackendError>;
+
+    /// `x[i] *= s` for the first `len` values.
+    fn scale(&self, x: &mut Self::Buffer, len: usize, s: f32) -> Result<(), BackendError>;
+
+    /// RMS norm of `groups` consecutive groups of `w.len()` values, times `w`, into `out`.
+    fn rmsnorm(
+        &self,
+        x: &Self::Buffer,
+        w: &Self::Weight,
+        groups: usize,
+        eps: f32,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// [`Backend::rmsnorm`] in place (per-head q/k norms, post-norms).
+    fn rmsnorm_inplace(
+        &self,
+        x: &mut Self::Buffer,
+        w: &Self::Weight,
+        groups: usize,
+        eps: f32,
+    ) -> Result<(), BackendError>;
+
+    /// Rotate `rows` rows of `n_head` heads of `head_dim` in place; row `r` is at position
+    /// `pos0 + r`. `factors` divides each frequency (llama3 `rope_freqs.weight`).
+    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        &self,
+        x: &mut Self::Buffer,
+        rows: usize,
+        n_head: usize,
+        head_dim: usize,
+        pos0: usize,
+        rope: &Rope,
+        factors: Option<&Self::Weight>,
+    ) -> Result<(), BackendError>;
+
+    /// Store `rows` rows of k and v (each `kv_dim` wide) at cache positions `pos0..`.
+    #[allow(clippy::too_many_arguments)]
+    fn kv_store(
+        &self,
+        k_cache: &mut Self::Kv,
+        v_cache: &mut Self::Kv,
+        k: &Self::Buffer,
+        v: &Self::Buffer,
+        rows: usize,
+        kv_dim: usize,
+        pos0: usize,
+    ) -> Result<(), BackendError>;
+
+    /// Causal (optionally windowed) softmax attention with grouped KV heads; `out` gets
+    /// `rows` rows of `n_head * head_dim`.
+    fn attention(
+        &self,
+        q: &Self::Buffer,
+        k_cache: &Self::Kv,
+        v_cache: &Self::Kv,
+        p: &AttnParams,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// `gate[i] = silu(gate[i]) * up[i]` for the first `len` values.
+    fn swiglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError>;
+
+    /// `gate[i] = gelu_tanh(gate[i]) * up[i]` for the first `len` values.
+    fn geglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError>;
+
+    /// Copy rows `row0..row0 + rows` of width `width` from `src` to the start of `dst`.
+    fn copy_rows(
+        &self,
+        src: &Self::Buffer,
+        row0: usize,
+        rows: usize,
+        width: usize,
+        dst: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// Index of the largest value in each of `rows` rows of `width` (first on ties); waits for
+    /// pending work.
+    fn argmax(&self, x: &Self::Buffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError>;
+}

@@ -1,0 +1,163 @@
+//! One conversation's state on a model: the tokens evaluated so far and their KV cache.
+//!
+//! Prompts run as chunked prefill (batched matmuls over up to `n_batch` tokens at a time);
+//! decoding is the same path with one token. Logits are computed only for the rows a caller
+//! asks for, because the output projection is the largest matmul of small models.
+
+use std::sync::Arc;
+
+use super::{EngineError, KvCache};
+use crate::backend::Backend;
+use crate::model::{Model, Scratch};
+
+/// Session sizing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Context size in tokens; 0 or more than the model's trained context means the model's.
+    pub n_ctx: usize,
+    /// Most tokens per forward chunk (llama.cpp's micro-batch, `-ub`).
+    pub n_batch: usize,
+    /// Most rows whose logits are computed at once (bounds the logits scratch to
+    /// `n_logit_rows * n_vocab`).
+    pub n_logit_rows: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            n_ctx: 4096,
+            n_batch: 512,
+            n_logit_rows: 32,
+        }
+    }
+}
+
+/// Evaluation state of one token sequence.
+pub struct Session<B: Backend> {
+    model: Arc<Model<B>>,
+    kv: KvCache<B>,
+    scratch: Scratch<B>,
+    tokens: Vec<u32>,
+    n_batch: usize,
+}
+
+impl<B: Backend> Session<B> {
+    /// A session with its KV cache and scratch allocated up front.
+    pub fn new(model: Arc<Model<B>>, config: SessionConfig) -> Result<Self, EngineError> {
+        let max = model.config().context_length;
+        let n_ctx = if config.n_ctx == 0 { max } else { config.n_ctx.min(max) };
+        let n_batch = config.n_batch.clamp(1, n_ctx.max(1));
+        let kv = KvCache::new(model.backend(), model.config(), n_ctx)?;
+        let scratch = Scratch::new(&model, n_batch, config.n_logit_rows)?;
+        Ok(Session {
+            model,
+            kv,
+            scratch,
+            tokens: Vec::new(),
+            n_batch,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model<B>> {
+        &self.model
+    }
+
+    /// Context size in tokens.
+    pub fn n_ctx(&self) -> usize {
+        self.kv.n_ctx()
+    }
+
+    /// Tokens evaluated so far (their K/V are cached).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Position of the next token.
+    pub fn pos(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Forget everything.
+    pub fn reset(&mut self) {
+        self.tokens.clear();
+    }
+
+    /// Drop cached tokens after the first `n`.
+    pub fn truncate(&mut self, n: usize) {
+        self.tokens.truncate(n);
+    }
+
+    /// Length of the common prefix of the cached tokens and `tokens`.
+    pub fn common_prefix(&self, tokens: &[u32]) -> usize {
+        self.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count()
+    }
+
+    /// Prepare to evaluate `prompt` from scratch while reusing the cached prefix it shares:
+    /// truncates the cache to that prefix, keeping at least one token of `prompt` to compute
+    /// (so there are logits to return). Returns how many tokens of `prompt` are already done;
+    /// evaluate `prompt[n..]` next.
+    pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
+        let n = self.common_prefix(prompt).min(prompt.len().saturating_sub(1));
+        self.truncate(n);
+        n
+    }
+
+    /// [`Session::reuse_prefix`] then evaluate the rest of `prompt`; logits of its last token.
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let done = self.reuse_prefix(prompt);
+        self.forward(&prompt[done..])
+    }
+
+    /// Append `tokens` and return the logits (`n_vocab`) of the last one.
+    pub fn forward(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        self.forward_tail(tokens, 1)
+    }
+
+    /// Append `tokens` and return the logits of every one of them (`tokens.len() * n_vocab`,
+    /// row-major).
+    pub fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        self.forward_tail(tokens, tokens.len())
+    }
+
+    /// Append `tokens` and return the logits of the last `n_last` of them
+    /// (`n_last * n_vocab`, row-major). On error the session keeps the tokens before the call.
+    pub fn forward_tail(&mut self, tokens: &[u32], n_last: usize) -> Result<Vec<f32>, EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        if n_last > tokens.len() {
+            return Err(EngineError::TooManyLogits {
+                wanted: n_last,
+                given: tokens.len(),
+            });
+        }
+        let needed = self.tokens.len() + tokens.len();
+        if needed > self.n_ctx() {
+            return Err(EngineError::ContextOverflow {
+                needed,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let n_vocab = self.model.config().n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(EngineError::TokenOutOfRange { token: bad, n_vocab });
+        }
+        let first_logit = tokens.len() - n_last;
+        let mut logits = Vec::with_capacity(n_last * n_vocab);
+        let start = self.tokens.len();
+        for (ci, chunk) in tokens.chunks(self.n_batch).enumerate() {
+            let off = ci * self.n_batch;
+            let from = first_logit.saturating_sub(off).min(chunk.len());
+            let pos0 = start + off;
+            let r = self
+                .model
+                .forward_chunk(&mut self.kv, &mut self.scratch, chunk, pos0, from, &mut logits);
+            if let Err(e) = r {
+                self.tokens.truncate(start);
+                return Err(e.into());
+            }
+            self.tokens.extend_from_slice(chunk);
+        }
+        Ok(logits)
+    }
+}

@@ -1,0 +1,320 @@
+//! Models: hyper-parameters ([`Config`]), weights placed on a backend ([`Weights`]) and one
+//! forward graph per architecture family, written once against [`Backend`].
+//!
+//! Families: [`llama`] (llama, mistral, qwen2, qwen3) and [`gemma3`]. Both share the blocks in
+//! this file (attention with KV cache, gated FFN, output head).
+
+mod config;
+pub mod gemma3;
+pub mod llama;
+
+use std::sync::Arc;
+
+pub use config::{Arch, Config, Rope, RopeKind, TensorSpec};
+
+use crate::backend::{AttnParams, Backend, BackendError};
+use crate::engine::KvCache;
+use crate::gguf::{GgufError, GgufFile};
+
+/// Errors from reading a model's configuration or running its graph.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("unsupported architecture '{arch}' (supported: {supported})")]
+    UnsupportedArch { arch: String, supported: String },
+    #[error("metadata key '{key}': {problem}")]
+    BadParam { key: String, problem: String },
+    #[error("missing tensor '{name}'")]
+    MissingTensor { name: String },
+    #[error("tensor '{name}' has shape {actual}, expected {expected}")]
+    TensorShape {
+        name: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("chunk of {rows} rows exceeds the scratch capacity of {capacity}")]
+    ChunkTooLarge { rows: usize, capacity: usize },
+}
+
+/// Weights of one transformer block.
+pub struct LayerWeights<B: Backend> {
+    pub attn_norm: B::Weight,
+    pub wq: B::Weight,
+    pub wk: B::Weight,
+    pub wv: B::Weight,
+    pub wo: B::Weight,
+    /// q/k/v biases (qwen2).
+    pub bq: Option<B::Weight>,
+    pub bk: Option<B::Weight>,
+    pub bv: Option<B::Weight>,
+    /// Per-head q/k RMS norms (qwen3, gemma3).
+    pub q_norm: Option<B::Weight>,
+    pub k_norm: Option<B::Weight>,
+    /// Norms after attention and FFN (gemma3).
+    pub post_attn_norm: Option<B::Weight>,
+    pub post_ffn_norm: Option<B::Weight>,
+    pub ffn_norm: B::Weight,
+    pub ffn_gate: B::Weight,
+    pub ffn_up: B::Weight,
+    pub ffn_down: B::Weight,
+}
+
+/// All weights of a model.
+pub struct Weights<B: Backend> {
+    pub token_embd: B::Weight,
+    pub output_norm: B::Weight,
+    /// `None` when the output is tied to `token_embd`.
+    pub output: Option<B::Weight>,
+    pub rope_freqs: Option<B::Weight>,
+    pub layers: Vec<LayerWeights<B>>,
+}
+
+/// A loaded model: configuration, weights on a backend, and the file they come from.
+pub struct Model<B: Backend> {
+    backend: B,
+    config: Config,
+    weights: Weights<B>,
+    file: Arc<GgufFile>,
+}
+
+impl<B: Backend> std::fmt::Debug for Model<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("backend", &self.backend.name())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// Read the configuration of `file` and place its weights on `backend`.
+    pub fn load(backend: B, file: Arc<GgufFile>) -> Result<Self, ModelError> {
+        let config = Config::from_gguf(&file)?;
+        let w = |name: &str| backend.load_weight(&file, name);
+        let opt = |name: String, present: bool| present.then(|| w(&name)).transpose();
+        let mut layers = Vec::with_capacity(config.n_layer);
+        let gemma = config.arch == Arch::Gemma3;
+        for il in 0..config.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            layers.push(LayerWeights {
+                attn_norm: w(&n("attn_norm.weight"))?,
+                wq: w(&n("attn_q.weight"))?,
+                wk: w(&n("attn_k.weight"))?,
+                wv: w(&n("attn_v.weight"))?,
+                wo: w(&n("attn_output.weight"))?,
+                bq: opt(n("attn_q.bias"), config.qkv_bias)?,
+                bk: opt(n("attn_k.bias"), config.qkv_bias)?,
+                bv: opt(n("attn_v.bias"), config.qkv_bias)?,
+                q_norm: opt(n("attn_q_norm.weight"), config.qk_norm)?,
+                k_norm: opt(n("attn_k_norm.weight"), config.qk_norm)?,
+                post_attn_norm: opt(n("post_attention_norm.weight"), gemma)?,
+                post_ffn_norm: opt(n("post_ffw_norm.weight"), gemma)?,
+                ffn_norm: w(&n("ffn_norm.weight"))?,
+                ffn_gate: w(&n("ffn_gate.weight"))?,
+                ffn_up: w(&n("ffn_up.weight"))?,
+                ffn_down: w(&n("ffn_down.weight"))?,
+            });
+        }
+        let weights = Weights {
+            token_embd: w("token_embd.weight")?,
+            output_norm: w("output_norm.weight")?,
+            output: opt("output.weight".into(), !config.tied_output)?,
+            rope_freqs: opt("rope_freqs.weight".into(), config.rope_freq_factors)?,
+            layers,
+        };
+        Ok(Model {
+            backend,
+            config,
+            weights,
+            file,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn weights(&self) -> &Weights<B> {
+        &self.weights
+    }
+
+    /// The GGUF file the weights come from (metadata, tokenizer).
+    pub fn file(&self) -> &Arc<GgufFile> {
+        &self.file
+    }
+
+    /// Run `tokens` at positions `pos0..` through the model, storing their K/V in `kv`, and
+    /// append the logits of rows `logits_from..tokens.len()` to `logits` (row-major,
+    /// `n_vocab` per row). `tokens.len()` must not exceed the scratch capacity.
+    pub fn forward_chunk(
+        &self,
+        kv: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+        tokens: &[u32],
+        pos0: usize,
+        logits_from: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        if tokens.len() > s.rows {
+            return Err(ModelError::ChunkTooLarge {
+                rows: tokens.len(),
+                capacity: s.rows,
+            });
+        }
+        match self.config.arch {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::forward(self, kv, s, tokens, pos0)?,
+            Arch::Gemma3 => gemma3::forward(self, kv, s, tokens, pos0)?,
+        }
+        self.output_head(s, tokens.len(), logits_from, logits)
+    }
+
+    /// Final norm and output projection for rows `from..rows` of `s.x`, in slices of the
+    /// logits scratch.
+    fn output_head(
+        &self,
+        s: &mut Scratch<B>,
+        rows: usize,
+        from: usize,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let (be, c, w) = (&self.backend, &self.config, &self.weights);
+        let out_w = w.output.as_ref().unwrap_or(&w.token_embd);
+        let mut row = from;
+        while row < rows {
+            let n = (rows - row).min(s.logit_rows);
+            be.copy_rows(&s.x, row, n, c.n_embd, &mut s.sel)?;
+            be.rmsnorm_inplace(&mut s.sel, &w.output_norm, n, c.rms_eps)?;
+            be.matmul(out_w, &s.sel, n, &mut s.logits)?;
+            let start = logits.len();
+            logits.resize(start + n * c.n_vocab, 0.0);
+            be.read(&s.logits, &mut logits[start..])?;
+            row += n;
+        }
+        Ok(())
+    }
+
+    /// Attention sub-block of layer `il`: reads the normed input `s.xn`, writes the projected
+    /// attention output back to `s.xn` (`rows x n_embd`).
+    fn attention_block(
+        &self,
+        kv: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+        il: usize,
+        rows: usize,
+        pos0: usize,
+    ) -> Result<(), ModelError> {
+        let (be, c) = (&self.backend, &self.config);
+        let l = &self.weights.layers[il];
+        // q: [rows, n_head * head_dim]; k, v: [rows, n_head_kv * head_dim]
+        be.matmul(&l.wq, &s.xn, rows, &mut s.q)?;
+        be.matmul(&l.wk, &s.xn, rows, &mut s.k)?;
+        be.matmul(&l.wv, &s.xn, rows, &mut s.v)?;
+        if let (Some(bq), Some(bk), Some(bv)) = (&l.bq, &l.bk, &l.bv) {
+            be.add_bias(&mut s.q, bq, rows)?;
+            be.add_bias(&mut s.k, bk, rows)?;
+            be.add_bias(&mut s.v, bv, rows)?;
+        }
+        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+            be.rmsnorm_inplace(&mut s.q, qn, rows * c.n_head, c.rms_eps)?;
+            be.rmsnorm_inplace(&mut s.k, kn, rows * c.n_head_kv, c.rms_eps)?;
+        }
+        let rope = c.rope_for(il);
+        let factors = self.weights.rope_freqs.as_ref();
+        be.rope(&mut s.q, rows, c.n_head, c.head_dim, pos0, rope, factors)?;
+        be.rope(&mut s.k, rows, c.n_head_kv, c.head_dim, pos0, rope, factors)?;
+        if let Some(qs) = c.q_scale {
+            be.scale(&mut s.q, rows * c.q_dim(), qs)?;
+        }
+        let (kc, vc) = kv.layer_mut(il);
+        be.kv_store(kc, vc, &s.k, &s.v, rows, c.kv_dim(), pos0)?;
+        let p = AttnParams {
+            rows,
+            pos0,
+            n_head: c.n_head,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            scale: c.kq_scale,
+            window: c.window_for(il),
+        };
+        let (kc, vc) = kv.layer(il);
+        be.attention(&s.q, kc, vc, &p, &mut s.att)?;
+        be.matmul(&l.wo, &s.att, rows, &mut s.xn)?;
+        Ok(())
+    }
+
+    /// Gated FFN of layer `il`: reads `s.xn`, writes `s.xn`. `gelu` picks GEGLU over SwiGLU.
+    fn ffn_block(&self, s: &mut Scratch<B>, il: usize, rows: usize, gelu: bool) -> Result<(), ModelError> {
+        let (be, c) = (&self.backend, &self.config);
+        let l = &self.weights.layers[il];
+        // gate, up: [rows, n_ff]
+        be.matmul(&l.ffn_gate, &s.xn, rows, &mut s.gate)?;
+        be.matmul(&l.ffn_up, &s.xn, rows, &mut s.up)?;
+        if gelu {
+            be.geglu(&mut s.gate, &s.up, rows * c.n_ff)?;
+        } else {
+            be.swiglu(&mut s.gate, &s.up, rows * c.n_ff)?;
+        }
+        be.matmul(&l.ffn_down, &s.gate, rows, &mut s.xn)?;
+        Ok(())
+    }
+}
+
+/// Activation scratch of a forward pass, sized for chunks of up to `rows` tokens.
+pub struct Scratch<B: Backend> {
+    rows: usize,
+    logit_rows: usize,
+    /// Residual stream [rows, n_embd].
+    x: B::Buffer,
+    /// Normed input / block output [rows, n_embd].
+    xn: B::Buffer,
+    /// [rows, q_dim]
+    q: B::Buffer,
+    /// [rows, kv_dim]
+    k: B::Buffer,
+    v: B::Buffer,
+    /// Attention output before the projection [rows, q_dim].
+    att: B::Buffer,
+    /// [rows, n_ff]
+    gate: B::Buffer,
+    up: B::Buffer,
+    /// Rows selected for the output head [logit_rows, n_embd].
+    sel: B::Buffer,
+    /// [logit_rows, n_vocab]
+    logits: B::Buffer,
+}
+
+impl<B: Backend> Scratch<B> {
+    /// Scratch for chunks of up to `rows` tokens; logits are computed `logit_rows` at a time.
+    pub fn new(model: &Model<B>, rows: usize, logit_rows: usize) -> Result<Self, ModelError> {
+        let (be, c) = (&model.backend, &model.config);
+        let rows = rows.max(1);
+        let logit_rows = logit_rows.max(1);
+        let a = |n: usize| be.alloc(n);
+        Ok(Scratch {
+            rows,
+            logit_rows,
+            x: a(rows * c.n_embd)?,
+            xn: a(rows * c.n_embd)?,
+            q: a(rows * c.q_dim())?,
+            k: a(rows * c.kv_dim())?,
+            v: a(rows * c.kv_dim())?,
+            att: a(rows * c.q_dim())?,
+            gate: a(rows * c.n_ff)?,
+            up: a(rows * c.n_ff)?,
+            sel: a(logit_rows * c.n_embd)?,
+            logits: a(logit_rows * c.n_vocab)?,
+        })
+    }
+
+    /// The largest chunk this scratch holds.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
