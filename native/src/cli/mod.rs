@@ -1,7 +1,10 @@
 //! Command-line parsing and dispatch: one module per subcommand.
 
+mod chat;
+mod engine;
 mod inspect;
 mod pull;
+mod run;
 mod template;
 mod tokenize;
 
@@ -34,6 +37,10 @@ enum Command {
     Detokenize(tokenize::DetokenizeArgs),
     /// Render the model's chat template for a list of messages.
     Template(template::Args),
+    /// Generate text from one prompt.
+    Run(run::Args),
+    /// Talk with a model interactively.
+    Chat(chat::Args),
     /// Download a model (alias or URL) into the model cache, resuming and verifying it.
     Pull(pull::Args),
 }
@@ -58,6 +65,8 @@ pub fn run() -> anyhow::Result<()> {
         Command::Detokenize(a) => tokenize::run_detokenize(a),
         Command::Template(a) => template::run(a),
         Command::Pull(a) => pull::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::run(a),
     }
 }
 
@@ -71,12 +80,24 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || e.is::<tinyllm::chat::TemplateError>()
             || e.is::<tinyllm::quant::QuantError>()
             || e.is::<serde_json::Error>()
+            || e.is::<tinyllm::sample::SamplerError>()
+            || e.downcast_ref::<tinyllm::engine::EngineError>()
+                .is_some_and(is_input_engine_error)
     });
     if input {
         2
     } else {
         1
     }
+}
+
+/// Engine errors caused by what the user asked for (not by the machine).
+fn is_input_engine_error(e: &tinyllm::engine::EngineError) -> bool {
+    use tinyllm::engine::EngineError::*;
+    matches!(
+        e,
+        ContextOverflow { .. } | TokenOutOfRange { .. } | EmptyInput | NothingToGenerate
+    )
 }
 
 /// Open a model given as a path or alias; every failure is an input error.
