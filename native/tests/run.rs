@@ -67,9 +67,11 @@ fn comparable_prefix(row: &Value, tol: f64) -> usize {
         .unwrap_or(top.len())
 }
 
-/// Free-running greedy `run --prompt-ids ... --json` reproduces llama.cpp's tokens.
-fn check_greedy(model: &str, rows: &[Value], tol: f64) -> (usize, usize) {
-    let mut matched = 0;
+/// Free-running greedy `run --prompt-ids ... --json` against llama.cpp's tokens. Returns how
+/// many prompts match up to the first near-tie (the golden README's rule), how many match in
+/// full, and the number of prompts.
+fn check_greedy(model: &str, rows: &[Value], tol: f64) -> (usize, usize, usize) {
+    let (mut matched, mut full) = (0, 0);
     for row in rows {
         let want: Vec<u64> = row["tokens"]
             .as_array()
@@ -104,9 +106,12 @@ fn check_greedy(model: &str, rows: &[Value], tol: f64) -> (usize, usize) {
         } else {
             eprintln!("{model} {}: want {:?} got {:?} (compare {k})", row["name"], want, got);
         }
+        if got == want {
+            full += 1;
+        }
         assert!(j["timings"]["decode_tok_s"].as_f64().unwrap() >= 0.0);
     }
-    (matched, rows.len())
+    (matched, full, rows.len())
 }
 
 #[test]
@@ -302,8 +307,11 @@ fn greedy_run_matches_llama_cpp_on_real_models() {
     ] {
         let path = real_model(file);
         let rows = golden_rows(&format!("generate/{golden_name}.jsonl"));
-        let (ok, total) = check_greedy(path.to_str().unwrap(), &rows, 0.02);
-        eprintln!("{golden_name}: {ok}/{total} prompts reproduce llama.cpp's greedy tokens");
+        // 0.1 is the golden README's tolerance for the real Q4_K_M models: llama.cpp's own
+        // flash-attention on/off runs disagree by up to 0.16 and flip greedy tokens at gaps
+        // below it (gemma `code_py_200` even at a gap of 0.14).
+        let (ok, full, total) = check_greedy(path.to_str().unwrap(), &rows, 0.1);
+        eprintln!("{golden_name}: {ok}/{total} prompts reproduce llama.cpp's greedy tokens up to the first near-tie, {full}/{total} in full");
         assert!(
             ok + 1 >= total,
             "{golden_name}: only {ok}/{total} prompts reproduce llama.cpp's greedy tokens"
