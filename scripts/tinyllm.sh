@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Run tinyllm-native from a fresh checkout: builds it (release) and fetches the default model
-# into the cache on first use.
+# Run tinyllm-native from a fresh checkout: builds it (release) and runs it; commands that run a
+# model fetch it into the cache on first use.
 #   scripts/tinyllm.sh COMMAND [ARGS...]     e.g. scripts/tinyllm.sh inspect qwen2.5-coder:0.5b
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/fetch-models.sh qwen2.5-coder:0.5b >&2
 cargo build --release -q -p tinyllm-native
 exec "${CARGO_TARGET_DIR:-target}/release/tinyllm-native" "$@"

@@ -95,7 +95,6 @@ pub fn resolve(model: &str) -> Result<PathBuf, InputError> {
 
 /// Like [`resolve`], but an alias missing from the cache is pulled first (progress on stderr).
 /// For commands such as `run` and `serve` that should work on first use with the default model.
-#[allow(dead_code)] // wired into `run`/`serve` as they land
 pub fn ensure_model(model: &str) -> anyhow::Result<PathBuf> {
     if let Some(alias) = alias(model) {
         let path = cache_dir().join(alias.file);

@@ -100,9 +100,10 @@ fn is_input_engine_error(e: &tinyllm::engine::EngineError) -> bool {
     )
 }
 
-/// Open a model given as a path or alias; every failure is an input error.
+/// Open a model given as a path or alias (fetching a missing alias into the cache); a bad
+/// path or file is an input error.
 pub fn open_model(model: &str) -> anyhow::Result<tinyllm::gguf::GgufFile> {
-    let path = crate::models::resolve(model)?;
+    let path = crate::models::ensure_model(model)?;
     Ok(tinyllm::gguf::GgufFile::open(&path).map_err(|e| InputError(format!("{}: {e}", path.display())))?)
 }
 
