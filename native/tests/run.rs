@@ -119,7 +119,7 @@ fn greedy_run_matches_llama_cpp_on_fixtures() {
     for file in ["llama.F16", "llama.Q8_0", "qwen2.Q8_0", "qwen3.Q4_K_M", "gemma3.F16"] {
         let model = golden(&format!("fixtures/{file}.gguf"));
         let rows = golden_rows(&format!("fixtures/{file}.golden.jsonl"));
-        let (ok, total) = check_greedy(model.to_str().unwrap(), &rows, 0.01);
+        let (ok, _, total) = check_greedy(model.to_str().unwrap(), &rows, 0.01);
         assert_eq!(
             ok, total,
             "{file}: {ok}/{total} prompts reproduce llama.cpp's greedy tokens"

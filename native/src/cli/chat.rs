@@ -32,7 +32,7 @@ Ctrl-C stops the current answer.";
 
 /// Reads user turns: line editing on a terminal, plain lines from a pipe.
 enum Input {
-    Editor(rustyline::DefaultEditor),
+    Editor(Box<rustyline::DefaultEditor>),
     Lines(std::io::StdinLock<'static>),
 }
 
@@ -40,7 +40,7 @@ impl Input {
     fn new() -> Self {
         if std::io::stdin().is_terminal() {
             if let Ok(ed) = rustyline::DefaultEditor::new() {
-                return Input::Editor(ed);
+                return Input::Editor(Box::new(ed));
             }
         }
         Input::Lines(std::io::stdin().lock())
