@@ -6,6 +6,7 @@
 mod cli;
 mod models;
 mod pull;
+mod server;
 
 use std::process::ExitCode;
 

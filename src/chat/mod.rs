@@ -6,6 +6,7 @@
 
 mod fallback;
 mod json;
+pub mod router;
 mod template;
 
 pub use fallback::Family;

@@ -5,6 +5,7 @@ mod engine;
 mod inspect;
 mod pull;
 mod run;
+mod serve;
 mod template;
 mod tokenize;
 
@@ -41,6 +42,8 @@ enum Command {
     Run(run::Args),
     /// Talk with a model interactively.
     Chat(chat::Args),
+    /// Serve an OpenAI-compatible HTTP API (and a chat page at /).
+    Serve(serve::Args),
     /// Download a model (alias or URL) into the model cache, resuming and verifying it.
     Pull(pull::Args),
 }
@@ -67,6 +70,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Pull(a) => pull::run(a),
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

@@ -1,0 +1,70 @@
+//! `serve`: the OpenAI-compatible HTTP server (see `crate::server`).
+
+use super::engine::{load, ModelArgs};
+use super::InputError;
+use crate::server;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 = any free port; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Sequences generated at the same time, each with its own KV cache of --ctx tokens.
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Requests that may wait for a slot; beyond that the server answers 503.
+    #[arg(long, default_value_t = 32)]
+    queue: usize,
+    /// Require `Authorization: Bearer KEY` on the API routes.
+    #[arg(long, env = "TINYLLM_API_KEY")]
+    api_key: Option<String>,
+    /// Browser origin allowed by CORS (repeatable; default any).
+    #[arg(long = "cors-origin")]
+    cors_origin: Vec<String>,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_body_bytes: usize,
+    /// Model name reported by the API (default: the model's file name).
+    #[arg(long)]
+    alias: Option<String>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.parallel == 0 {
+        return Err(InputError("--parallel must be at least 1".into()).into());
+    }
+    let model_name = a.alias.clone().unwrap_or_else(|| {
+        let p = std::path::Path::new(&a.model.model);
+        match (p.extension(), p.file_stem()) {
+            (Some(ext), Some(stem)) if ext == "gguf" => stem.to_string_lossy().into_owned(),
+            _ => a.model.model.clone(),
+        }
+    });
+    let loaded = load(&a.model)?;
+    eprintln!("model {model_name}: {} threads", loaded.threads);
+    let app = server::app(
+        loaded.model,
+        loaded.tokenizer,
+        loaded.template,
+        server::Options {
+            model_name,
+            n_ctx: a.model.ctx,
+            parallel: a.parallel,
+            queue: a.queue,
+            api_key: a.api_key,
+            cors_origins: a.cors_origin,
+            max_body_bytes: a.max_body_bytes,
+        },
+    )?;
+    // The model runs on the engine thread; HTTP needs little.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(server::serve(app, &a.host, a.port))
+}

@@ -1,0 +1,118 @@
+//! OpenAI error objects: every failure the server reports, whatever its cause, reaches the
+//! client as `{"error": {"message", "type", "param", "code"}}` with a matching HTTP status.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error answered to the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's `type`: `invalid_request_error`, `authentication_error`, `server_error`...
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+    /// Seconds for a `Retry-After` header (overload).
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400: something in the request is wrong.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 400 about one field.
+    pub fn bad_param(param: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            param: Some(param.to_string()),
+            ..Self::bad_request(message)
+        }
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid or missing API key: send `Authorization: Bearer <key>`",
+        )
+        .with_code("invalid_api_key")
+    }
+
+    pub fn not_found(path: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route for {path}")).with_code("not_found")
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method not allowed on this route",
+        )
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("request body exceeds the limit of {limit} bytes"),
+        )
+        .with_code("request_too_large")
+    }
+
+    /// 503: every slot is busy and the queue is full.
+    pub fn overloaded(queue: usize) -> Self {
+        ApiError {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!("the server is busy: all slots are in use and {queue} requests are already waiting"),
+            )
+            .with_code("overloaded")
+        }
+    }
+
+    /// 500: our fault, not the client's.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}

@@ -1,0 +1,126 @@
+//! Counters for `GET /metrics` (Prometheus text format), updated by the engine thread and the
+//! handlers with relaxed atomics: they are statistics, not synchronization.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub requests: AtomicU64,
+    pub requests_cancelled: AtomicU64,
+    pub requests_rejected: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub cached_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    pub prefill_us: AtomicU64,
+    pub decode_steps: AtomicU64,
+    pub decode_us: AtomicU64,
+    pub slots_busy: AtomicU64,
+}
+
+fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+fn rate(n: u64, us: u64) -> f64 {
+    if us == 0 {
+        0.0
+    } else {
+        n as f64 * 1e6 / us as f64
+    }
+}
+
+impl Metrics {
+    pub fn add(a: &AtomicU64, n: u64) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn sub(a: &AtomicU64, n: u64) {
+        a.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// The exposition text; `queued` and the slot count come from the scheduler.
+    pub fn render(&self, queued: usize, slots: usize) -> String {
+        let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
+        let rows: [(&str, &str, &str, f64); 12] = [
+            (
+                "tinyllm_requests_total",
+                "counter",
+                "Generation requests finished",
+                get(&self.requests) as f64,
+            ),
+            (
+                "tinyllm_requests_cancelled_total",
+                "counter",
+                "Requests stopped because the client went away",
+                get(&self.requests_cancelled) as f64,
+            ),
+            (
+                "tinyllm_requests_rejected_total",
+                "counter",
+                "Requests refused because the queue was full",
+                get(&self.requests_rejected) as f64,
+            ),
+            (
+                "tinyllm_prompt_tokens_total",
+                "counter",
+                "Prompt tokens received",
+                get(&self.prompt_tokens) as f64,
+            ),
+            (
+                "tinyllm_prompt_tokens_cached_total",
+                "counter",
+                "Prompt tokens reused from a slot's KV cache",
+                get(&self.cached_tokens) as f64,
+            ),
+            (
+                "tinyllm_tokens_generated_total",
+                "counter",
+                "Tokens generated",
+                get(&self.generated_tokens) as f64,
+            ),
+            (
+                "tinyllm_prefill_seconds_total",
+                "counter",
+                "Time spent in prompt processing",
+                get(&self.prefill_us) as f64 / 1e6,
+            ),
+            (
+                "tinyllm_decode_seconds_total",
+                "counter",
+                "Time spent in decode steps",
+                get(&self.decode_us) as f64 / 1e6,
+            ),
+            (
+                "tinyllm_prompt_tokens_per_second",
+                "gauge",
+                "Average prefill throughput",
+                rate(computed, get(&self.prefill_us)),
+            ),
+            (
+                "tinyllm_predicted_tokens_per_second",
+                "gauge",
+                "Average decode throughput per stream",
+                rate(get(&self.decode_steps), get(&self.decode_us)),
+            ),
+            (
+                "tinyllm_requests_queued",
+                "gauge",
+                "Requests waiting for a slot",
+                queued as f64,
+            ),
+            (
+                "tinyllm_slots_busy",
+                "gauge",
+                "Slots generating now",
+                get(&self.slots_busy) as f64,
+            ),
+        ];
+        let mut out = String::new();
+        for (name, kind, help, v) in rows {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        }
+        let _ = writeln!(out, "# HELP tinyllm_slots_total Slots (parallel sequences)\n# TYPE tinyllm_slots_total gauge\ntinyllm_slots_total {slots}");
+        out
+    }
+}

@@ -1,0 +1,193 @@
+//! `tinyllm-native serve`: an OpenAI-compatible HTTP server.
+//!
+//! Axum handles HTTP on a small tokio runtime; the model runs on one engine thread
+//! ([`scheduler`]) that the handlers reach only through channels. Modules: [`types`] (request
+//! shapes), [`errors`] (OpenAI error objects), [`sse`] (the streaming state machine),
+//! [`handlers`] (one file per endpoint group), [`page`] (the chat page at `/`).
+
+mod errors;
+mod handlers;
+mod metrics;
+mod page;
+mod scheduler;
+mod sse;
+mod stop;
+mod types;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use errors::ApiError;
+use metrics::Metrics;
+use scheduler::Scheduler;
+use std::sync::Arc;
+use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::chat::router::ToolFormat;
+use tinyllm::chat::ChatTemplate;
+use tinyllm::model::Model;
+use tinyllm::tokenizer::Tokenizer;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+
+/// Server settings from the command line.
+pub struct Options {
+    pub model_name: String,
+    pub n_ctx: usize,
+    pub parallel: usize,
+    pub queue: usize,
+    pub api_key: Option<String>,
+    /// Allowed browser origins; empty or `*` allows any.
+    pub cors_origins: Vec<String>,
+    pub max_body_bytes: usize,
+}
+
+/// What every handler can reach.
+pub struct AppState {
+    pub scheduler: Scheduler,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: ChatTemplate,
+    pub tool_format: ToolFormat,
+    pub model_name: String,
+    /// Context per slot, in tokens.
+    pub n_ctx: usize,
+    pub n_vocab: usize,
+    pub api_key: Option<String>,
+    pub max_body_bytes: usize,
+    pub metrics: Arc<Metrics>,
+}
+
+pub type Shared = Arc<AppState>;
+
+impl AppState {
+    /// Tokenize a rendered chat prompt: special tokens parsed, BOS added when the model wants
+    /// one, but never twice (templates that write `bos_token` themselves already have it).
+    pub fn encode_chat(&self, rendered: &str) -> Vec<u32> {
+        let mut ids = self.tokenizer.encode(rendered, true, true);
+        if let Some(bos) = self.tokenizer.bos() {
+            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                ids.remove(0);
+            }
+        }
+        ids
+    }
+}
+
+/// Start the engine and build the application (routes, auth, CORS).
+pub fn app(
+    model: Arc<Model<CpuBackend>>,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    opts: Options,
+) -> anyhow::Result<Router> {
+    let tokenizer = Arc::new(tokenizer);
+    let metrics = Arc::new(Metrics::default());
+    let n_vocab = model.config().n_vocab;
+    let trained = model.config().context_length;
+    let n_ctx = if opts.n_ctx == 0 {
+        trained
+    } else {
+        opts.n_ctx.min(trained)
+    };
+    eprintln!("{} slots of {n_ctx} tokens, queue of {}", opts.parallel, opts.queue);
+    let scheduler = Scheduler::start(
+        model,
+        tokenizer.clone(),
+        opts.parallel,
+        n_ctx,
+        opts.queue,
+        metrics.clone(),
+    )?;
+    let state = Arc::new(AppState {
+        scheduler,
+        tokenizer,
+        tool_format: ToolFormat::detect(template.source()),
+        template,
+        model_name: opts.model_name,
+        n_ctx,
+        n_vocab,
+        api_key: opts.api_key.filter(|k| !k.is_empty()),
+        max_body_bytes: opts.max_body_bytes,
+        metrics,
+    });
+    Ok(routes(state, cors(&opts.cors_origins)?))
+}
+
+fn cors(origins: &[String]) -> anyhow::Result<CorsLayer> {
+    let allow = if origins.is_empty() || origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let list = origins
+            .iter()
+            .map(|o| HeaderValue::from_str(o).map_err(|_| anyhow::anyhow!("--cors-origin {o:?} is not a valid origin")))
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(list)
+    };
+    Ok(CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers(Any))
+}
+
+fn routes(state: Shared, cors: CorsLayer) -> Router {
+    use handlers::{chat, completions, info, tokens};
+    Router::new()
+        .route("/", get(page::index))
+        .route("/health", get(info::health))
+        .route("/metrics", get(info::metrics))
+        .route("/v1/models", get(info::models))
+        .route("/models", get(info::models))
+        .route("/v1/chat/completions", post(chat::handle))
+        .route("/chat/completions", post(chat::handle))
+        .route("/v1/completions", post(completions::handle))
+        .route("/completions", post(completions::handle))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
+        .route("/apply-template", post(tokens::apply_template))
+        .fallback(not_found)
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(cors)
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(req.uri().path())
+}
+
+/// `--api-key`: every route but the page and `/health` needs `Authorization: Bearer <key>`.
+async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
+    if let Some(key) = &st.api_key {
+        let open = matches!(req.uri().path(), "/" | "/health");
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !open && given != Some(key.as_str()) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Bind, print the address (tests start us on port 0 and read it), and serve until Ctrl-C.
+pub async fn serve(app: Router, host: &str, port: u16) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind((host, port))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{port}: {e}"))?;
+    let addr = listener.local_addr()?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "tinyllm-native serve: listening on http://{addr}")?;
+        out.flush()?;
+    }
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,379 @@
+//! OpenAI request shapes (serde) and the checks that turn them into engine settings.
+//!
+//! Bodies are parsed in two steps: JSON syntax first (a 400 "invalid JSON"), then the typed
+//! shape through `serde_path_to_error`, so a wrongly typed field is reported by its path
+//! (`messages[1].content`), not by a byte offset.
+
+use super::errors::ApiError;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Parse a request body: syntax, then the typed shape (errors name the field).
+pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<(T, Value), ApiError> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON object"));
+    }
+    let typed = serde_path_to_error::deserialize(&value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            // A missing field: serde's message names it.
+            ApiError::bad_request(inner.to_string())
+        } else {
+            ApiError::bad_param(&path, format!("{path}: {inner}"))
+        }
+    })?;
+    Ok((typed, value))
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged, expecting = "a string or a list of strings")]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Message `content`: a string or a list of parts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged, expecting = "a string, a list of content parts, or null")]
+pub enum Content {
+    // Typed to check the request; the template reads the raw JSON.
+    #[allow(dead_code)]
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// Typed to check the request (fields by name in errors); the template reads the raw JSON.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionDef {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Tool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionDef,
+}
+
+/// `tool_choice`: `"auto" | "none" | "required"` or `{"type": "function", "function": {"name"}}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "\"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}"
+)]
+pub enum ToolChoice {
+    Mode(String),
+    Named { function: FunctionDef },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Chat's `logprobs: bool` and the legacy completions' `logprobs: <count>`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged, expecting = "a boolean (chat) or a count (completions)")]
+pub enum Logprobs {
+    On(bool),
+    Count(u32),
+}
+
+/// The prompt of `/v1/completions`: text, one text in a list, or token ids.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged, expecting = "a string, a list with one string, or a list of token ids")]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+    Texts(Vec<String>),
+}
+
+/// The fields of `/v1/chat/completions` and `/v1/completions` (one shape: most are shared).
+#[derive(Debug, Clone, Deserialize)]
+pub struct GenRequest {
+    /// Accepted and ignored: the server runs one model.
+    #[allow(dead_code)]
+    pub model: Option<String>,
+    pub messages: Option<Vec<Message>>,
+    pub prompt: Option<Prompt>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub max_tokens: Option<u32>,
+    pub max_completion_tokens: Option<u32>,
+    pub n_predict: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub logprobs: Option<Logprobs>,
+    pub top_logprobs: Option<u32>,
+    pub tools: Option<Vec<Tool>>,
+    pub tool_choice: Option<ToolChoice>,
+    /// Accepted; without constrained decoding the model decides how many calls it makes.
+    #[allow(dead_code)]
+    pub parallel_tool_calls: Option<bool>,
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    pub n: Option<u32>,
+    pub response_format: Option<Value>,
+    pub echo: Option<bool>,
+}
+
+/// Most stop strings per request (OpenAI allows 4).
+pub const MAX_STOP: usize = 16;
+/// Most alternatives per token (OpenAI allows 20).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+
+impl GenRequest {
+    /// Refuse what we do not implement, by name, instead of silently ignoring it.
+    pub fn reject_unsupported(&self) -> Result<(), ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ApiError::bad_param(
+                "n",
+                "n other than 1 is not supported: send one request per choice",
+            ));
+        }
+        if let Some(rf) = &self.response_format {
+            let text = rf.get("type").and_then(Value::as_str) == Some("text");
+            if !text {
+                return Err(ApiError::bad_param(
+                    "response_format",
+                    "response_format (JSON mode / schemas) is not supported yet",
+                ));
+            }
+        }
+        if self.echo == Some(true) {
+            return Err(ApiError::bad_param("echo", "echo is not supported"));
+        }
+        Ok(())
+    }
+
+    /// Stop strings (empty ones dropped).
+    pub fn stop_strings(&self) -> Result<Vec<String>, ApiError> {
+        let list = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if list.len() > MAX_STOP {
+            return Err(ApiError::bad_param(
+                "stop",
+                format!("at most {MAX_STOP} stop strings are supported"),
+            ));
+        }
+        Ok(list.into_iter().filter(|s| !s.is_empty()).collect())
+    }
+
+    /// Requested generation budget, if any (`max_completion_tokens`, `max_tokens`, llama.cpp's
+    /// `n_predict`; -1 there means "no limit").
+    pub fn max_tokens(&self) -> Result<Option<usize>, ApiError> {
+        let (name, v) = match (self.max_completion_tokens, self.max_tokens, self.n_predict) {
+            (Some(v), _, _) => ("max_completion_tokens", i64::from(v)),
+            (None, Some(v), _) => ("max_tokens", i64::from(v)),
+            (None, None, Some(v)) if v < 0 => return Ok(None),
+            (None, None, Some(v)) => ("n_predict", v),
+            (None, None, None) => return Ok(None),
+        };
+        if v < 1 {
+            return Err(ApiError::bad_param(name, format!("{name} must be at least 1")));
+        }
+        Ok(Some(usize::try_from(v).unwrap_or(usize::MAX)))
+    }
+
+    /// Alternatives per token; `None` when logprobs are off. Chat: `logprobs: true` plus
+    /// `top_logprobs`; completions: `logprobs: <count>`.
+    pub fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let k = match (self.logprobs, self.top_logprobs) {
+            (None | Some(Logprobs::On(false)), Some(_)) => {
+                return Err(ApiError::bad_param("top_logprobs", "top_logprobs needs logprobs: true"))
+            }
+            (None | Some(Logprobs::On(false)), None) => return Ok(None),
+            (Some(Logprobs::On(true)), k) => k.unwrap_or(0),
+            (Some(Logprobs::Count(k)), _) => k,
+        };
+        if k > MAX_TOP_LOGPROBS {
+            return Err(ApiError::bad_param(
+                "top_logprobs",
+                format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}"),
+            ));
+        }
+        Ok(Some(k as usize))
+    }
+
+    /// The sampler settings: llama.cpp's defaults where the request says nothing.
+    pub fn sampler(&self) -> Result<tinyllm::sample::SamplerConfig, ApiError> {
+        let d = tinyllm::sample::SamplerConfig::default();
+        let seed = match self.seed {
+            Some(s) => s as u64,
+            None => {
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                t.as_nanos() as u64 ^ u64::from(std::process::id())
+            }
+        };
+        let cfg = tinyllm::sample::SamplerConfig {
+            temperature: self.temperature.unwrap_or(d.temperature),
+            top_k: self.top_k.map_or(d.top_k, |k| k as usize),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
+            repeat_last_n: d.repeat_last_n,
+            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
+            seed,
+        };
+        cfg.validate().map_err(|e| match &e {
+            tinyllm::sample::SamplerError::Invalid { field, .. } => ApiError::bad_param(field, e.to_string()),
+        })?;
+        Ok(cfg)
+    }
+
+    /// Declared tool names after `tool_choice` (none: no tools; named: that one only).
+    pub fn tool_names(&self) -> Result<Vec<String>, ApiError> {
+        let tools = self.tools.as_deref().unwrap_or_default();
+        if let Some((i, t)) = tools.iter().enumerate().find(|(_, t)| t.kind != "function") {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].type"),
+                format!("tools[{i}].type must be \"function\", got {:?}", t.kind),
+            ));
+        }
+        let names: Vec<String> = tools.iter().map(|t| t.function.name.clone()).collect();
+        match &self.tool_choice {
+            None => Ok(names),
+            Some(ToolChoice::Mode(m)) => match m.as_str() {
+                "auto" | "required" => Ok(names),
+                "none" => Ok(Vec::new()),
+                other => Err(ApiError::bad_param(
+                    "tool_choice",
+                    format!("tool_choice must be \"auto\", \"none\", \"required\" or a named function, got {other:?}"),
+                )),
+            },
+            Some(ToolChoice::Named { function }) => {
+                if names.contains(&function.name) {
+                    Ok(vec![function.name.clone()])
+                } else {
+                    Err(ApiError::bad_param(
+                        "tool_choice",
+                        format!(
+                            "tool_choice names {:?}, which is not among the declared tools",
+                            function.name
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Messages as the template wants them: text parts joined into one string.
+pub fn template_messages(messages: &[Message], raw: &[Value]) -> Result<Vec<Value>, ApiError> {
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, (m, r)) in messages.iter().zip(raw).enumerate() {
+        let mut obj = r.as_object().cloned().unwrap_or_default();
+        match &m.content {
+            Some(Content::Parts(parts)) => {
+                let mut text = String::new();
+                for (j, p) in parts.iter().enumerate() {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => text.push_str(t),
+                        ("text", None) => {
+                            return Err(ApiError::bad_param(
+                                &format!("messages[{i}].content[{j}].text"),
+                                format!("messages[{i}].content[{j}]: a text part needs `text`"),
+                            ))
+                        }
+                        (kind, _) => {
+                            return Err(ApiError::bad_param(
+                                &format!("messages[{i}].content[{j}].type"),
+                                format!("messages[{i}].content[{j}]: only text parts are supported, got {kind:?}"),
+                            ))
+                        }
+                    }
+                }
+                obj.insert("content".into(), Value::String(text));
+            }
+            Some(Content::Text(_)) => {}
+            None => {
+                obj.insert("content".into(), Value::Null);
+            }
+        }
+        out.push(Value::Object(obj));
+    }
+    Ok(out)
+}
+
+/// Body of `POST /tokenize`.
+#[derive(Debug, Deserialize)]
+pub struct TokenizeRequest {
+    pub content: String,
+    #[serde(default)]
+    pub add_special: bool,
+    #[serde(default = "yes")]
+    pub parse_special: bool,
+    #[serde(default)]
+    pub with_pieces: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Body of `POST /detokenize`.
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    pub tokens: Vec<u32>,
+}
+
+/// Body of `POST /apply-template`.
+#[derive(Debug, Deserialize)]
+pub struct ApplyTemplateRequest {
+    pub messages: Vec<Message>,
+    /// Typed to check the request; the template reads the raw JSON.
+    #[allow(dead_code)]
+    pub tools: Option<Vec<Tool>>,
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    pub add_generation_prompt: Option<bool>,
+}
+
+/// Seconds since the Unix epoch (OpenAI's `created`).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}

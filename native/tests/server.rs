@@ -1,0 +1,794 @@
+//! `tinyllm-native serve` over real HTTP: the binary is started on an ephemeral port with the
+//! tiny golden fixture (fast) or the real Qwen model (tool calls), and spoken to with raw
+//! HTTP/1.1 over `TcpStream`, so every byte the server sends is what a client sees.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::{golden, real_model};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const FIXTURE: &str = "fixtures/qwen2.Q8_0.gguf";
+
+/// A running server; killed on drop. Its stderr (the request log) is collected.
+struct Server {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(model: &std::path::Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+            .args(["serve", "-m"])
+            .arg(model)
+            .args(["--port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tinyllm-native serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let Some(url) = line.trim().split("listening on http://").nth(1) else {
+            let _ = child.kill();
+            std::thread::sleep(Duration::from_millis(200));
+            panic!("server did not start: {line:?}\n{}", log.lock().unwrap());
+        };
+        Server {
+            addr: url.to_string(),
+            child,
+            log,
+        }
+    }
+
+    fn fixture(extra: &[&str]) -> Server {
+        let args: Vec<&str> = ["--threads", "1"].iter().chain(extra).copied().collect();
+        Server::start(&golden(FIXTURE), &args)
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// One request; `Connection: close`, so the body ends with the connection.
+    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        let mut conn = self.send(method, path, headers, body);
+        let (status, head) = read_head(&mut conn);
+        let mut raw = Vec::new();
+        if head.contains("transfer-encoding: chunked") {
+            while let Some(c) = read_chunk(&mut conn) {
+                raw.extend(c);
+            }
+        } else {
+            conn.read_to_end(&mut raw).unwrap();
+        }
+        Response {
+            status,
+            head,
+            body: raw,
+        }
+    }
+
+    fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> BufReader<TcpStream> {
+        let mut s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        s.write_all(body).unwrap();
+        BufReader::new(s)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Response {
+        self.request(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+    }
+
+    /// POST and expect 200 with a JSON body.
+    fn ok(&self, path: &str, body: &Value) -> Value {
+        let r = self.post(path, body);
+        assert_eq!(r.status, 200, "{path} {body}: {}", r.text());
+        r.json()
+    }
+
+    /// A streaming request: the `data:` payloads in order, read until `[DONE]`.
+    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let mut sse = self.open_stream(path, body);
+        let mut out = Vec::new();
+        while let Some(d) = sse.next_data() {
+            let done = d == "[DONE]";
+            out.push(d);
+            if done {
+                break;
+            }
+        }
+        out
+    }
+
+    fn open_stream(&self, path: &str, body: &Value) -> Sse {
+        let mut conn = self.send(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        let (status, head) = read_head(&mut conn);
+        assert_eq!(status, 200, "{head}");
+        assert!(head.contains("content-type: text/event-stream"), "{head}");
+        Sse {
+            conn,
+            buf: String::new(),
+        }
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let r = self.request("GET", "/metrics", &[], b"");
+        let text = r.text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Response {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+    /// An OpenAI error object with this status; returns `error`.
+    fn error(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "{}", self.text());
+        let v = self.json();
+        let e = v["error"].clone();
+        for k in ["message", "type", "param", "code"] {
+            assert!(e.get(k).is_some(), "error object without {k}: {v}");
+        }
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+        e
+    }
+}
+
+/// Status line and headers (lower-cased).
+fn read_head(conn: &mut BufReader<TcpStream>) -> (u16, String) {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if conn.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line.to_ascii_lowercase());
+    }
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head)
+}
+
+/// One chunk of a chunked body; `None` at the end.
+fn read_chunk(conn: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
+    let mut size = String::new();
+    if conn.read_line(&mut size).ok()? == 0 {
+        return None;
+    }
+    let n = usize::from_str_radix(size.trim(), 16).ok()?;
+    let mut data = vec![0; n + 2];
+    conn.read_exact(&mut data).ok()?;
+    data.truncate(n);
+    (n > 0).then_some(data)
+}
+
+struct Sse {
+    conn: BufReader<TcpStream>,
+    buf: String,
+}
+
+impl Sse {
+    /// The next `data:` payload (comments and keep-alives skipped).
+    fn next_data(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+                if !data.is_empty() {
+                    return Some(data.join("\n"));
+                }
+                continue;
+            }
+            let chunk = read_chunk(&mut self.conn)?;
+            self.buf.push_str(&String::from_utf8(chunk).unwrap());
+        }
+    }
+}
+
+fn chat_body(user: &str, extra: Value) -> Value {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": user}],
+        "temperature": 0,
+        "max_tokens": 12,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// Concatenated content deltas, and the chunks as JSON (without `[DONE]`).
+fn stream_content(events: &[String]) -> (String, Vec<Value>) {
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{events:?}");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let text = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    (text, chunks)
+}
+
+#[test]
+fn info_endpoints_and_page() {
+    let s = Server::fixture(&["--parallel", "2"]);
+    let r = s.request("GET", "/health", &[], b"");
+    assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
+    let models = s.request("GET", "/v1/models", &[], b"").json();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "qwen2.Q8_0");
+    let page = s.request("GET", "/", &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(page.head.contains("text/html"), "{}", page.head);
+    let html = page.text();
+    assert!(
+        html.contains("/v1/chat/completions") && html.contains("[DONE]"),
+        "page does not stream chat"
+    );
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "page loads external resources"
+    );
+    assert_eq!(s.metric("tinyllm_slots_total"), 2.0);
+    assert_eq!(s.metric("tinyllm_slots_busy"), 0.0);
+    assert_eq!(s.metric("tinyllm_requests_queued"), 0.0);
+}
+
+/// `/v1/completions` on llama.cpp's prompt ids must give llama.cpp's greedy continuation.
+#[test]
+fn completions_match_llama_cpp_greedy() {
+    let s = Server::fixture(&[]);
+    let rows = std::fs::read_to_string(golden("fixtures/qwen2.Q8_0.golden.jsonl")).unwrap();
+    for row in rows.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+        let n = row["n_predict"].as_u64().unwrap();
+        let v = s.ok(
+            "/v1/completions",
+            &json!({"prompt": row["prompt_ids"], "max_tokens": n, "temperature": 0, "logprobs": 3}),
+        );
+        let choice = &v["choices"][0];
+        let want = s.ok("/detokenize", &json!({"tokens": row["tokens"]}));
+        assert_eq!(choice["text"], want["content"], "{}", row["name"]);
+        assert_eq!(choice["finish_reason"], "length");
+        assert_eq!(v["usage"]["completion_tokens"], n);
+        assert_eq!(v["usage"]["prompt_tokens"], row["prompt_ids"].as_array().unwrap().len());
+        // Our top-1 probability against llama.cpp's, token by token.
+        let lps = choice["logprobs"]["token_logprobs"].as_array().unwrap();
+        assert_eq!(lps.len() as u64, n);
+        for (step, (lp, top)) in lps.iter().zip(row["top"].as_array().unwrap()).enumerate() {
+            let ours = lp.as_f64().unwrap().exp();
+            let theirs = top[0][1].as_f64().unwrap();
+            // The golden README's tolerance for Q8_0 fixtures.
+            assert!(
+                (ours - theirs).abs() <= 0.03,
+                "step {step}: p {ours} vs llama.cpp {theirs}"
+            );
+        }
+    }
+}
+
+#[test]
+fn chat_non_streaming_and_streaming_agree() {
+    let s = Server::fixture(&[]);
+    let v = s.ok("/v1/chat/completions", &chat_body("Hello there", json!({})));
+    assert_eq!(v["object"], "chat.completion");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    let content = choice["message"]["content"].as_str().unwrap().to_string();
+    let usage = &v["usage"];
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    assert!(completion <= 12);
+    // max_tokens ends with "length" unless the model ended first.
+    let want_finish = if completion == 12 { "length" } else { "stop" };
+    assert_eq!(choice["finish_reason"], want_finish);
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + completion
+    );
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].is_u64());
+
+    let events = s.stream(
+        "/v1/chat/completions",
+        &chat_body(
+            "Hello there",
+            json!({"stream": true, "stream_options": {"include_usage": true}}),
+        ),
+    );
+    let (text, chunks) = stream_content(&events);
+    assert_eq!(text, content, "greedy stream differs from the whole answer");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    let finish_chunk = &chunks[chunks.len() - 2];
+    assert_eq!(finish_chunk["choices"][0]["finish_reason"], want_finish);
+    let last = &chunks[chunks.len() - 1];
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"]["completion_tokens"], completion);
+    assert_eq!(last["usage"]["prompt_tokens"], usage["prompt_tokens"]);
+
+    // Without include_usage there is no usage chunk.
+    let events = s.stream(
+        "/v1/chat/completions",
+        &chat_body("Hello there", json!({"stream": true})),
+    );
+    let (_, chunks) = stream_content(&events);
+    assert!(chunks.iter().all(|c| c.get("usage").is_none_or(Value::is_null)));
+}
+
+#[test]
+fn max_tokens_gives_length_and_completion_streams() {
+    let s = Server::fixture(&[]);
+    for (field, n) in [("max_tokens", 3), ("max_completion_tokens", 5)] {
+        let v = s.ok(
+            "/v1/completions",
+            &json!({"prompt": "The sky", "temperature": 0, field: n}),
+        );
+        assert_eq!(v["usage"]["completion_tokens"], n, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+    }
+    let whole = s.ok(
+        "/v1/completions",
+        &json!({"prompt": "The sky", "temperature": 0, "max_tokens": 10}),
+    );
+    let events = s.stream(
+        "/v1/completions",
+        &json!({"prompt": "The sky", "temperature": 0, "max_tokens": 10, "stream": true}),
+    );
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let text: String = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| c["choices"][0]["text"].as_str().map(String::from))
+        .collect();
+    assert_eq!(text, whole["choices"][0]["text"].as_str().unwrap());
+}
+
+#[test]
+fn stop_sequences_end_the_answer_and_are_not_emitted() {
+    let s = Server::fixture(&[]);
+    let prompt = "Write something long";
+    let full = s.ok("/v1/chat/completions", &chat_body(prompt, json!({"max_tokens": 24})));
+    let text = full["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() >= 8, "answer too short to pick a stop string: {text:?}");
+    // A stop string from the middle of the answer: likely spans a token boundary.
+    let stop: String = chars[4..7].iter().collect();
+    let cut = &text[..text.find(&stop).unwrap()];
+    for stream in [false, true] {
+        let body = chat_body(
+            prompt,
+            json!({"max_tokens": 24, "stop": ["NEVER-THERE", stop], "stream": stream}),
+        );
+        let (content, finish) = if stream {
+            let (t, chunks) = stream_content(&s.stream("/v1/chat/completions", &body));
+            (t, chunks.last().unwrap()["choices"][0]["finish_reason"].clone())
+        } else {
+            let v = s.ok("/v1/chat/completions", &body);
+            let c = v["choices"][0].clone();
+            (
+                c["message"]["content"].as_str().unwrap().to_string(),
+                c["finish_reason"].clone(),
+            )
+        };
+        assert_eq!(content, cut, "stream={stream}, stop {stop:?} in {text:?}");
+        assert_eq!(finish, "stop");
+    }
+    // A single string works too.
+    let v = s.ok(
+        "/v1/chat/completions",
+        &chat_body(prompt, json!({"max_tokens": 24, "stop": stop})),
+    );
+    assert_eq!(v["choices"][0]["message"]["content"], cut);
+}
+
+#[test]
+fn chat_logprobs() {
+    let s = Server::fixture(&[]);
+    let v = s.ok(
+        "/v1/chat/completions",
+        &chat_body("Hi", json!({"logprobs": true, "top_logprobs": 3, "max_tokens": 6})),
+    );
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len() as u64, v["usage"]["completion_tokens"].as_u64().unwrap());
+    let mut text = String::new();
+    for t in content {
+        let top = t["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        let lps: Vec<f64> = top.iter().map(|a| a["logprob"].as_f64().unwrap()).collect();
+        assert!(lps.windows(2).all(|w| w[0] >= w[1]) && lps[0] <= 0.0, "{lps:?}");
+        assert!(lps.iter().map(|l| l.exp()).sum::<f64>() <= 1.0 + 1e-4);
+        // Greedy: the chosen token is the most likely one.
+        assert_eq!(t["token"], top[0]["token"]);
+        assert!((t["logprob"].as_f64().unwrap() - lps[0]).abs() < 1e-5);
+        let bytes: Vec<u8> = t["bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect();
+        text.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    assert_eq!(text, v["choices"][0]["message"]["content"].as_str().unwrap());
+    // Off by default.
+    let v = s.ok("/v1/chat/completions", &chat_body("Hi", json!({"max_tokens": 2})));
+    assert!(v["choices"][0]["logprobs"].is_null());
+}
+
+#[test]
+fn every_error_is_an_openai_error_object() {
+    let s = Server::fixture(&["--ctx", "128", "--api-key", "sekret", "--max-body-bytes", "4096"]);
+    let auth = [("Authorization", "Bearer sekret"), ("Content-Type", "application/json")];
+    let post = |body: &str| s.request("POST", "/v1/chat/completions", &auth, body.as_bytes());
+    let good = chat_body("hi", json!({"max_tokens": 2})).to_string();
+
+    // Authentication.
+    let e = s
+        .request("POST", "/v1/chat/completions", &[], good.as_bytes())
+        .error(401);
+    assert_eq!(e["code"], "invalid_api_key");
+    s.request(
+        "POST",
+        "/v1/chat/completions",
+        &[("Authorization", "Bearer nope")],
+        good.as_bytes(),
+    )
+    .error(401);
+    s.request("GET", "/v1/models", &[], b"").error(401);
+    assert_eq!(s.request("GET", "/health", &[], b"").status, 200);
+    assert_eq!(post(&good).status, 200);
+
+    // Malformed bodies and fields.
+    let e = post("{\"messages\": [").error(400);
+    assert!(e["message"].as_str().unwrap().contains("JSON"), "{e}");
+    post("[1, 2]").error(400);
+    let e = post("{\"temperature\": 0}").error(400);
+    assert!(e["message"].as_str().unwrap().contains("messages"), "{e}");
+    let e = post(&chat_body("hi", json!({"temperature": "hot"})).to_string()).error(400);
+    assert_eq!(e["param"], "temperature");
+    let e = post("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}").error(400);
+    assert_eq!(e["param"], "messages[0].content");
+    let e = post("{\"messages\": [{\"content\": \"x\"}]}").error(400);
+    assert!(e["message"].as_str().unwrap().contains("role"), "{e}");
+    let e = post(&chat_body("hi", json!({"temperature": -1})).to_string()).error(400);
+    assert_eq!(e["param"], "temperature");
+    let e = post(&chat_body("hi", json!({"n": 2})).to_string()).error(400);
+    assert_eq!(e["param"], "n");
+    let e = post(&chat_body("hi", json!({"response_format": {"type": "json_object"}})).to_string()).error(400);
+    assert_eq!(e["param"], "response_format");
+    let e = post(&chat_body("hi", json!({"max_tokens": 0})).to_string()).error(400);
+    assert_eq!(e["param"], "max_tokens");
+    let e = post(&chat_body("hi", json!({"tool_choice": "sometimes"})).to_string()).error(400);
+    assert_eq!(e["param"], "tool_choice");
+    let e = post(
+        &chat_body(
+            "hi",
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+        )
+        .to_string(),
+    )
+    .error(400);
+    assert!(e["message"].as_str().unwrap().contains("text"), "{e}");
+
+    // Context overflow: the prompt alone does not fit 128 tokens.
+    let long = "lorem ipsum dolor sit amet ".repeat(40);
+    let e = post(&chat_body(&long, json!({})).to_string()).error(400);
+    assert_eq!(e["code"], "context_length_exceeded");
+
+    // Size limit, unknown route, wrong method.
+    let big = chat_body(&"x".repeat(5000), json!({})).to_string();
+    let e = post(&big).error(413);
+    assert_eq!(e["type"], "invalid_request_error");
+    s.request("GET", "/v1/nothing", &auth, b"").error(404);
+    s.request("GET", "/v1/chat/completions", &auth, b"").error(405);
+    let e = s
+        .request("POST", "/detokenize", &auth, b"{\"tokens\": [999999]}")
+        .error(400);
+    assert_eq!(e["param"], "tokens");
+
+    // Still serving after all that.
+    assert_eq!(post(&good).status, 200);
+    assert!(!s.log().contains("panicked"), "{}", s.log());
+}
+
+#[test]
+fn second_turn_reuses_the_first_turns_cache() {
+    let s = Server::fixture(&["--parallel", "2"]);
+    let first = s.ok(
+        "/v1/chat/completions",
+        &chat_body("Tell me a story", json!({"max_tokens": 8})),
+    );
+    let answer = first["choices"][0]["message"]["content"].as_str().unwrap();
+    let turn1 = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    // Another conversation in between: it must not evict the first one's slot.
+    s.ok(
+        "/v1/chat/completions",
+        &chat_body("Something else entirely", json!({"max_tokens": 4})),
+    );
+    let second = s.ok(
+        "/v1/chat/completions",
+        &json!({
+            "messages": [
+                {"role": "user", "content": "Tell me a story"},
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "And then?"},
+            ],
+            "temperature": 0,
+            "max_tokens": 4,
+        }),
+    );
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let prompt = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached >= turn1 && cached < prompt,
+        "cached {cached}, turn 1 had {turn1}, turn 2 has {prompt}"
+    );
+    assert!(s.metric("tinyllm_prompt_tokens_cached_total") >= turn1 as f64);
+}
+
+#[test]
+fn disconnect_frees_the_slot() {
+    let s = Server::fixture(&["--parallel", "1"]);
+    let body = chat_body("Go on forever", json!({"stream": true, "max_tokens": 1900}));
+    let mut sse = s.open_stream("/v1/chat/completions", &body);
+    for _ in 0..2 {
+        sse.next_data().expect("a chunk");
+    }
+    drop(sse);
+    // With one slot, this request can only run once the abandoned one has stopped.
+    let started = Instant::now();
+    let v = s.ok("/v1/chat/completions", &chat_body("Quick", json!({"max_tokens": 2})));
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+    let waited = started.elapsed();
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("interrupted"))
+        .unwrap_or_else(|| panic!("no interrupted request in the log:\n{log}"));
+    let out: u64 = line
+        .split(" tok out")
+        .next()
+        .and_then(|p| p.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no token count in {line:?}"));
+    assert!(out < 1900, "the abandoned request ran to its end: {line}");
+    assert!(waited < Duration::from_secs(30), "next request waited {waited:?}");
+    assert_eq!(s.metric("tinyllm_slots_busy"), 0.0);
+    assert_eq!(s.metric("tinyllm_requests_cancelled_total"), 1.0);
+}
+
+#[test]
+fn full_queue_answers_503_with_retry_after() {
+    let s = Server::fixture(&["--parallel", "1", "--queue", "1"]);
+    let long = chat_body("Keep going", json!({"stream": true, "max_tokens": 1900}));
+    let mut running = s.open_stream("/v1/chat/completions", &long);
+    running.next_data().expect("the first request runs");
+    // Takes the only queue place (its answer would start once the slot frees).
+    let _waiting = s.send("POST", "/v1/chat/completions", &[], long.to_string().as_bytes());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.metric("tinyllm_requests_queued") < 1.0 {
+        assert!(Instant::now() < deadline, "the second request never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = s.post("/v1/chat/completions", &chat_body("one more", json!({})));
+    let e = r.error(503);
+    assert_eq!(e["code"], "overloaded");
+    assert!(r.head.contains("retry-after: 1"), "{}", r.head);
+    assert_eq!(s.metric("tinyllm_requests_rejected_total"), 1.0);
+}
+
+#[test]
+fn four_parallel_streams_complete_like_sequential_ones() {
+    let s = Arc::new(Server::fixture(&["--parallel", "4"]));
+    let prompts = ["alpha", "bravo charlie", "delta echo foxtrot", "golf"];
+    let sequential: Vec<String> = prompts
+        .iter()
+        .map(|p| {
+            let v = s.ok("/v1/chat/completions", &chat_body(p, json!({"max_tokens": 40})));
+            v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let s = s.clone();
+            let body = chat_body(p, json!({"max_tokens": 40, "stream": true}));
+            std::thread::spawn(move || stream_content(&s.stream("/v1/chat/completions", &body)).0)
+        })
+        .collect();
+    let parallel: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(parallel, sequential, "slots interfere with each other");
+    assert_eq!(s.metric("tinyllm_requests_total"), 8.0);
+}
+
+#[test]
+fn tokenize_detokenize_apply_template() {
+    let s = Server::fixture(&[]);
+    let text = "Hello world, héllo!";
+    let ids = s.ok("/tokenize", &json!({"content": text}))["tokens"].clone();
+    let cli = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+        .args(["tokenize", "-m"])
+        .arg(golden(FIXTURE))
+        .args(["--no-add-special", text])
+        .output()
+        .unwrap();
+    let cli_ids: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(ids, cli_ids);
+    assert_eq!(s.ok("/detokenize", &json!({"tokens": ids}))["content"], text);
+    let pieces = s.ok("/tokenize", &json!({"content": text, "with_pieces": true}))["tokens"].clone();
+    assert_eq!(pieces.as_array().unwrap().len(), ids.as_array().unwrap().len());
+    assert_eq!(pieces[0]["id"], ids[0]);
+
+    let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]);
+    let prompt = s.ok("/apply-template", &json!({"messages": messages}))["prompt"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    std::fs::write(&path, messages.to_string()).unwrap();
+    let cli = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+        .args(["template", "--json", "-m"])
+        .arg(golden(FIXTURE))
+        .arg("--messages")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let cli_prompt: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(prompt, cli_prompt);
+    assert!(prompt.as_str().unwrap().ends_with("<|im_start|>assistant\n"));
+}
+
+/// The real Qwen model declares a tool call, gets the result back and answers.
+#[test]
+fn real_qwen_tool_call_round_trip() {
+    let s = Server::start(
+        &real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        &["--parallel", "1", "--ctx", "2048", "--threads", "2"],
+    );
+    let tools = json!([{
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name"}},
+                "required": ["city"],
+            },
+        },
+    }]);
+    let mut messages = vec![json!({"role": "user", "content": "What is the weather like in Paris right now?"})];
+    let v = s.ok(
+        "/v1/chat/completions",
+        &json!({"messages": messages, "tools": tools, "temperature": 0, "max_tokens": 60}),
+    );
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "get_weather");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["city"].as_str().unwrap().contains("Paris"), "{args}");
+
+    // The same answer streamed: id and name first, then the arguments.
+    let mut body = json!({"messages": messages, "tools": tools, "temperature": 0, "max_tokens": 60});
+    body["stream"] = json!(true);
+    let (_, chunks) = stream_content(&s.stream("/v1/chat/completions", &body));
+    let deltas: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0))
+        .collect();
+    assert!(deltas.len() >= 2, "{chunks:?}");
+    assert!(
+        deltas[0]["id"].as_str().is_some_and(|id| id.starts_with("call_")),
+        "{:?}",
+        deltas[0]
+    );
+    assert_eq!(deltas[0]["function"]["arguments"], "");
+    assert_eq!(deltas[0]["function"]["name"], "get_weather");
+    let streamed: String = deltas
+        .iter()
+        .filter_map(|d| d["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(streamed, call["function"]["arguments"].as_str().unwrap());
+    let finish = chunks
+        .iter()
+        .rev()
+        .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+    assert_eq!(finish, Some("tool_calls"));
+
+    messages.push(choice["message"].clone());
+    messages.push(json!({
+        "role": "tool",
+        "tool_call_id": call["id"],
+        "content": "{\"temperature_c\": 18, \"condition\": \"sunny\"}",
+    }));
+    let v = s.ok(
+        "/v1/chat/completions",
+        &json!({"messages": messages, "tools": tools, "temperature": 0, "max_tokens": 60}),
+    );
+    let choice = &v["choices"][0];
+    let answer = choice["message"]["content"].as_str().unwrap_or_default();
+    assert!(choice["message"].get("tool_calls").is_none(), "{v}");
+    assert!(
+        answer.contains("18") || answer.to_lowercase().contains("sunny"),
+        "{answer:?}"
+    );
+    // The second request extends the first conversation in the same slot.
+    assert!(v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
+}
+
+/// The official `openai` Python client (installed by `.ci/run`) speaks to the server.
+#[test]
+fn openai_python_client() {
+    let s = Server::fixture(&[]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_openai.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(format!("http://{}/v1", s.addr))
+        .output()
+        .expect("python3 is needed for this test");
+    assert!(
+        out.status.success(),
+        "openai client test failed (needs `pip install openai`):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
