@@ -1,0 +1,83 @@
+//! The chat page at `/` in a real browser: headless Chromium, driven by playwright-core from
+//! `tests/browser/chat_page.mjs`, against `tinyllm-native serve` on the golden fixture. The
+//! script sends messages through the page and compares the streamed answers with the API's.
+//! Needs `/usr/bin/chromium` and `npm ci` in `tests/browser/` (`.ci/run` installs both); the
+//! test fails, rather than skips, without them.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod serve_support;
+
+use serve_support::{Server, FIXTURE};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TIME_LIMIT: Duration = Duration::from_secs(240);
+
+fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+#[test]
+fn chat_page_streams_the_same_answer_as_the_api() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    assert!(
+        chromium().is_file(),
+        "{} is missing: `apt-get install chromium` (or set CHROMIUM), as .ci/run does",
+        chromium().display()
+    );
+    assert!(
+        dir.join("node_modules/playwright-core").is_dir(),
+        "playwright-core is missing: run `npm ci` in {}, as .ci/run does",
+        dir.display()
+    );
+
+    let s = Server::start(&common::golden(FIXTURE), &["--parallel", "2", "--threads", "2"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let shot = tmp.path().join("chat.png");
+    let mut child = Command::new("node")
+        .arg(dir.join("chat_page.mjs"))
+        .arg(s.url())
+        .arg(&shot)
+        .env("CHROMIUM", chromium())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
+    // Read both pipes on threads so a chatty script cannot block on a full pipe.
+    fn drain(mut p: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = p.read_to_string(&mut s);
+            s
+        })
+    }
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let deadline = Instant::now() + TIME_LIMIT;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = stdout.join().unwrap();
+    let err = stderr.join().unwrap();
+    let report = format!("--- stdout\n{out}--- stderr\n{err}--- server log\n{}", s.log());
+    match status {
+        None => panic!("chat_page.mjs ran past {TIME_LIMIT:?}\n{report}"),
+        Some(st) => assert!(st.success(), "chat_page.mjs failed ({st})\n{report}"),
+    }
+    assert!(out.contains("chat page: ok"), "{report}");
+    eprintln!("{out}");
+}

@@ -1,0 +1,190 @@
+//! A `tinyllm-native serve` child process for the browser and load tests, and just enough
+//! HTTP/1.1 over `TcpStream` to talk to it: the tests see every byte a client would.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The tiny golden fixture model (fast enough for many requests).
+pub const FIXTURE: &str = "fixtures/qwen2.Q8_0.gguf";
+
+/// A running server on an ephemeral loopback port; killed on drop. Its stderr (the request
+/// log) is collected for failure messages.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    pub fn start(model: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+            .args(["serve", "-m"])
+            .arg(model)
+            .args(["--host", "127.0.0.1", "--port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tinyllm-native serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        let Some(addr) = line.trim().split("listening on http://").nth(1) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(200));
+            panic!("server did not start: {line:?}\n{}", log.lock().unwrap());
+        };
+        Server {
+            addr: addr.to_string(),
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Resident memory of the server process, from `/proc/PID/status` (`VmRSS`, in kB).
+    pub fn rss_kb(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("read /proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in /proc/{}/status:\n{status}", self.pid()))
+    }
+
+    /// One request with `Connection: close`; the whole answer (a chunked body is de-chunked).
+    pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Response {
+        let mut s = TcpStream::connect(&self.addr).expect("connect to the server");
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(body).unwrap();
+        let mut conn = BufReader::new(s);
+        let (status, head) = read_head(&mut conn);
+        let mut body = Vec::new();
+        if head.contains("transfer-encoding: chunked") {
+            while let Some(c) = read_chunk(&mut conn) {
+                body.extend(c);
+            }
+        } else {
+            conn.read_to_end(&mut body).unwrap();
+        }
+        Response { status, head, body }
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Response {
+        self.request("POST", path, body.to_string().as_bytes())
+    }
+
+    /// A value from `/metrics` (Prometheus text).
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.request("GET", "/metrics", b"").text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Response {
+    pub status: u16,
+    /// Status line and headers, lower-cased.
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// A response header's value (name in lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    }
+
+    /// The `data:` payloads of an SSE body, in order.
+    pub fn sse_data(&self) -> Vec<String> {
+        self.text()
+            .split("\n\n")
+            .filter_map(|event| {
+                let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+                (!data.is_empty()).then(|| data.join("\n"))
+            })
+            .collect()
+    }
+}
+
+fn read_head(conn: &mut BufReader<TcpStream>) -> (u16, String) {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if conn.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line.to_ascii_lowercase());
+    }
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head)
+}
+
+/// One chunk of a chunked body; `None` at the end.
+fn read_chunk(conn: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
+    let mut size = String::new();
+    if conn.read_line(&mut size).ok()? == 0 {
+        return None;
+    }
+    let n = usize::from_str_radix(size.trim(), 16).ok()?;
+    let mut data = vec![0; n + 2];
+    conn.read_exact(&mut data).ok()?;
+    data.truncate(n);
+    (n > 0).then_some(data)
+}
