@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install what the test suite needs beyond Rust, only where it is missing (idempotent):
+# the real models, the wasm32 target, Python's `openai` client (server tests), Debian's
+# Chromium and playwright-core from npm (chat-page test). Needs root for apt-get when
+# Chromium or npm are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if command -v rustup >/dev/null; then
+  rustup target list --installed | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+fi
+apt_updated=0
+apt_install() {
+  [ $apt_updated = 1 ] || { apt-get update -qq; apt_updated=1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+# The server tests drive `tinyllm-native serve` with the official OpenAI client.
+python3 -c "import openai" 2>/dev/null || python3 -m pip install -q openai
+# The browser test drives the chat page in Debian's Chromium with playwright-core (npm).
+# playwright-core wants Node >= 20 (the image has it; Debian 12's own nodejs is 18).
+[ -x /usr/bin/chromium ] || apt_install chromium
+command -v npm >/dev/null || apt_install nodejs npm
+[ -d native/tests/browser/node_modules/playwright-core ] || (cd native/tests/browser && npm ci --no-audit --no-fund)
+scripts/fetch-models.sh
