@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch: one module per subcommand.
 
+mod bench;
 mod chat;
 mod engine;
 mod inspect;
@@ -44,6 +45,8 @@ enum Command {
     Chat(chat::Args),
     /// Serve an OpenAI-compatible HTTP API (and a chat page at /).
     Serve(serve::Args),
+    /// Measure prefill and decode speed (llama-bench style).
+    Bench(bench::Args),
     /// Download a model (alias or URL) into the model cache, resuming and verifying it.
     Pull(pull::Args),
 }
@@ -70,6 +73,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Pull(a) => pull::run(a),
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Serve(a) => serve::run(a),
     }
 }

@@ -1,34 +1,66 @@
-//! Matmul row kernels of the CPU backend, chosen once per backend.
+//! Matmul kernels of the CPU backend, chosen once per backend.
 //!
 //! A matmul converts its activations once per batch the way ggml does before its dot products
 //! (quantized to Q8_0/Q8_K for quantized weights, rounded to F16/BF16 for half-precision
-//! weights), then each task takes one weight row at a time and meets it with every activation
-//! row of the batch. [`Kernels`] holds the functions for both steps:
+//! weights), then each task takes a tile of consecutive weight rows and meets it with every
+//! activation row of the batch. [`Kernels`] holds the functions for both steps:
 //!
-//! * `fast` (default): the quantized activations are expanded back to the exact f32 values
-//!   they represent, each weight row is decoded to f32 once and reused across the batch, and
-//!   the products are summed in f32. This is ggml's arithmetic up to f32 summation order, and
-//!   decoding once per row instead of once per (row, activation) makes prefill fast.
+//! * `avx2` (default where the CPU has AVX2, FMA and F16C): integer dot products of the
+//!   quantized blocks in registers, register-blocked over several weight and activation rows
+//!   (see [`super::simd`]). Types it does not cover fall back to `fast`.
+//! * `fast` (default elsewhere): the quantized activations are expanded back to the exact f32
+//!   values they represent, each weight row is decoded to f32 once and reused across the
+//!   batch, and the products are summed in f32.
 //! * `oracle`: the scalar integer dot products of [`crate::quant::vec_dot`], per pair. Tests
-//!   compare `fast` against it.
-//!
-//! SIMD variants (AVX2, chosen at run time) slot in beside these in [`Kernels::detect`].
+//!   compare the others against it.
 
 use half::{bf16, f16};
 
 use crate::quant::{self, GgmlType, QuantError};
 
-/// Activations of a batch, converted for one weight type.
+/// Activations of a batch, converted for one weight type. Which fields are filled depends on
+/// the kernel set that prepared them.
 pub struct Activations {
-    /// Values after the conversion, `k` per row (empty for the oracle).
-    values: Vec<f32>,
-    k: usize,
-    /// Quantized blocks, `row_bytes` per row (oracle only).
-    bytes: Vec<u8>,
-    row_bytes: usize,
+    /// Number of rows.
+    pub(super) rows: usize,
+    /// Values per row.
+    pub(super) k: usize,
+    /// Values after the conversion, `k` per row (`fast`, and float weights under `avx2`).
+    pub(super) values: Vec<f32>,
+    /// Quantized blocks, `row_bytes` per row (`oracle`, and quantized weights under `avx2`).
+    pub(super) bytes: Vec<u8>,
+    pub(super) row_bytes: usize,
+    /// Q8_0 under `avx2`: each block's scale `d` as f32; for Q4_1/Q5_1 weights `d · Σq` over
+    /// its 32 values, for Q4_0/Q5_0 weights the offset (-8, -16) times `Σq`. (Only the AVX2
+    /// kernels read these, so other targets never do.)
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) scales: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) dsums: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) offsets: Vec<i32>,
 }
 
 impl Activations {
+    /// No data yet: `rows` rows of `k` values.
+    pub(super) fn empty(rows: usize, k: usize) -> Self {
+        Activations {
+            rows,
+            k,
+            values: Vec::new(),
+            bytes: Vec::new(),
+            row_bytes: 0,
+            scales: Vec::new(),
+            dsums: Vec::new(),
+            offsets: Vec::new(),
+        }
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
     fn row(&self, r: usize) -> &[f32] {
         self.values.get(r * self.k..(r + 1) * self.k).unwrap_or(&[])
     }
@@ -37,33 +69,45 @@ impl Activations {
 /// Convert `rows` rows of `k` values for weights of type `ty`.
 pub type PrepareFn = fn(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError>;
 
-/// One weight row (raw bytes of `k` values of `ty`) times every activation row: `out[r]` for
-/// row `r`. `scratch` holds at least `k` values.
-pub type RowFn = fn(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]);
+/// Consecutive weight rows (raw bytes, whole rows of `k` values of `ty`) times every
+/// activation row: `out[w * act.rows() + a]` for weight row `w` and activation row `a`. A row
+/// that cannot be computed (never the case for weights validated at load) reads NaN.
+pub type TileFn = fn(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]);
 
 /// The kernel set of a backend.
 #[derive(Debug, Clone, Copy)]
 pub struct Kernels {
     pub prepare: PrepareFn,
-    pub row: RowFn,
-    /// Name of the variant (`fast`, `oracle`).
+    pub tile: TileFn,
+    /// Name of the variant (`avx2`, `fast`, `oracle`).
     pub variant: &'static str,
 }
 
 impl Kernels {
-    /// The best kernels this CPU supports.
+    /// The best kernels this CPU supports. The environment variable `TINYLLM_CPU_KERNELS`
+    /// (`fast`, `oracle`) overrides the choice, for comparisons and bisecting.
     pub fn detect() -> Self {
+        match std::env::var("TINYLLM_CPU_KERNELS").as_deref() {
+            Ok("fast") => return Self::fast(),
+            Ok("oracle") => return Self::oracle(),
+            _ => {}
+        }
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if super::simd::available() {
             return Kernels {
-                prepare: prepare_values,
-                row: row_fast_avx2,
-                variant: "fast-avx2",
+                prepare: prepare_avx2,
+                tile: tile_avx2,
+                variant: "avx2",
             };
         }
+        Self::fast()
+    }
+
+    /// Decode each weight row to f32, f32 dot products (the portable default).
+    pub fn fast() -> Self {
         Kernels {
             prepare: prepare_values,
-            row: row_fast,
+            tile: tile_fast,
             variant: "fast",
         }
     }
@@ -72,10 +116,57 @@ impl Kernels {
     pub fn oracle() -> Self {
         Kernels {
             prepare: prepare_blocks,
-            row: row_oracle,
+            tile: tile_oracle,
             variant: "oracle",
         }
     }
+}
+
+/// AVX2 activations: quantized blocks for the types [`super::simd`] covers, f32 values for the
+/// rest (which fall back to the decoded-row path).
+#[cfg(target_arch = "x86_64")]
+fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
+    if !super::simd::supports(ty) {
+        return prepare_values(ty, x, k);
+    }
+    // SAFETY: `Kernels::detect` picks this function only after `simd::available()`.
+    unsafe { super::simd::q8::prepare(ty, x, k) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn tile_avx2(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+    // SAFETY: as in `prepare_avx2`.
+    if super::simd::supports(ty) {
+        if !unsafe { super::simd::tile(ty, k, w, act, out) } {
+            out.fill(f32::NAN);
+        }
+        return;
+    }
+    let mut scratch = vec![0f32; k];
+    for_rows(k, w, act, out, |wr, o| row_fast_avx2(ty, k, wr, act, &mut scratch, o));
+}
+
+/// Run `row(weight_row, outputs)` for each whole weight row of `w`.
+fn for_rows(k: usize, w: &[u8], act: &Activations, out: &mut [f32], mut row: impl FnMut(&[u8], &mut [f32])) {
+    let rows = act.rows.max(1);
+    let n = out.len() / rows;
+    let rb = w.len().checked_div(n).unwrap_or(0);
+    if rb == 0 || k == 0 {
+        out.fill(f32::NAN);
+        return;
+    }
+    for (wr, o) in w.chunks_exact(rb).zip(out.chunks_exact_mut(rows)) {
+        row(wr, o);
+    }
+}
+
+fn tile_fast(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+    let mut scratch = vec![0f32; k];
+    for_rows(k, w, act, out, |wr, o| row_fast(ty, k, wr, act, &mut scratch, o));
+}
+
+fn tile_oracle(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+    for_rows(k, w, act, out, |wr, o| row_oracle(ty, k, wr, act, o));
 }
 
 fn prepare_values(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
@@ -95,12 +186,9 @@ fn prepare_values(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, Quan
             values
         }
     };
-    Ok(Activations {
-        values,
-        k,
-        bytes: Vec::new(),
-        row_bytes: 0,
-    })
+    let mut a = Activations::empty(x.len().checked_div(k).unwrap_or(0), k);
+    a.values = values;
+    Ok(a)
 }
 
 fn prepare_blocks(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
@@ -108,25 +196,20 @@ fn prepare_blocks(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, Quan
     if act == GgmlType::F32 {
         // Float weights: the dot product takes the (rounded) values as little-endian f32.
         let rounded = prepare_values(ty, x, k)?;
-        let bytes: Vec<u8> = rounded.values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        return Ok(Activations {
-            values: Vec::new(),
-            k,
-            bytes,
-            row_bytes: k * 4,
-        });
+        let mut a = Activations::empty(rounded.rows, k);
+        a.bytes = rounded.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        a.row_bytes = k * 4;
+        return Ok(a);
     }
     let row_bytes = k / act.block_size() * act.block_bytes();
     let mut bytes = Vec::with_capacity(row_bytes * (x.len() / k.max(1)));
     for row in x.chunks_exact(k) {
         quant::quantize_activations(ty, row, &mut bytes)?;
     }
-    Ok(Activations {
-        values: Vec::new(),
-        k,
-        bytes,
-        row_bytes,
-    })
+    let mut a = Activations::empty(x.len().checked_div(k).unwrap_or(0), k);
+    a.bytes = bytes;
+    a.row_bytes = row_bytes;
+    Ok(a)
 }
 
 /// Decode the weight row once, then f32 dot products. A decode error cannot happen (lengths
@@ -158,7 +241,7 @@ fn row_fast_body(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &
     }
 }
 
-fn row_oracle(ty: GgmlType, k: usize, w: &[u8], act: &Activations, _scratch: &mut [f32], out: &mut [f32]) {
+fn row_oracle(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
     for (r, y) in out.iter_mut().enumerate() {
         let a = act.bytes.get(r * act.row_bytes..(r + 1) * act.row_bytes).unwrap_or(&[]);
         *y = quant::vec_dot(ty, k, w, a).unwrap_or(f32::NAN);

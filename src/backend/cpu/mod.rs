@@ -1,11 +1,14 @@
 //! The CPU backend: weights read in place from the GGUF mapping, activations in `Vec<f32>`,
 //! the KV cache in f16 (as llama.cpp stores it), work split across output rows on a
-//! persistent [`pool::Pool`]. Matmuls use the row kernels of [`kernels::Kernels`].
+//! persistent [`pool::Pool`]. Matmuls use the tile kernels of [`kernels::Kernels`] (AVX2 integer
+//! kernels in `simd/` where the CPU has them).
 
 mod attention;
 pub mod kernels;
 mod ops;
 pub mod pool;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 
 use std::sync::Arc;
 
@@ -231,28 +234,23 @@ impl Backend for CpuBackend {
         let act = (self.kernels.prepare)(w.ty, &x.0[..rows * k], k)?;
         let bytes = w.bytes();
         let rb = w.row_bytes();
-        let row_fn = self.kernels.row;
+        let tile_fn = self.kernels.tile;
         let ty = w.ty;
-        if rows == 1 {
-            self.pool.for_chunks(&mut out.0[..n], MATMUL_TILE, |t, o| {
-                let mut scratch = vec![0f32; k];
-                for (j, y) in o.chunks_mut(1).enumerate() {
-                    let row = t * MATMUL_TILE + j;
-                    row_fn(ty, k, &bytes[row * rb..(row + 1) * rb], &act, &mut scratch, y);
-                }
+        // Each task takes MATMUL_TILE weight rows and meets them with every activation row,
+        // writing weight-row-major `[n][rows]`; for one activation row that is `out` itself.
+        let run = |dst: &mut [f32]| {
+            self.pool.for_chunks(dst, MATMUL_TILE * rows, |t, tile| {
+                let r0 = t * MATMUL_TILE;
+                let nw = tile.len() / rows;
+                tile_fn(ty, k, &bytes[r0 * rb..(r0 + nw) * rb], &act, tile);
             });
+        };
+        if rows == 1 {
+            run(&mut out.0[..n]);
             return Ok(());
         }
-        // Weight-row-major tiles: each weight row is decoded once and meets every activation
-        // row; the result is transposed into `out` afterwards.
         let mut t_out = vec![0f32; n * rows];
-        self.pool.for_chunks(&mut t_out, MATMUL_TILE * rows, |t, tile| {
-            let mut scratch = vec![0f32; k];
-            for (j, col) in tile.chunks_exact_mut(rows).enumerate() {
-                let row = t * MATMUL_TILE + j;
-                row_fn(ty, k, &bytes[row * rb..(row + 1) * rb], &act, &mut scratch, col);
-            }
-        });
+        run(&mut t_out);
         for (o, col) in t_out.chunks_exact(rows).enumerate() {
             for (r, &v) in col.iter().enumerate() {
                 out.0[r * n + o] = v;

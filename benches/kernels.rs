@@ -1,0 +1,161 @@
+//! Matmul kernel throughput per weight type: matvec (decode, one activation row) as GB/s of
+//! weights streamed with one thread and with every core, and matmul (prefill, 512 activation
+//! rows) as GOP/s, for the `avx2` kernels (where the CPU has them) and the portable `fast` ones.
+//!
+//! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
+
+use std::time::{Duration, Instant};
+
+use half::f16;
+use tinyllm::backend::cpu::kernels::Kernels;
+use tinyllm::quant::GgmlType;
+
+const TYPES: [GgmlType; 13] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+];
+/// Values per row and rows of the matvec matrix.
+const K: usize = 4096;
+const N: usize = 4096;
+/// Weight rows and activation rows of the matmul.
+const MM_N: usize = 1024;
+const MM_ROWS: usize = 512;
+
+/// xorshift64*: enough randomness for benchmark data, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Random weights of `ty` with sane f16 scales (small and positive, as quantizers write).
+fn weights(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
+    let bytes = (k * n / ty.block_size()) * ty.block_bytes();
+    let mut w: Vec<u8> = (0..bytes).map(|_| rng.next() as u8).collect();
+    match ty {
+        GgmlType::F32 => {
+            for c in w.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.unit().to_le_bytes());
+            }
+        }
+        GgmlType::F16 | GgmlType::BF16 => {
+            for c in w.chunks_exact_mut(2) {
+                c.copy_from_slice(&f16::from_f32(rng.unit()).to_le_bytes());
+            }
+        }
+        _ => {
+            let scale_at: &[usize] = match ty {
+                GgmlType::Q6_K => &[208],
+                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+                _ => &[0],
+            };
+            for b in w.chunks_exact_mut(ty.block_bytes()) {
+                for &at in scale_at {
+                    b[at..at + 2].copy_from_slice(&f16::from_f32(0.01 + 0.01 * rng.unit()).to_le_bytes());
+                }
+            }
+        }
+    }
+    w
+}
+
+/// Seconds per call of `f`, best of several runs of at least 0.2 s.
+fn time(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let (start, mut calls) = (Instant::now(), 0u32);
+        while start.elapsed() < Duration::from_millis(200) || calls == 0 {
+            f();
+            calls += 1;
+        }
+        best = best.min(start.elapsed().as_secs_f64() / f64::from(calls));
+    }
+    best
+}
+
+/// `x` (rows of `k`) times every row of `w`, the weight rows split into `threads` contiguous
+/// parts as the backend splits them; activations converted once.
+fn matmul(kern: Kernels, ty: GgmlType, k: usize, w: &[u8], x: &[f32], out: &mut [f32], threads: usize) {
+    let act = (kern.prepare)(ty, x, k).expect("whole blocks");
+    let rows = act.rows();
+    let rb = k / ty.block_size() * ty.block_bytes();
+    let n = w.len() / rb;
+    let per = n.div_ceil(threads);
+    std::thread::scope(|s| {
+        for (i, o) in out.chunks_mut(per * rows).enumerate() {
+            let nw = o.len() / rows;
+            let wp = &w[i * per * rb..(i * per + nw) * rb];
+            let act = &act;
+            s.spawn(move || (kern.tile)(ty, k, wp, act, o));
+        }
+    });
+}
+
+fn main() {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let best = Kernels::detect();
+    let fast = Kernels::fast();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let x1: Vec<f32> = (0..K).map(|_| rng.unit()).collect();
+    let xm: Vec<f32> = (0..K * MM_ROWS).map(|_| rng.unit()).collect();
+    println!(
+        "kernels: {} ({threads} threads); matvec {N}x{K}, matmul {MM_N}x{K} x {MM_ROWS} rows",
+        best.variant
+    );
+    println!(
+        "{:<8} {:>9} {:>12} {:>12} {:>12} {:>14} {:>14}",
+        "type",
+        "MiB",
+        "GB/s 1T",
+        format!("GB/s {threads}T"),
+        "fast GB/s 1T",
+        format!("GOP/s {threads}T"),
+        "fast GOP/s"
+    );
+    for ty in TYPES {
+        if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(ty.name())) {
+            continue;
+        }
+        let w = weights(&mut rng, ty, K, N);
+        let gb = w.len() as f64 / 1e9;
+        let mut out = vec![0f32; N];
+        let mv1 = gb / time(|| matmul(best, ty, K, &w, &x1, &mut out, 1));
+        let mvn = gb / time(|| matmul(best, ty, K, &w, &x1, &mut out, threads));
+        let mvf = gb / time(|| matmul(fast, ty, K, &w, &x1, &mut out, 1));
+        let wm = &w[..w.len() / N * MM_N];
+        let mut out = vec![0f32; MM_N * MM_ROWS];
+        let ops = 2.0 * (MM_N * K * MM_ROWS) as f64 / 1e9;
+        let mm = ops / time(|| matmul(best, ty, K, wm, &xm, &mut out, threads));
+        let mmf = ops / time(|| matmul(fast, ty, K, wm, &xm, &mut out, threads));
+        println!(
+            "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>12.2} {:>14.1} {:>14.1}",
+            ty.name(),
+            w.len() as f64 / (1 << 20) as f64,
+            mv1,
+            mvn,
+            mvf,
+            mm,
+            mmf
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! `bench`: prefill and decode speed of one model, measured the way llama-bench does (a
+//! synthetic prompt of exactly N tokens, then greedy single-token steps), so the numbers can
+//! be set side by side with llama.cpp's `pp`/`tg` results.
+
+use super::engine::{load, Loaded, ModelArgs};
+use super::InputError;
+use serde_json::json;
+use std::io::Write;
+use std::time::Instant;
+use tinyllm::backend::cpu::{argmax_row, CpuBackend};
+use tinyllm::engine::{Session, SessionConfig};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Comma-separated prompt lengths to measure, in tokens.
+    #[arg(long, default_value = "128,512,2048")]
+    prompt_tokens: String,
+    /// Greedy tokens to decode after each prompt (per-token latency is measured on these).
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
+    decode_tokens: i64,
+    /// Runs per prompt length; the reported rates are the medians over runs.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    repetitions: i64,
+    /// Skip the untimed warmup run (page faults on the mapping, thread start-up).
+    #[arg(long)]
+    no_warmup: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One prompt length's measurements.
+#[derive(Debug, Clone, PartialEq)]
+struct BenchResult {
+    prompt_tokens: usize,
+    /// Prefill plus picking the first token, seconds (median over runs).
+    ttft_s: f64,
+    prefill_tok_s: f64,
+    decode_tok_s: f64,
+    /// Per-token decode latency percentiles over every step of every run, milliseconds.
+    decode_p50_ms: f64,
+    decode_p95_ms: f64,
+}
+
+/// Times of one run: prefill, TTFT, and each decode step.
+struct RunTimes {
+    prefill_s: f64,
+    ttft_s: f64,
+    steps_s: Vec<f64>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let prompts = parse_lengths(&a.prompt_tokens)?;
+    let decode = positive(a.decode_tokens, "--decode-tokens")?;
+    let reps = positive(a.repetitions, "--repetitions")?;
+    let loaded = load(&a.model)?;
+    let cfg = loaded.model.config();
+    let cap = if a.model.ctx == 0 {
+        cfg.context_length
+    } else {
+        a.model.ctx.min(cfg.context_length)
+    };
+    // The cache only needs the longest run; a smaller one keeps memory (and RSS) honest.
+    let longest = prompts.iter().copied().max().unwrap_or(0);
+    if longest + decode > cap {
+        return Err(InputError(format!(
+            "a prompt of {longest} tokens plus {decode} decoded tokens needs a context of {} but it holds {cap} \
+             (raise --ctx, up to the model's {})",
+            longest + decode,
+            cfg.context_length
+        ))
+        .into());
+    }
+    let mut session = Session::new(
+        loaded.model.clone(),
+        SessionConfig {
+            n_ctx: longest + decode,
+            ..SessionConfig::default()
+        },
+    )?;
+    let ids = prompt_ids(&loaded, longest)?;
+
+    if !a.no_warmup {
+        let n = longest.min(16);
+        eprintln!("[bench] warmup: {n} prompt tokens, 2 decode steps");
+        measure(&mut session, &ids[..n], 2)?;
+    }
+    let mut results = Vec::with_capacity(prompts.len());
+    for &p in &prompts {
+        let mut runs = Vec::with_capacity(reps);
+        for r in 0..reps {
+            eprintln!("[bench] prompt {p} tokens, decode {decode}: run {}/{reps}", r + 1);
+            runs.push(measure(&mut session, &ids[..p], decode)?);
+        }
+        results.push(summarize(p, decode, &runs));
+    }
+
+    let mut out = std::io::stdout().lock();
+    let kernels = loaded.model.backend().kernel_variant();
+    if a.json {
+        let rows: Vec<_> = results
+            .iter()
+            .map(|r| {
+                json!({
+                    "prompt_tokens": r.prompt_tokens,
+                    "decode_tokens": decode,
+                    "ttft_s": r.ttft_s,
+                    "prefill_tok_s": r.prefill_tok_s,
+                    "decode_tok_s": r.decode_tok_s,
+                    "decode_p50_ms": r.decode_p50_ms,
+                    "decode_p95_ms": r.decode_p95_ms,
+                })
+            })
+            .collect();
+        let j = json!({
+            "model": a.model.model,
+            "threads": loaded.threads,
+            "backend": "cpu",
+            "kernels": kernels,
+            "repetitions": reps,
+            "results": rows,
+        });
+        writeln!(out, "{j}")?;
+    } else {
+        writeln!(
+            out,
+            "model {}, {} threads, backend cpu ({kernels}), {decode} decode tokens, {reps} run(s) each",
+            a.model.model, loaded.threads
+        )?;
+        writeln!(
+            out,
+            "{:>8} {:>10} {:>14} {:>13} {:>9} {:>9}",
+            "prompt", "ttft s", "prefill tok/s", "decode tok/s", "p50 ms", "p95 ms"
+        )?;
+        for r in &results {
+            writeln!(
+                out,
+                "{:>8} {:>10.3} {:>14.1} {:>13.2} {:>9.2} {:>9.2}",
+                r.prompt_tokens, r.ttft_s, r.prefill_tok_s, r.decode_tok_s, r.decode_p50_ms, r.decode_p95_ms
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Prefill `prompt` from an empty session, pick the first token, then `decode` greedy steps.
+/// End-of-generation tokens do not stop the run: the point is a fixed amount of work.
+fn measure(session: &mut Session<CpuBackend>, prompt: &[u32], decode: usize) -> anyhow::Result<RunTimes> {
+    session.reset();
+    let t0 = Instant::now();
+    let logits = session.forward(prompt)?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let mut token = argmax_row(&logits);
+    let ttft_s = t0.elapsed().as_secs_f64();
+    let mut steps_s = Vec::with_capacity(decode);
+    for _ in 0..decode {
+        let t = Instant::now();
+        let logits = session.forward(&[token])?;
+        token = argmax_row(&logits);
+        steps_s.push(t.elapsed().as_secs_f64());
+    }
+    Ok(RunTimes {
+        prefill_s,
+        ttft_s,
+        steps_s,
+    })
+}
+
+fn summarize(prompt_tokens: usize, decode: usize, runs: &[RunTimes]) -> BenchResult {
+    // Medians of times, turned into rates afterwards: the same rank of each, so a run's
+    // prefill (which its TTFT includes) can never come out longer than the reported TTFT.
+    let ttft: Vec<f64> = runs.iter().map(|r| r.ttft_s).collect();
+    let prefill: Vec<f64> = runs.iter().map(|r| r.prefill_s).collect();
+    let dec: Vec<f64> = runs.iter().map(|r| r.steps_s.iter().sum()).collect();
+    let mut steps: Vec<f64> = runs.iter().flat_map(|r| r.steps_s.iter().map(|s| s * 1e3)).collect();
+    steps.sort_by(f64::total_cmp);
+    BenchResult {
+        prompt_tokens,
+        ttft_s: median(ttft),
+        prefill_tok_s: rate(prompt_tokens, median(prefill)),
+        decode_tok_s: rate(decode, median(dec)),
+        decode_p50_ms: percentile(&steps, 50.0),
+        decode_p95_ms: percentile(&steps, 95.0),
+    }
+}
+
+fn rate(n: usize, s: f64) -> f64 {
+    if s > 0.0 {
+        n as f64 / s
+    } else {
+        0.0
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 50.0)
+}
+
+/// Nearest-rank percentile of sorted values (0 for none).
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `n` deterministic prompt ids: BOS first when the model adds one, then a fixed
+/// pseudo-random walk over the vocabulary that skips control and end-of-generation tokens
+/// (they can change the model's behaviour, not its cost, but keep the prompt ordinary text).
+fn prompt_ids(loaded: &Loaded, n: usize) -> anyhow::Result<Vec<u32>> {
+    let tok = &loaded.tokenizer;
+    let n_vocab = loaded.model.config().n_vocab.min(tok.vocab_size());
+    let usable = |id: u32| !tok.is_control(id) && !tok.is_eog(id);
+    let mut ids = Vec::with_capacity(n);
+    if let Some(bos) = tok.bos().filter(|_| tok.add_bos()) {
+        ids.push(bos);
+    }
+    // A 64-bit LCG (Knuth's MMIX constants): reproducible across runs and machines.
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut tries = 0usize;
+    while ids.len() < n {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let id = ((state >> 33) % n_vocab.max(1) as u64) as u32;
+        if usable(id) {
+            ids.push(id);
+        }
+        tries += 1;
+        if tries > 100 * n.max(1) {
+            return Err(
+                InputError("the vocabulary has almost no ordinary tokens to build a prompt from".into()).into(),
+            );
+        }
+    }
+    ids.truncate(n);
+    Ok(ids)
+}
+
+/// Parse `128,512,2048`: positive, comma-separated.
+fn parse_lengths(s: &str) -> Result<Vec<usize>, InputError> {
+    let bad = |item: &str| {
+        InputError(format!(
+            "--prompt-tokens: '{item}' is not a positive token count (expected e.g. 128,512,2048)"
+        ))
+    };
+    let v = s
+        .split(',')
+        .map(|item| {
+            let item = item.trim();
+            match item.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(bad(item)),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(v)
+}
+
+fn positive(n: i64, flag: &str) -> Result<usize, InputError> {
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| InputError(format!("{flag} must be at least 1, got {n}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_parse_and_reject() {
+        assert_eq!(parse_lengths("128, 512,2048").unwrap(), vec![128, 512, 2048]);
+        for bad in ["", "0", "12,,3", "-5", "1.5", "abc"] {
+            assert!(parse_lengths(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 10.0);
+        assert_eq!(percentile(&v, 95.0), 19.0);
+        assert_eq!(percentile(&[3.0], 95.0), 3.0);
+        assert_eq!(median(vec![5.0, 1.0, 3.0]), 3.0);
+    }
+}

@@ -1,0 +1,129 @@
+//! `bench` end to end on a tiny golden fixture: the JSON report has the agreed shape and
+//! self-consistent numbers, and bad flags exit 2 with a message. Speed is never asserted.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::golden;
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn fixture() -> String {
+    golden("fixtures/llama.Q8_0.gguf").to_string_lossy().into_owned()
+}
+
+fn tinyllm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+        .args(args)
+        .output()
+        .expect("run tinyllm-native")
+}
+
+fn bench_json(extra: &[&str]) -> Value {
+    let model = fixture();
+    let mut args = vec!["bench", "-m", &model, "--threads", "2", "--json"];
+    args.extend_from_slice(extra);
+    let out = tinyllm(&args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("bench --json prints one JSON object")
+}
+
+fn num(row: &Value, key: &str) -> f64 {
+    row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("'{key}' is not a number in {row}"))
+}
+
+#[test]
+fn json_report_has_one_sane_row_per_prompt_length() {
+    let j = bench_json(&[
+        "--prompt-tokens",
+        "8,33,96",
+        "--decode-tokens",
+        "6",
+        "--repetitions",
+        "2",
+    ]);
+    assert_eq!(j["model"].as_str(), Some(fixture().as_str()));
+    assert_eq!(j["threads"].as_u64(), Some(2));
+    assert_eq!(j["backend"].as_str(), Some("cpu"));
+    let rows = j["results"].as_array().expect("results array");
+    let lengths: Vec<u64> = rows.iter().map(|r| r["prompt_tokens"].as_u64().unwrap()).collect();
+    assert_eq!(lengths, [8, 33, 96]);
+    for r in rows {
+        for key in [
+            "ttft_s",
+            "prefill_tok_s",
+            "decode_tok_s",
+            "decode_p50_ms",
+            "decode_p95_ms",
+        ] {
+            let v = num(r, key);
+            assert!(v.is_finite() && v > 0.0, "{key} = {v} in {r}");
+        }
+        assert!(num(r, "decode_p95_ms") >= num(r, "decode_p50_ms"), "p95 < p50 in {r}");
+        // The prefill rate is prompt_tokens over the prefill time, which TTFT includes.
+        let prefill_s = r["prompt_tokens"].as_f64().unwrap() / num(r, "prefill_tok_s");
+        assert!(
+            prefill_s <= num(r, "ttft_s") * (1.0 + 1e-9),
+            "prefill time {prefill_s}s exceeds TTFT in {r}"
+        );
+        // A decode step's median latency and the decode rate describe the same steps.
+        let p50_rate = 1e3 / num(r, "decode_p50_ms");
+        let rate = num(r, "decode_tok_s");
+        assert!(
+            rate < p50_rate * 20.0 && rate > p50_rate / 20.0,
+            "decode {rate} tok/s is inconsistent with p50 {p50_rate} tok/s in {r}"
+        );
+    }
+}
+
+#[test]
+fn text_mode_prints_a_table() {
+    let model = fixture();
+    let out = tinyllm(&[
+        "bench",
+        "-m",
+        &model,
+        "--prompt-tokens",
+        "16",
+        "--decode-tokens",
+        "2",
+        "--no-warmup",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("prefill tok/s"), "{text}");
+    let row = text.lines().last().unwrap();
+    assert_eq!(row.split_whitespace().next(), Some("16"), "{text}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_message() {
+    let model = fixture();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--prompt-tokens", "0"], "--prompt-tokens"),
+        (&["--prompt-tokens", "16,abc"], "abc"),
+        (&["--prompt-tokens", ""], "--prompt-tokens"),
+        (&["--decode-tokens", "0"], "--decode-tokens"),
+        (&["--repetitions", "0"], "--repetitions"),
+        // 100 + 32 decoded tokens cannot fit a 64-token context.
+        (&["--prompt-tokens", "100", "--ctx", "64"], "context"),
+        // Longer than the model's trained context (2048).
+        (&["--prompt-tokens", "4000", "--ctx", "0"], "context"),
+        (&["--threads", "0"], "--threads"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["bench", "-m", &model];
+        args.extend_from_slice(extra);
+        let out = tinyllm(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: stderr {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: '{needle}' not in {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    }
+}

@@ -1,0 +1,293 @@
+//! The 256-value formats (Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K activations.
+//!
+//! Per super-block pair, all integer: each 32 values go through `maddubs`, then `madd` with the
+//! sub-block scale (two scales per 32 for Q6_K's 16-value sub-blocks) into eight i32 lanes. The
+//! minimum of Q4_K/Q5_K and Q6_K's offset of -32 come from the activations' 16-value sums
+//! (`bsums`) in one `madd`. The super-block total is converted once and scaled by `d_w · d_a`
+//! (and `dmin_w · d_a` for the minimum), as ggml's `vec_dot_q*_K_q8_K`.
+
+use std::arch::x86_64::*;
+
+use super::super::kernels::Activations;
+use super::dot_legacy::{nibbles, KVALUES_IQ4NL};
+use super::{for_tiles, hsum_ps, load_f16};
+use crate::quant::GgmlType;
+
+const Q4_K: u8 = 0;
+const Q5_K: u8 = 1;
+const Q6_K: u8 = 2;
+const IQ4_XS: u8 = 3;
+
+/// Bytes of one Q8_K block: f32 scale, 256 values, 16 i16 sums.
+const ACT_BLOCK: usize = 292;
+const R: usize = 4;
+const C: usize = 3;
+
+const fn block_bytes(kind: u8) -> usize {
+    match kind {
+        Q4_K => 144,
+        Q5_K => 176,
+        Q6_K => 210,
+        _ => 136,
+    }
+}
+
+/// `shuffle_epi8` masks putting byte `s` of a 16-byte table into every i16 lane, zero-extended
+/// (`[s, 0x80]` repeated; 0x80 selects zero).
+const fn zext_masks() -> [[i8; 32]; 16] {
+    let mut m = [[0i8; 32]; 16];
+    let mut s = 0;
+    while s < 16 {
+        let mut i = 0;
+        while i < 16 {
+            m[s][2 * i] = s as i8;
+            m[s][2 * i + 1] = -128;
+            i += 1;
+        }
+        s += 1;
+    }
+    m
+}
+static ZEXT: [[i8; 32]; 16] = zext_masks();
+
+/// Masks putting byte `2t` of a 16-byte table into the high byte of i16 lanes 0..8 and byte
+/// `2t + 1` into lanes 8..16 (low bytes zero): an arithmetic shift by 8 then sign-extends them.
+const fn pair_masks() -> [[i8; 32]; 8] {
+    let mut m = [[0i8; 32]; 8];
+    let mut t = 0;
+    while t < 8 {
+        let mut i = 0;
+        while i < 16 {
+            m[t][2 * i] = -128;
+            m[t][2 * i + 1] = (2 * t + i / 8) as i8;
+            i += 1;
+        }
+        t += 1;
+    }
+    m
+}
+static PAIRS: [[i8; 32]; 8] = pair_masks();
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mask(m: &[i8; 32]) -> __m256i {
+    _mm256_loadu_si256(m.as_ptr() as *const __m256i)
+}
+
+/// What a weight super-block contributes before meeting any activation row.
+#[derive(Clone, Copy)]
+struct Header {
+    d: f32,
+    dmin: f32,
+    /// Q4_K/Q5_K: bytes 0..8 scales, 8..16 mins; Q6_K: the 16 signed scales; in both lanes.
+    scales: __m256i,
+    /// Q4_K/Q5_K: the mins as i16, each twice (one per 16-value `bsums` entry); Q6_K: the 16
+    /// scales as i16.
+    per16: __m256i,
+    /// IQ4_XS: the eight 6-bit scales minus 32.
+    ls: [i16; 8],
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn header<const K: u8>(p: *const u8) -> Header {
+    let zero = _mm256_setzero_si256();
+    match K {
+        Q4_K | Q5_K => {
+            // Eight 6-bit scales and mins (see `quant::kquant::scale_min_k4`): the first four of
+            // each are the low 6 bits of bytes 0..4 / 4..8; the last four take 4 bits from bytes
+            // 8..12 and their top 2 bits from the spare top bits of bytes 0..8.
+            let u0 = std::ptr::read_unaligned(p.add(4) as *const u32);
+            let u1 = std::ptr::read_unaligned(p.add(8) as *const u32);
+            let u2 = std::ptr::read_unaligned(p.add(12) as *const u32);
+            let sc_lo = u0 & 0x3f3f_3f3f;
+            let m_lo = u1 & 0x3f3f_3f3f;
+            let sc_hi = (u2 & 0x0f0f_0f0f) | (((u0 >> 6) & 0x0303_0303) << 4);
+            let m_hi = ((u2 >> 4) & 0x0f0f_0f0f) | (((u1 >> 6) & 0x0303_0303) << 4);
+            let v = _mm_setr_epi32(sc_lo as i32, sc_hi as i32, m_lo as i32, m_hi as i32);
+            let mins = _mm_srli_si128(v, 8);
+            Header {
+                d: load_f16(p),
+                dmin: load_f16(p.add(2)),
+                scales: _mm256_broadcastsi128_si256(v),
+                per16: _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins)),
+                ls: [0; 8],
+            }
+        }
+        Q6_K => {
+            let sc = _mm_loadu_si128(p.add(192) as *const __m128i);
+            Header {
+                d: load_f16(p.add(208)),
+                dmin: 0.0,
+                scales: _mm256_broadcastsi128_si256(sc),
+                per16: _mm256_cvtepi8_epi16(sc),
+                ls: [0; 8],
+            }
+        }
+        _ => {
+            let sh = u32::from(std::ptr::read_unaligned(p.add(2) as *const u16));
+            let mut ls = [0i16; 8];
+            for (ib, l) in ls.iter_mut().enumerate() {
+                let lo = u32::from(*p.add(4 + ib / 2) >> (4 * (ib % 2))) & 0xf;
+                let hi = (sh >> (2 * ib)) & 3;
+                *l = (lo | (hi << 4)) as i16 - 32;
+            }
+            Header {
+                d: load_f16(p),
+                dmin: 0.0,
+                scales: zero,
+                per16: zero,
+                ls,
+            }
+        }
+    }
+}
+
+/// The weighted integer sums of one super-block pair: `(Σ sc·Σq·q8, Σ m·bsum)` in i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn body<const K: u8>(p: *const u8, h: &Header, q8: *const u8) -> (__m256i, __m256i) {
+    // Closures would not inherit the target features; a macro keeps the loads inline.
+    macro_rules! ld {
+        ($o:expr) => {
+            _mm256_loadu_si256(q8.add($o) as *const __m256i)
+        };
+    }
+    let low4 = _mm256_set1_epi8(0x0F);
+    let bsums = _mm256_loadu_si256(q8.add(256) as *const __m256i);
+    let mut isum = _mm256_setzero_si256();
+    match K {
+        Q4_K | Q5_K => {
+            let qs = p.add(if K == Q4_K { 16 } else { 48 });
+            let mut qh = _mm256_loadu_si256(p.add(16) as *const __m256i);
+            for j in 0..4 {
+                let q = _mm256_loadu_si256(qs.add(32 * j) as *const __m256i);
+                let mut lo = _mm256_and_si256(q, low4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+                if K == Q5_K {
+                    // Bit 2j of qh[l] is the fifth bit of value 64j + l, bit 2j + 1 of 64j + 32 + l.
+                    let one = _mm256_set1_epi8(1);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+                    hi = _mm256_or_si256(
+                        hi,
+                        _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_add_epi8(one, one)), 3),
+                    );
+                    qh = _mm256_srli_epi16(qh, 2);
+                }
+                let s0 = _mm256_shuffle_epi8(h.scales, mask(&ZEXT[2 * j]));
+                let s1 = _mm256_shuffle_epi8(h.scales, mask(&ZEXT[2 * j + 1]));
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld!(64 * j)), s0);
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld!(64 * j + 32)), s1);
+                isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+            }
+            (isum, _mm256_madd_epi16(h.per16, bsums))
+        }
+        Q6_K => {
+            // Values are q - 32: Σ sc·Σ(q-32)·q8 = Σ sc·Σq·q8 - 32·Σ sc·bsum.
+            isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(h.per16, bsums), 5));
+            let three = _mm256_set1_epi8(3);
+            for n in 0..2 {
+                let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+                let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+                // Bits 2g..2g+2 of qh are the top bits of group g (shifted into place as 4..6).
+                let h0 = _mm256_slli_epi16(_mm256_and_si256(qh, three), 4);
+                let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4);
+                let h2 = _mm256_and_si256(qh, _mm256_slli_epi16(three, 4));
+                let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_slli_epi16(three, 4));
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, low4), h0),
+                    _mm256_or_si256(_mm256_and_si256(ql1, low4), h1),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3),
+                ];
+                for (g, &qg) in q.iter().enumerate() {
+                    let t = 4 * n + g;
+                    let sc = _mm256_srai_epi16(_mm256_shuffle_epi8(h.scales, mask(&PAIRS[t])), 8);
+                    let prod = _mm256_maddubs_epi16(qg, ld!(32 * t));
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, sc));
+                }
+            }
+            (isum, _mm256_setzero_si256())
+        }
+        _ => {
+            let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+            for ib in 0..8 {
+                let w = _mm256_shuffle_epi8(lut, nibbles(p.add(8 + 16 * ib)));
+                let prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(ld!(32 * ib), w));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, _mm256_set1_epi16(h.ls[ib])));
+            }
+            (isum, _mm256_setzero_si256())
+        }
+    }
+}
+
+/// Outputs `(w0..w0+RR) × (a0..a0+CC)` into `out[w * rows + a]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
+    nb: usize,
+    weights: &[u8],
+    act: &Activations,
+    w0: usize,
+    a0: usize,
+    out: &mut [f32],
+) {
+    let wb = block_bytes(K);
+    let rb = nb * wb;
+    let w = weights.as_ptr().add(w0 * rb);
+    let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
+    let mut acc = [[_mm256_setzero_ps(); CC]; RR];
+    for b in 0..nb {
+        for r in 0..RR {
+            let p = w.add(r * rb + b * wb);
+            // As in `dot_legacy`: fetch the same super-block of the next tile of rows.
+            let ahead = w.wrapping_add((RR + r) * rb + b * wb);
+            for line in (0..wb).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+            }
+            let h = header::<K>(p);
+            for c in 0..CC {
+                let y = a.add(c * act.row_bytes + b * ACT_BLOCK);
+                let dy = std::ptr::read_unaligned(y as *const f32);
+                let (isum, msum) = body::<K>(p, &h, y.add(4));
+                let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h.d * dy), acc[r][c]);
+                if matches!(K, Q4_K | Q5_K) {
+                    v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(h.dmin * dy), v);
+                }
+                acc[r][c] = v;
+            }
+        }
+    }
+    let rows = act.rows;
+    for r in 0..RR {
+        for c in 0..CC {
+            out[(w0 + r) * rows + a0 + c] = hsum_ps(acc[r][c]);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+    let nb = k / 256;
+    let nw = weights.len() / (nb * block_bytes(K));
+    for_tiles::<R, C>(nw, act.rows, |w0, a0, r, c| match (r, c) {
+        (R, C) => kernel::<K, R, C>(nb, weights, act, w0, a0, out),
+        (R, _) => kernel::<K, R, 1>(nb, weights, act, w0, a0, out),
+        (_, C) => kernel::<K, 1, C>(nb, weights, act, w0, a0, out),
+        _ => kernel::<K, 1, 1>(nb, weights, act, w0, a0, out),
+    });
+}
+
+/// See [`super::tile`]; lengths were checked there.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+    match ty {
+        GgmlType::Q4_K => run::<Q4_K>(k, weights, act, out),
+        GgmlType::Q5_K => run::<Q5_K>(k, weights, act, out),
+        GgmlType::Q6_K => run::<Q6_K>(k, weights, act, out),
+        GgmlType::IQ4_XS => run::<IQ4_XS>(k, weights, act, out),
+        _ => return false,
+    }
+    true
+}

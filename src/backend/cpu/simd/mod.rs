@@ -1,0 +1,133 @@
+//! AVX2 kernels of the CPU backend (x86_64 only, chosen at run time by
+//! [`super::kernels::Kernels::detect`]).
+//!
+//! The arithmetic is ggml's: activations are quantized once per batch (Q8_0 or Q8_K, byte for
+//! byte as the scalar quantizers in [`crate::quant`]), each weight block meets each activation
+//! block in exact integer products (`maddubs`/`madd`), and only the per-block scaling is f32. So
+//! a result differs from the scalar oracle [`crate::quant::vec_dot`] only in the order of the
+//! f32 additions.
+//!
+//! Every kernel computes a tile of `R` weight rows × `C` activation rows with one accumulator per
+//! output, streaming the blocks of the `R` rows once per tile. Each output goes through the same
+//! operations in the same order whatever the tile shape, so results do not depend on how the
+//! work was split (thread count, tail tiles).
+//!
+//! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (32-value formats against Q8_0),
+//! `dot_kquant.rs` (256-value formats against Q8_K), `dot_float.rs` (F32/F16/BF16 rows).
+
+// Register tiles are `[[acc; C]; R]` arrays indexed by (weight row, activation row) in nested
+// loops that the compiler unrolls; iterators would hide that shape.
+#![allow(clippy::needless_range_loop)]
+
+mod dot_float;
+mod dot_kquant;
+mod dot_legacy;
+pub(super) mod q8;
+#[cfg(test)]
+mod tests;
+
+use std::arch::x86_64::*;
+
+use super::kernels::Activations;
+use crate::quant::GgmlType;
+
+/// Whether this CPU has what the kernels use (AVX2 integer ops, FMA, F16C conversions).
+pub fn available() -> bool {
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+}
+
+/// Whether [`tile`] covers weights of type `ty`.
+pub fn supports(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | Q4_K | Q5_K | Q6_K | IQ4_XS
+    )
+}
+
+/// `out[w * rows + a]` = row `w` of `weights` (whole rows of `k` values of `ty`) times row `a` of
+/// `act` (prepared by [`q8::prepare`] for `ty`). Returns false, leaving `out` untouched, when
+/// `ty` is not covered or the lengths do not fit together.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C ([`available`]).
+pub unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+    let rows = act.rows;
+    if !supports(ty) || k == 0 || k % ty.block_size() != 0 || rows == 0 || act.k != k {
+        return false;
+    }
+    let row_bytes = k / ty.block_size() * ty.block_bytes();
+    if weights.len() % row_bytes != 0 || out.len() != weights.len() / row_bytes * rows {
+        return false;
+    }
+    // The kernels read activations through raw pointers: their layout must be the one
+    // `q8::prepare` makes for this weight type.
+    let act_ty = ty.vec_dot_type();
+    let fits = match act_ty {
+        GgmlType::Q8_0 | GgmlType::Q8_K => {
+            let blocks = rows * (k / act_ty.block_size());
+            act.row_bytes == k / act_ty.block_size() * act_ty.block_bytes()
+                && act.bytes.len() == blocks * act_ty.block_bytes()
+                && (act_ty == GgmlType::Q8_K
+                    || (act.scales.len() == blocks
+                        && match ty {
+                            GgmlType::Q4_0 | GgmlType::Q5_0 => act.offsets.len() == blocks,
+                            GgmlType::Q4_1 | GgmlType::Q5_1 => act.dsums.len() == blocks,
+                            _ => true,
+                        }))
+        }
+        _ => act.values.len() == rows * k,
+    };
+    if !fits {
+        return false;
+    }
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS => {
+            dot_kquant::tile(ty, k, weights, act, out)
+        }
+        _ => dot_legacy::tile(ty, k, weights, act, out),
+    }
+}
+
+/// Sum of the 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// An f16 stored little-endian at `p` (unaligned), as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f16(p: *const u8) -> f32 {
+    let h = std::ptr::read_unaligned(p as *const u16);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
+/// Walk a `nw` × `rows` output in tiles: `R`×`C` where both fit, then narrower ones at the
+/// edges. `kernel(w0, a0, r, c)` fills outputs `(w0..w0+r) × (a0..a0+c)`, with `r` in {R, 1} and
+/// `c` in {C, 1}.
+#[inline(always)]
+fn for_tiles<const R: usize, const C: usize>(
+    nw: usize,
+    rows: usize,
+    mut kernel: impl FnMut(usize, usize, usize, usize),
+) {
+    let mut w0 = 0;
+    while w0 < nw {
+        let r = if nw - w0 >= R { R } else { 1 };
+        let mut a0 = 0;
+        while a0 < rows {
+            let c = if rows - a0 >= C { C } else { 1 };
+            kernel(w0, a0, r, c);
+            a0 += c;
+        }
+        w0 += r;
+    }
+}

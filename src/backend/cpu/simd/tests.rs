@@ -1,0 +1,283 @@
+//! AVX2 kernels against the scalar oracles of `crate::quant` on random data: quantizers byte
+//! for byte, dot products within the f32 reordering bound, tiles bit-identical to single pairs.
+
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::super::kernels::{Activations, Kernels};
+use crate::quant::{self, GgmlType};
+
+const TYPES: [GgmlType; 13] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+];
+
+fn avx2() -> Kernels {
+    assert!(super::available(), "these tests need a CPU with AVX2, FMA and F16C");
+    let k = Kernels::detect();
+    assert_eq!(k.variant, "avx2");
+    k
+}
+
+/// Activations with a magnitude that changes every 32 values, some exact zeros, and a block
+/// whose values sit on rounding ties.
+fn activations(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    let mut x = Vec::with_capacity(n);
+    let mut scale = 1.0f32;
+    for i in 0..n {
+        if i % 32 == 0 {
+            scale = 10f32.powf(rng.random_range(-3.0..1.5));
+        }
+        let v = match rng.random_range(0..20) {
+            0 => 0.0,
+            1 => scale * 4.0,
+            _ => rng.random_range(-1.0f32..1.0) * scale,
+        };
+        x.push(v);
+    }
+    if n >= 64 {
+        // amax 127 gives Q8_0 the scale 1: halves are exact ties (away from zero); a first
+        // element of -127 gives Q8_K the scale 1 too (ties to even).
+        for (j, v) in x[32..64].iter_mut().enumerate() {
+            *v = j as f32 - 15.5;
+        }
+        x[32] = 127.0;
+        x[0] = -127.0;
+        for (j, v) in x[1..32].iter_mut().enumerate() {
+            *v = (j as f32 - 15.0) * 2.5;
+        }
+    }
+    x
+}
+
+/// A scale that ggml's quantizers could have written: positive or negative, 1e-4..0.1.
+fn scale(rng: &mut ChaCha8Rng, positive: bool) -> [u8; 2] {
+    let v = 10f32.powf(rng.random_range(-4.0..-1.0));
+    let v = if positive || rng.random_bool(0.5) { v } else { -v };
+    f16::from_f32(v).to_le_bytes()
+}
+
+/// `rows` random weight rows of `k` values of `ty` with sane f16 scales.
+fn weights(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8> {
+    let n = k * rows;
+    match ty {
+        GgmlType::F32 => {
+            return (0..n)
+                .flat_map(|_| rng.random_range(-1.0f32..1.0).to_le_bytes())
+                .collect()
+        }
+        GgmlType::F16 => {
+            return (0..n)
+                .flat_map(|_| f16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes())
+                .collect()
+        }
+        GgmlType::BF16 => {
+            return (0..n)
+                .flat_map(|_| bf16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes())
+                .collect()
+        }
+        _ => {}
+    }
+    let bb = ty.block_bytes();
+    let mut w: Vec<u8> = (0..n / ty.block_size() * bb).map(|_| rng.random()).collect();
+    for b in w.chunks_exact_mut(bb) {
+        let (d_at, min_at) = match ty {
+            GgmlType::Q6_K => (208, None),
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => (0, Some(2)),
+            _ => (0, None),
+        };
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K);
+        b[d_at..d_at + 2].copy_from_slice(&scale(rng, k_quant));
+        if let Some(m) = min_at {
+            b[m..m + 2].copy_from_slice(&scale(rng, k_quant));
+        }
+    }
+    w
+}
+
+/// The part of each weight that does not depend on its quant (`m`, `-dmin·m`), for the
+/// formats whose dot products add it separately scaled; zeros otherwise.
+fn min_part(ty: GgmlType, w: &[u8], k: usize) -> Vec<f32> {
+    let quants = match ty {
+        GgmlType::Q4_1 => 4..20,
+        GgmlType::Q5_1 => 4..24,
+        GgmlType::Q4_K => 16..144,
+        GgmlType::Q5_K => 16..176,
+        _ => return vec![0.0; w.len() / ty.block_bytes() * ty.block_size()],
+    };
+    let mut z = w.to_vec();
+    for b in z.chunks_exact_mut(ty.block_bytes()) {
+        b[quants.clone()].fill(0);
+    }
+    let mut out = vec![0f32; z.len() / ty.block_bytes() * ty.block_size()];
+    quant::dequantize(ty, &z, &mut out).unwrap();
+    assert_eq!(out.len() % k, 0);
+    out
+}
+
+fn run(k: Kernels, ty: GgmlType, kk: usize, w: &[u8], x: &[f32]) -> Vec<f32> {
+    let act: Activations = (k.prepare)(ty, x, kk).unwrap();
+    let nw = w.len() / (kk / ty.block_size() * ty.block_bytes());
+    let mut out = vec![f32::NAN; nw * act.rows()];
+    (k.tile)(ty, kk, w, &act, &mut out);
+    out
+}
+
+/// Compare the AVX2 tile with the oracle for `nw` weight rows × `rows` activation rows.
+fn check(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, nw: usize, rows: usize) {
+    let fast = avx2();
+    // One spare leading byte: weight rows read from a file need not be aligned.
+    let mut buf = vec![0u8];
+    buf.extend(weights(rng, ty, k, nw));
+    let w = &buf[1..];
+    let x = activations(rng, k * rows);
+    let got = run(fast, ty, k, w, &x);
+    let want = run(Kernels::oracle(), ty, k, w, &x);
+
+    // Error bound of reordered f32 sums: (sequential adds) · eps · Σ|terms|.
+    let mut wf = vec![0f32; k * nw];
+    // The scalar decoder wants aligned blocks; a fresh allocation is.
+    let aligned = w.to_vec();
+    quant::dequantize(ty, &aligned, &mut wf).unwrap();
+    let mins = min_part(ty, w, k);
+    let adds = if ty.vec_dot_type() == GgmlType::F32 {
+        k / 8
+    } else {
+        k / ty.block_size()
+    } + 8;
+    let act_ty = ty.vec_dot_type();
+    let mut xq = vec![0f32; k * rows];
+    if act_ty == GgmlType::F32 {
+        xq.copy_from_slice(&run_values(ty, &x));
+    } else {
+        let mut bytes = Vec::new();
+        quant::quantize_activations(ty, &x, &mut bytes).unwrap();
+        quant::dequantize(act_ty, &bytes, &mut xq).unwrap();
+    }
+    for i in 0..nw {
+        for r in 0..rows {
+            let (wr, mr, xr) = (
+                &wf[i * k..(i + 1) * k],
+                &mins[i * k..(i + 1) * k],
+                &xq[r * k..(r + 1) * k],
+            );
+            let mag: f64 = (0..k)
+                .map(|j| (f64::from(wr[j]).abs() + 2.0 * f64::from(mr[j]).abs()) * f64::from(xr[j]).abs())
+                .sum();
+            let tol = 2.0 * adds as f64 * f64::from(f32::EPSILON) * mag + 1e-30;
+            let (g, o) = (got[i * rows + r], want[i * rows + r]);
+            assert!(
+                (f64::from(g) - f64::from(o)).abs() <= tol,
+                "{ty} k={k} {nw}x{rows} at ({i},{r}): avx2 {g} oracle {o} (tolerance {tol:e}, magnitude {mag:e})"
+            );
+        }
+    }
+
+    // Every output must be the same whatever tile it was computed in.
+    for i in [0, nw / 2, nw - 1] {
+        let rb = k / ty.block_size() * ty.block_bytes();
+        for r in [0, rows - 1] {
+            let one = run(fast, ty, k, &w[i * rb..(i + 1) * rb], &x[r * k..(r + 1) * k]);
+            assert_eq!(
+                one[0].to_bits(),
+                got[i * rows + r].to_bits(),
+                "{ty} k={k} {nw}x{rows}: output ({i},{r}) depends on the tiling"
+            );
+        }
+    }
+}
+
+/// Float activations as the oracle rounds them.
+fn run_values(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    match ty {
+        GgmlType::F16 => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+        GgmlType::BF16 => x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
+        _ => x.to_vec(),
+    }
+}
+
+#[test]
+fn quantizers_match_the_scalar_ones_byte_for_byte() {
+    avx2();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    for n in [256, 512, 4096, 16384] {
+        let mut x = activations(&mut rng, n);
+        // An all-zero block and a negative maximum that appears twice.
+        if n > 512 {
+            x[256..288].fill(0.0);
+            x[300] = -50.0;
+            x[301] = 50.0;
+            x[512..768].fill(0.0);
+        }
+        let mut want = Vec::new();
+        quant::quantize_activations(GgmlType::Q4_0, &x, &mut want).unwrap();
+        let (mut got, mut scales, mut sums) = (Vec::new(), Vec::new(), Vec::new());
+        // SAFETY: `avx2()` checked the CPU.
+        unsafe { super::q8::quantize_q8_0(&x, &mut got, &mut scales, &mut sums) };
+        assert_eq!(got, want, "Q8_0, {n} values");
+        for (i, b) in want.chunks_exact(34).enumerate() {
+            assert_eq!(scales[i], f16::from_le_bytes([b[0], b[1]]).to_f32());
+            assert_eq!(sums[i], b[2..].iter().map(|&q| i32::from(q as i8)).sum::<i32>());
+        }
+
+        let mut want = Vec::new();
+        quant::quantize_activations(GgmlType::Q4_K, &x, &mut want).unwrap();
+        let mut got = Vec::new();
+        // SAFETY: as above.
+        unsafe { super::q8::quantize_q8_k(&x, &mut got) };
+        assert_eq!(got, want, "Q8_K, {n} values");
+    }
+}
+
+#[test]
+fn dot_products_match_the_oracle_on_odd_shapes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    for ty in TYPES {
+        let k = match ty {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 263,
+            t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
+        };
+        for nw in [1, 3, 5, 17] {
+            for rows in [1, 2, 3, 7] {
+                check(&mut rng, ty, k, nw, rows);
+            }
+        }
+    }
+}
+
+#[test]
+fn dot_products_match_the_oracle_on_long_rows() {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for ty in TYPES {
+        check(&mut rng, ty, 16384, 5, 2);
+    }
+}
+
+#[test]
+fn mismatched_lengths_give_nan_not_a_panic() {
+    let fast = avx2();
+    let x = vec![0.5f32; 256];
+    let act = (fast.prepare)(GgmlType::Q4_K, &x, 256).unwrap();
+    // Half a row of weights.
+    let w = vec![0u8; 72];
+    let mut out = vec![0f32; 1];
+    (fast.tile)(GgmlType::Q4_K, 256, &w, &act, &mut out);
+    assert!(out[0].is_nan());
+    // Activations prepared for a Q8_0 type handed to a Q8_K type.
+    let act = (fast.prepare)(GgmlType::Q4_0, &x, 256).unwrap();
+    let w = vec![0u8; 144];
+    (fast.tile)(GgmlType::Q4_K, 256, &w, &act, &mut out);
+    assert!(out[0].is_nan());
+}
