@@ -2,53 +2,16 @@
 //! models checked against llama.cpp's golden answers, and exit code 2 with a clear message for
 //! every kind of bad input.
 
+mod cli_support;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use cli_support::{input_error, jsonl, ok_stdout};
 use common::{golden, real_model, GgufWriter};
 use serde_json::Value;
-use std::process::{Command, Output};
 
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
-
-fn tinyllm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
-        .args(args)
-        .output()
-        .expect("run tinyllm-native")
-}
-
-fn ok_stdout(args: &[&str]) -> String {
-    let out = tinyllm(args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 stdout")
-}
-
-/// Runs a command that must fail with exit code 2 and returns its error message.
-fn input_error(args: &[&str]) -> String {
-    let out = tinyllm(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{args:?}: expected exit 2, stderr: {stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
-    stderr
-}
-
-fn jsonl(rel: &str) -> Vec<Value> {
-    std::fs::read_to_string(golden(rel))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 #[test]
 fn inspect_real_models() {

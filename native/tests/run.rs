@@ -1,50 +1,15 @@
 //! `run` and `chat` end to end on the tiny golden fixtures (fast) and the real models:
 //! greedy output against llama.cpp's tokens, and exit code 2 with a clear message for bad input.
 
+mod cli_support;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use cli_support::{input_error, jsonl, ok_stdout};
 use common::{golden, real_model, GgufWriter};
 use serde_json::Value;
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-fn tinyllm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
-        .args(args)
-        .output()
-        .expect("run tinyllm-native")
-}
-
-fn ok_stdout(args: &[&str]) -> String {
-    let out = tinyllm(args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 stdout")
-}
-
-fn input_error(args: &[&str]) -> String {
-    let out = tinyllm(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{args:?}: expected exit 2, stderr: {stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
-    stderr
-}
-
-fn golden_rows(rel: &str) -> Vec<Value> {
-    std::fs::read_to_string(golden(rel))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use std::process::{Command, Stdio};
 
 fn ids_arg(ids: &Value) -> String {
     ids.as_array()
@@ -118,7 +83,7 @@ fn check_greedy(model: &str, rows: &[Value], tol: f64) -> (usize, usize, usize) 
 fn greedy_run_matches_llama_cpp_on_fixtures() {
     for file in ["llama.F16", "llama.Q8_0", "qwen2.Q8_0", "qwen3.Q4_K_M", "gemma3.F16"] {
         let model = golden(&format!("fixtures/{file}.gguf"));
-        let rows = golden_rows(&format!("fixtures/{file}.golden.jsonl"));
+        let rows = jsonl(&format!("fixtures/{file}.golden.jsonl"));
         let (ok, _, total) = check_greedy(model.to_str().unwrap(), &rows, 0.01);
         assert_eq!(
             ok, total,
@@ -130,7 +95,7 @@ fn greedy_run_matches_llama_cpp_on_fixtures() {
 #[test]
 fn run_json_reports_logprobs_and_timings() {
     let model = golden("fixtures/llama.F16.gguf");
-    let row = &golden_rows("fixtures/llama.F16.golden.jsonl")[0];
+    let row = &jsonl("fixtures/llama.F16.golden.jsonl")[0];
     let prompt = ids_arg(&row["prompt_ids"]);
     let out = ok_stdout(&[
         "run",
@@ -175,7 +140,7 @@ fn run_json_reports_logprobs_and_timings() {
 #[test]
 fn greedy_is_identical_for_one_and_two_threads() {
     let model = golden("fixtures/qwen2.Q4_K_M.gguf");
-    let row = &golden_rows("fixtures/qwen2.Q4_K_M.golden.jsonl")[1];
+    let row = &jsonl("fixtures/qwen2.Q4_K_M.golden.jsonl")[1];
     let prompt = ids_arg(&row["prompt_ids"]);
     let run = |threads: &str| {
         let out = ok_stdout(&[
@@ -306,7 +271,7 @@ fn greedy_run_matches_llama_cpp_on_real_models() {
         ("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m"),
     ] {
         let path = real_model(file);
-        let rows = golden_rows(&format!("generate/{golden_name}.jsonl"));
+        let rows = jsonl(&format!("generate/{golden_name}.jsonl"));
         // 0.1 is the golden README's tolerance for the real Q4_K_M models: llama.cpp's own
         // flash-attention on/off runs disagree by up to 0.16 and flip greedy tokens at gaps
         // below it (gemma `code_py_200` even at a gap of 0.14).

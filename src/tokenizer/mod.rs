@@ -496,6 +496,18 @@ impl Tokenizer {
 
     /// Text to ids. `add_special` adds BOS/EOS where the model asks for them; `parse_special` lets
     /// control tokens written in the text (`<|im_start|>`) become those tokens.
+    /// Tokenize a rendered chat prompt: special tokens parsed, BOS added when the model wants
+    /// one, but never twice (templates that write `bos_token` themselves already have it).
+    pub fn encode_chat(&self, rendered: &str) -> Vec<u32> {
+        let mut ids = self.encode(rendered, true, true);
+        if let Some(bos) = self.bos() {
+            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                ids.remove(0);
+            }
+        }
+        ids
+    }
+
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         let fragments = self.partition(text, parse_special);

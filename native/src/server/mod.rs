@@ -61,16 +61,9 @@ pub struct AppState {
 pub type Shared = Arc<AppState>;
 
 impl AppState {
-    /// Tokenize a rendered chat prompt: special tokens parsed, BOS added when the model wants
-    /// one, but never twice (templates that write `bos_token` themselves already have it).
+    /// Tokenize a rendered chat prompt ([`Tokenizer::encode_chat`]).
     pub fn encode_chat(&self, rendered: &str) -> Vec<u32> {
-        let mut ids = self.tokenizer.encode(rendered, true, true);
-        if let Some(bos) = self.tokenizer.bos() {
-            if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-                ids.remove(0);
-            }
-        }
-        ids
+        self.tokenizer.encode_chat(rendered)
     }
 }
 
