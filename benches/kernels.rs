@@ -7,24 +7,9 @@
 use std::time::{Duration, Instant};
 
 use half::f16;
-use tinyllm::backend::cpu::kernels::Kernels;
+use tinyllm::backend::cpu::kernels::{Kernels, AVX2_TYPES as TYPES};
 use tinyllm::quant::GgmlType;
 
-const TYPES: [GgmlType; 13] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::IQ4_NL,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_XS,
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-];
 /// Values per row and rows of the matvec matrix.
 const K: usize = 4096;
 const N: usize = 4096;
@@ -132,7 +117,7 @@ fn main() {
         format!("GOP/s {threads}T"),
         "fast GOP/s"
     );
-    for ty in TYPES {
+    for &ty in TYPES {
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(ty.name())) {
             continue;
         }

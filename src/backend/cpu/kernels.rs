@@ -18,6 +18,23 @@ use half::{bf16, f16};
 
 use crate::quant::{self, GgmlType, QuantError};
 
+/// Weight types the AVX2 integer/F16C kernels cover (others use the portable path); the kernel
+/// tests and `cargo bench --bench kernels` iterate over this list.
+pub const AVX2_TYPES: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_XS,
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+];
 /// Activations of a batch, converted for one weight type. Which fields are filled depends on
 /// the kernel set that prepared them.
 pub struct Activations {

@@ -40,11 +40,7 @@ pub fn available() -> bool {
 
 /// Whether [`tile`] covers weights of type `ty`.
 pub fn supports(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | Q4_K | Q5_K | Q6_K | IQ4_XS
-    )
+    super::kernels::AVX2_TYPES.contains(&ty)
 }
 
 /// `out[w * rows + a]` = row `w` of `weights` (whole rows of `k` values of `ty`) times row `a` of

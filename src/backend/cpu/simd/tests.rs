@@ -5,24 +5,8 @@ use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::super::kernels::{Activations, Kernels};
+use super::super::kernels::{Activations, Kernels, AVX2_TYPES as TYPES};
 use crate::quant::{self, GgmlType};
-
-const TYPES: [GgmlType; 13] = [
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::IQ4_NL,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_XS,
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-];
 
 fn avx2() -> Kernels {
     assert!(super::available(), "these tests need a CPU with AVX2, FMA and F16C");
@@ -244,7 +228,7 @@ fn quantizers_match_the_scalar_ones_byte_for_byte() {
 #[test]
 fn dot_products_match_the_oracle_on_odd_shapes() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
-    for ty in TYPES {
+    for &ty in TYPES {
         let k = match ty {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 263,
             t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
@@ -260,7 +244,7 @@ fn dot_products_match_the_oracle_on_odd_shapes() {
 #[test]
 fn dot_products_match_the_oracle_on_long_rows() {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
-    for ty in TYPES {
+    for &ty in TYPES {
         check(&mut rng, ty, 16384, 5, 2);
     }
 }
