@@ -4,243 +4,19 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod serve_support;
 
 use common::{golden, real_model};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use serve_support::{Server, FIXTURE};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const FIXTURE: &str = "fixtures/qwen2.Q8_0.gguf";
-
-/// A running server; killed on drop. Its stderr (the request log) is collected.
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Server {
-    fn start(model: &std::path::Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
-            .args(["serve", "-m"])
-            .arg(model)
-            .args(["--port", "0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tinyllm-native serve");
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut l = sink.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let Some(url) = line.trim().split("listening on http://").nth(1) else {
-            let _ = child.kill();
-            std::thread::sleep(Duration::from_millis(200));
-            panic!("server did not start: {line:?}\n{}", log.lock().unwrap());
-        };
-        Server {
-            addr: url.to_string(),
-            child,
-            log,
-        }
-    }
-
-    fn fixture(extra: &[&str]) -> Server {
-        let args: Vec<&str> = ["--threads", "1"].iter().chain(extra).copied().collect();
-        Server::start(&golden(FIXTURE), &args)
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// One request; `Connection: close`, so the body ends with the connection.
-    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-        let mut conn = self.send(method, path, headers, body);
-        let (status, head) = read_head(&mut conn);
-        let mut raw = Vec::new();
-        if head.contains("transfer-encoding: chunked") {
-            while let Some(c) = read_chunk(&mut conn) {
-                raw.extend(c);
-            }
-        } else {
-            conn.read_to_end(&mut raw).unwrap();
-        }
-        Response {
-            status,
-            head,
-            body: raw,
-        }
-    }
-
-    fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> BufReader<TcpStream> {
-        let mut s = TcpStream::connect(&self.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.addr,
-            body.len()
-        );
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes()).unwrap();
-        s.write_all(body).unwrap();
-        BufReader::new(s)
-    }
-
-    fn post(&self, path: &str, body: &Value) -> Response {
-        self.request(
-            "POST",
-            path,
-            &[("Content-Type", "application/json")],
-            body.to_string().as_bytes(),
-        )
-    }
-
-    /// POST and expect 200 with a JSON body.
-    fn ok(&self, path: &str, body: &Value) -> Value {
-        let r = self.post(path, body);
-        assert_eq!(r.status, 200, "{path} {body}: {}", r.text());
-        r.json()
-    }
-
-    /// A streaming request: the `data:` payloads in order, read until `[DONE]`.
-    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
-        let mut sse = self.open_stream(path, body);
-        let mut out = Vec::new();
-        while let Some(d) = sse.next_data() {
-            let done = d == "[DONE]";
-            out.push(d);
-            if done {
-                break;
-            }
-        }
-        out
-    }
-
-    fn open_stream(&self, path: &str, body: &Value) -> Sse {
-        let mut conn = self.send(
-            "POST",
-            path,
-            &[("Content-Type", "application/json")],
-            body.to_string().as_bytes(),
-        );
-        let (status, head) = read_head(&mut conn);
-        assert_eq!(status, 200, "{head}");
-        assert!(head.contains("content-type: text/event-stream"), "{head}");
-        Sse {
-            conn,
-            buf: String::new(),
-        }
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        let r = self.request("GET", "/metrics", &[], b"");
-        let text = r.text();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
-            .parse()
-            .unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Response {
-    status: u16,
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-    /// An OpenAI error object with this status; returns `error`.
-    fn error(&self, status: u16) -> Value {
-        assert_eq!(self.status, status, "{}", self.text());
-        let v = self.json();
-        let e = v["error"].clone();
-        for k in ["message", "type", "param", "code"] {
-            assert!(e.get(k).is_some(), "error object without {k}: {v}");
-        }
-        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
-        e
-    }
-}
-
-/// Status line and headers (lower-cased).
-fn read_head(conn: &mut BufReader<TcpStream>) -> (u16, String) {
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if conn.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
-            break;
-        }
-        head.push_str(&line.to_ascii_lowercase());
-    }
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, head)
-}
-
-/// One chunk of a chunked body; `None` at the end.
-fn read_chunk(conn: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
-    let mut size = String::new();
-    if conn.read_line(&mut size).ok()? == 0 {
-        return None;
-    }
-    let n = usize::from_str_radix(size.trim(), 16).ok()?;
-    let mut data = vec![0; n + 2];
-    conn.read_exact(&mut data).ok()?;
-    data.truncate(n);
-    (n > 0).then_some(data)
-}
-
-struct Sse {
-    conn: BufReader<TcpStream>,
-    buf: String,
-}
-
-impl Sse {
-    /// The next `data:` payload (comments and keep-alives skipped).
-    fn next_data(&mut self) -> Option<String> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let event: String = self.buf.drain(..end + 2).collect();
-                let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
-                if !data.is_empty() {
-                    return Some(data.join("\n"));
-                }
-                continue;
-            }
-            let chunk = read_chunk(&mut self.conn)?;
-            self.buf.push_str(&String::from_utf8(chunk).unwrap());
-        }
-    }
+/// The fixture server for these tests: one thread, so results do not depend on scheduling.
+fn fixture(extra: &[&str]) -> Server {
+    let args: Vec<&str> = ["--threads", "1"].iter().chain(extra).copied().collect();
+    Server::start(&golden(FIXTURE), &args)
 }
 
 fn chat_body(user: &str, extra: Value) -> Value {
@@ -271,7 +47,7 @@ fn stream_content(events: &[String]) -> (String, Vec<Value>) {
 
 #[test]
 fn info_endpoints_and_page() {
-    let s = Server::fixture(&["--parallel", "2"]);
+    let s = fixture(&["--parallel", "2"]);
     let r = s.request("GET", "/health", &[], b"");
     assert_eq!((r.status, r.json()), (200, json!({"status": "ok"})));
     let models = s.request("GET", "/v1/models", &[], b"").json();
@@ -297,7 +73,7 @@ fn info_endpoints_and_page() {
 /// `/v1/completions` on llama.cpp's prompt ids must give llama.cpp's greedy continuation.
 #[test]
 fn completions_match_llama_cpp_greedy() {
-    let s = Server::fixture(&[]);
+    let s = fixture(&[]);
     let rows = std::fs::read_to_string(golden("fixtures/qwen2.Q8_0.golden.jsonl")).unwrap();
     for row in rows.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
         let n = row["n_predict"].as_u64().unwrap();
@@ -328,7 +104,7 @@ fn completions_match_llama_cpp_greedy() {
 
 #[test]
 fn chat_non_streaming_and_streaming_agree() {
-    let s = Server::fixture(&[]);
+    let s = fixture(&[]);
     let v = s.ok("/v1/chat/completions", &chat_body("Hello there", json!({})));
     assert_eq!(v["object"], "chat.completion");
     let choice = &v["choices"][0];
@@ -375,7 +151,7 @@ fn chat_non_streaming_and_streaming_agree() {
 
 #[test]
 fn max_tokens_gives_length_and_completion_streams() {
-    let s = Server::fixture(&[]);
+    let s = fixture(&[]);
     for (field, n) in [("max_tokens", 3), ("max_completion_tokens", 5)] {
         let v = s.ok(
             "/v1/completions",
@@ -403,7 +179,7 @@ fn max_tokens_gives_length_and_completion_streams() {
 
 #[test]
 fn stop_sequences_end_the_answer_and_are_not_emitted() {
-    let s = Server::fixture(&[]);
+    let s = fixture(&[]);
     let prompt = "Write something long";
     let full = s.ok("/v1/chat/completions", &chat_body(prompt, json!({"max_tokens": 24})));
     let text = full["choices"][0]["message"]["content"].as_str().unwrap().to_string();
@@ -441,7 +217,7 @@ fn stop_sequences_end_the_answer_and_are_not_emitted() {
 
 #[test]
 fn chat_logprobs() {
-    let s = Server::fixture(&[]);
+    let s = fixture(&[]);
     let v = s.ok(
         "/v1/chat/completions",
         &chat_body("Hi", json!({"logprobs": true, "top_logprobs": 3, "max_tokens": 6})),
@@ -474,7 +250,7 @@ fn chat_logprobs() {
 
 #[test]
 fn every_error_is_an_openai_error_object() {
-    let s = Server::fixture(&["--ctx", "128", "--api-key", "sekret", "--max-body-bytes", "4096"]);
+    let s = fixture(&["--ctx", "128", "--api-key", "sekret", "--max-body-bytes", "4096"]);
     let auth = [("Authorization", "Bearer sekret"), ("Content-Type", "application/json")];
     let post = |body: &str| s.request("POST", "/v1/chat/completions", &auth, body.as_bytes());
     let good = chat_body("hi", json!({"max_tokens": 2})).to_string();
@@ -550,7 +326,7 @@ fn every_error_is_an_openai_error_object() {
 
 #[test]
 fn second_turn_reuses_the_first_turns_cache() {
-    let s = Server::fixture(&["--parallel", "2"]);
+    let s = fixture(&["--parallel", "2"]);
     let first = s.ok(
         "/v1/chat/completions",
         &chat_body("Tell me a story", json!({"max_tokens": 8})),
@@ -587,7 +363,7 @@ fn second_turn_reuses_the_first_turns_cache() {
 
 #[test]
 fn disconnect_frees_the_slot() {
-    let s = Server::fixture(&["--parallel", "1"]);
+    let s = fixture(&["--parallel", "1"]);
     let body = chat_body("Go on forever", json!({"stream": true, "max_tokens": 1900}));
     let mut sse = s.open_stream("/v1/chat/completions", &body);
     for _ in 0..2 {
@@ -618,7 +394,7 @@ fn disconnect_frees_the_slot() {
 
 #[test]
 fn full_queue_answers_503_with_retry_after() {
-    let s = Server::fixture(&["--parallel", "1", "--queue", "1"]);
+    let s = fixture(&["--parallel", "1", "--queue", "1"]);
     let long = chat_body("Keep going", json!({"stream": true, "max_tokens": 1900}));
     let mut running = s.open_stream("/v1/chat/completions", &long);
     running.next_data().expect("the first request runs");
@@ -638,7 +414,7 @@ fn full_queue_answers_503_with_retry_after() {
 
 #[test]
 fn four_parallel_streams_complete_like_sequential_ones() {
-    let s = Arc::new(Server::fixture(&["--parallel", "4"]));
+    let s = Arc::new(fixture(&["--parallel", "4"]));
     let prompts = ["alpha", "bravo charlie", "delta echo foxtrot", "golf"];
     let sequential: Vec<String> = prompts
         .iter()
@@ -662,7 +438,7 @@ fn four_parallel_streams_complete_like_sequential_ones() {
 
 #[test]
 fn tokenize_detokenize_apply_template() {
-    let s = Server::fixture(&[]);
+    let s = fixture(&[]);
     let text = "Hello world, héllo!";
     let ids = s.ok("/tokenize", &json!({"content": text}))["tokens"].clone();
     let cli = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
@@ -778,7 +554,7 @@ fn real_qwen_tool_call_round_trip() {
 /// The official `openai` Python client (installed by `.ci/run`) speaks to the server.
 #[test]
 fn openai_python_client() {
-    let s = Server::fixture(&[]);
+    let s = fixture(&[]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_openai.py");
     let out = Command::new("python3")
         .arg(script)

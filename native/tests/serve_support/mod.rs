@@ -80,20 +80,29 @@ impl Server {
             .unwrap_or_else(|| panic!("no VmRSS in /proc/{}/status:\n{status}", self.pid()))
     }
 
-    /// One request with `Connection: close`; the whole answer (a chunked body is de-chunked).
-    pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Response {
+    /// Open a connection and send one request with `Connection: close` and these headers;
+    /// the caller reads the answer (see [`read_head`], [`read_chunk`]).
+    pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> BufReader<TcpStream> {
         let mut s = TcpStream::connect(&self.addr).expect("connect to the server");
         s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n",
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
             self.addr,
             body.len()
         );
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
         s.write_all(head.as_bytes()).unwrap();
         s.write_all(body).unwrap();
-        let mut conn = BufReader::new(s);
+        BufReader::new(s)
+    }
+
+    /// One request; the whole answer (a chunked body is de-chunked).
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        let mut conn = self.send(method, path, headers, body);
         let (status, head) = read_head(&mut conn);
         let mut body = Vec::new();
         if head.contains("transfer-encoding: chunked") {
@@ -106,13 +115,57 @@ impl Server {
         Response { status, head, body }
     }
 
+    /// POST a JSON body.
     pub fn post(&self, path: &str, body: &Value) -> Response {
-        self.request("POST", path, body.to_string().as_bytes())
+        self.request(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+    }
+
+    /// POST and expect 200 with a JSON body.
+    pub fn ok(&self, path: &str, body: &Value) -> Value {
+        let r = self.post(path, body);
+        assert_eq!(r.status, 200, "{path} {body}: {}", r.text());
+        r.json()
+    }
+
+    /// A streaming POST: the `data:` payloads in order, read until `[DONE]`.
+    pub fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let mut sse = self.open_stream(path, body);
+        let mut out = Vec::new();
+        while let Some(d) = sse.next_data() {
+            let done = d == "[DONE]";
+            out.push(d);
+            if done {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Start a streaming POST and check it answers 200 with an event stream.
+    pub fn open_stream(&self, path: &str, body: &Value) -> Sse {
+        let mut conn = self.send(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        let (status, head) = read_head(&mut conn);
+        assert_eq!(status, 200, "{head}");
+        assert!(head.contains("content-type: text/event-stream"), "{head}");
+        Sse {
+            conn,
+            buf: String::new(),
+        }
     }
 
     /// A value from `/metrics` (Prometheus text).
     pub fn metric(&self, name: &str) -> f64 {
-        let text = self.request("GET", "/metrics", b"").text();
+        let text = self.request("GET", "/metrics", &[], b"").text();
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
             .and_then(|v| v.trim().parse().ok())
@@ -151,6 +204,18 @@ impl Response {
             .map(str::trim)
     }
 
+    /// An OpenAI error object with this status; returns `error`.
+    pub fn error(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "{}", self.text());
+        let v = self.json();
+        let e = v["error"].clone();
+        for k in ["message", "type", "param", "code"] {
+            assert!(e.get(k).is_some(), "error object without {k}: {v}");
+        }
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+        e
+    }
+
     /// The `data:` payloads of an SSE body, in order.
     pub fn sse_data(&self) -> Vec<String> {
         self.text()
@@ -163,7 +228,8 @@ impl Response {
     }
 }
 
-fn read_head(conn: &mut BufReader<TcpStream>) -> (u16, String) {
+/// Status line and headers (lower-cased).
+pub fn read_head(conn: &mut BufReader<TcpStream>) -> (u16, String) {
     let mut head = String::new();
     loop {
         let mut line = String::new();
@@ -177,7 +243,7 @@ fn read_head(conn: &mut BufReader<TcpStream>) -> (u16, String) {
 }
 
 /// One chunk of a chunked body; `None` at the end.
-fn read_chunk(conn: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
+pub fn read_chunk(conn: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
     let mut size = String::new();
     if conn.read_line(&mut size).ok()? == 0 {
         return None;
@@ -187,4 +253,28 @@ fn read_chunk(conn: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
     conn.read_exact(&mut data).ok()?;
     data.truncate(n);
     (n > 0).then_some(data)
+}
+
+/// An open event stream, read one event at a time.
+pub struct Sse {
+    conn: BufReader<TcpStream>,
+    buf: String,
+}
+
+impl Sse {
+    /// The next `data:` payload (comments and keep-alives skipped).
+    pub fn next_data(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+                if !data.is_empty() {
+                    return Some(data.join("\n"));
+                }
+                continue;
+            }
+            let chunk = read_chunk(&mut self.conn)?;
+            self.buf.push_str(&String::from_utf8(chunk).unwrap());
+        }
+    }
 }
