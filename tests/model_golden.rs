@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -38,10 +38,6 @@ struct Case {
     tokens: Vec<u32>,
     /// Per step: `(id, prob)` x 10, descending.
     top: Vec<Vec<(u32, f64)>>,
-}
-
-fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -231,7 +227,7 @@ fn check_fixture_arch(arch: &str, quants: &[&str]) {
     let mut failed = Vec::new();
     for q in quants {
         let file = format!("{arch}.{q}");
-        let dir = golden_dir().join("fixtures");
+        let dir = common::golden("fixtures");
         let model = load_model(&dir.join(format!("{file}.gguf")), 0);
         let mut sess = session(&model, 512);
         let mut st = Stats::default();
@@ -288,7 +284,7 @@ fn check_real_model(gguf: &str, golden: &str) {
     };
     let path = common::real_model(gguf);
     let model = load_model(&path, 0);
-    let cases = load_cases(&golden_dir().join("generate").join(golden));
+    let cases = load_cases(&common::golden("generate").join(golden));
     let mut sess = session(&model, 1024);
     let mut st = Stats::default();
     let mut reproduced = 0;
@@ -377,8 +373,8 @@ fn gemma3_270m_matches_llama_cpp() {
 /// Results must not depend on the thread count or on how the prompt is chunked.
 #[test]
 fn logits_do_not_depend_on_threads_or_chunking() {
-    let path = golden_dir().join("fixtures/gemma3.Q4_K_M.gguf");
-    let case = &load_cases(&golden_dir().join("fixtures/gemma3.Q4_K_M.golden.jsonl"))[1];
+    let path = common::golden("fixtures/gemma3.Q4_K_M.gguf");
+    let case = &load_cases(&common::golden("fixtures/gemma3.Q4_K_M.golden.jsonl"))[1];
     let one = load_model(&path, 1);
     let three = load_model(&path, 3);
     let run = |m: &Arc<Model<CpuBackend>>, n_batch: usize| {
@@ -402,8 +398,8 @@ fn logits_do_not_depend_on_threads_or_chunking() {
 /// Prefix reuse computes only the new part and gives the same logits as a fresh run.
 #[test]
 fn prefix_reuse_matches_fresh_evaluation() {
-    let model = load_model(&golden_dir().join("fixtures/qwen3.Q8_0.gguf"), 0);
-    let case = &load_cases(&golden_dir().join("fixtures/qwen3.Q8_0.golden.jsonl"))[1];
+    let model = load_model(&common::golden("fixtures/qwen3.Q8_0.gguf"), 0);
+    let case = &load_cases(&common::golden("fixtures/qwen3.Q8_0.golden.jsonl"))[1];
     let mut fresh = session(&model, 512);
     let expected = fresh.forward(&case.prompt).unwrap();
 
@@ -424,7 +420,7 @@ fn prefix_reuse_matches_fresh_evaluation() {
 
 #[test]
 fn context_overflow_and_bad_tokens_are_errors() {
-    let model = load_model(&golden_dir().join("fixtures/llama.Q8_0.gguf"), 1);
+    let model = load_model(&common::golden("fixtures/llama.Q8_0.gguf"), 1);
     let mut s = session(&model, 16);
     assert_eq!(s.n_ctx(), 16);
     let err = s.forward(&[1; 17]).unwrap_err();
@@ -483,7 +479,7 @@ fn fast_kernels_match_vec_dot_oracle() {
         "llama.Q6_K",
         "llama.IQ4_XS",
     ] {
-        let file = Arc::new(GgufFile::open(golden_dir().join(format!("fixtures/{name}.gguf"))).unwrap());
+        let file = Arc::new(GgufFile::open(common::golden(&format!("fixtures/{name}.gguf"))).unwrap());
         for info in file.tensors().iter().filter(|t| t.shape.len() == 2) {
             let (k, n) = (info.shape[0] as usize, info.shape[1] as usize);
             for rows in [1usize, 3] {
