@@ -269,20 +269,41 @@ fn dot<B: Legacy>(w: &[u8], act: &[u8]) -> f32 {
 
 /// Append `src` (whole blocks of 32) as Q8_0 blocks, byte-identical to ggml's
 /// `quantize_row_q8_0_ref`: `d = amax / 127`, `q = roundf(x / d)` (ties away from zero), `d`
-/// stored as f16 rounded to nearest-even.
+/// stored as f16 rounded to nearest-even. This is the rule of gguf files and of `Q8_0.bin`.
+pub(crate) fn quantize_q8_0_ref(src: &[f32], dst: &mut Vec<u8>) {
+    let id = |amax: f32| {
+        let d = amax / 127.0;
+        if d != 0.0 {
+            1.0 / d
+        } else {
+            0.0
+        }
+    };
+    quantize_q8_0_with(src, dst, id, f32::round);
+}
+
+/// Append `src` as Q8_0 blocks the way ggml's x86 CPU backend quantizes activations at run
+/// time (`quantize_row_q8_0`, AVX/AVX2): `q = round_ties_even(x · (127 / amax))`. The
+/// multiplier differs from the reference's `1 / d` in the last bit for some `amax`, and ties go
+/// to even, so this, not the reference, is what llama.cpp's matmuls see.
 pub(crate) fn quantize_q8_0(src: &[f32], dst: &mut Vec<u8>) {
+    let id = |amax: f32| if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    quantize_q8_0_with(src, dst, id, f32::round_ties_even);
+}
+
+/// Q8_0 blocks with `d = amax / 127` (stored as f16), `q = round(x · id(amax))`.
+fn quantize_q8_0_with(src: &[f32], dst: &mut Vec<u8>, id: impl Fn(f32) -> f32, round: fn(f32) -> f32) {
     dst.reserve(src.len() / QK * size_of::<BlockQ8_0>());
     for x in src.chunks_exact(QK) {
         let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = id(amax);
         let mut block = BlockQ8_0 {
-            d: f16::from_f32(d),
+            d: f16::from_f32(amax / 127.0),
             qs: [0; QK],
         };
         for (q, &v) in block.qs.iter_mut().zip(x) {
             // |v * id| <= 127 up to rounding; `as` saturates, so nothing can wrap.
-            *q = (v * id).round() as i8;
+            *q = round(v * id) as i8;
         }
         dst.extend_from_slice(bytemuck::bytes_of(&block));
     }

@@ -238,7 +238,7 @@ fn q8_0_quantization_is_byte_identical_to_ggml() {
     let want = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let source: Vec<f32> = source_rows().concat();
     let mut got = Vec::new();
-    legacy::quantize_q8_0(&source, &mut got);
+    legacy::quantize_q8_0_ref(&source, &mut got);
     assert_eq!(got.len(), want.len());
     if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
         panic!(
@@ -253,14 +253,19 @@ fn q8_0_quantization_is_byte_identical_to_ggml() {
 }
 
 #[test]
-fn q8_0_rounds_ties_away_from_zero_like_roundf() {
-    // amax 127 gives d = 1 exactly, so x / d is x and the rounding rule is visible.
+fn q8_0_reference_rounds_ties_away_from_zero_and_runtime_to_even() {
+    // amax 127 gives d = 1 exactly, so x / d is x and the rounding rule is visible: the gguf
+    // reference uses roundf, ggml's x86 activation quantizer (our runtime rule) rounds to even.
     let mut x = [0f32; 32];
     x[..6].copy_from_slice(&[127.0, 2.5, -2.5, 0.5, -0.5, 1.49]);
-    let bytes = quantize(GgmlType::Q8_0, &x);
+    let mut bytes = Vec::new();
+    legacy::quantize_q8_0_ref(&x, &mut bytes);
     let block: BlockQ8_0 = bytemuck::pod_read_unaligned(&bytes);
     assert_eq!(block.d.to_f32(), 1.0);
     assert_eq!(block.qs[..6], [127, 3, -3, 1, -1, 1]);
+    let block: BlockQ8_0 = bytemuck::pod_read_unaligned(&quantize(GgmlType::Q8_0, &x));
+    assert_eq!(block.d.to_f32(), 1.0);
+    assert_eq!(block.qs[..6], [127, 2, -2, 0, 0, 1]);
 }
 
 #[test]

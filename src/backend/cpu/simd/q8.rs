@@ -86,19 +86,8 @@ unsafe fn pack_i8(q: [__m256i; 4]) -> __m256i {
     _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
 }
 
-/// `roundf`: nearest, ties away from zero (exact: `v - trunc(v)` is representable).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn round_away(v: __m256) -> __m256 {
-    let sign = _mm256_set1_ps(-0.0);
-    let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-    let up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5), _CMP_GE_OQ);
-    let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(v, sign));
-    _mm256_add_ps(t, _mm256_and_ps(up, one))
-}
-
-/// Append `src` (whole blocks of 32) as Q8_0 blocks (`d = amax / 127`, `q = roundf(x / d)`),
+/// Append `src` (whole blocks of 32) as Q8_0 blocks (`d = amax / 127`,
+/// `q = round_ties_even(x · 127 / amax)`, ggml's x86 rule; see `quant::legacy::quantize_q8_0`),
 /// plus each block's scale `d` and sum `Σq`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_q8_0(src: &[f32], dst: &mut Vec<u8>, scales: &mut Vec<f32>, sums: &mut Vec<i32>) {
@@ -115,10 +104,11 @@ pub unsafe fn quantize_q8_0(src: &[f32], dst: &mut Vec<u8>, scales: &mut Vec<f32
         let m23 = _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask));
         let amax = hmax_ps(_mm256_max_ps(m01, m23));
         let d = amax / 127.0;
-        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
         let mut q = [_mm256_setzero_si256(); 4];
         for i in 0..4 {
-            q[i] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[i], id)));
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v[i], id));
+            q[i] = _mm256_cvtps_epi32(r);
         }
         let bytes = pack_i8(q);
         let dh = f16::from_f32(d);
