@@ -269,7 +269,9 @@ fn dot<B: Legacy>(w: &[u8], act: &[u8]) -> f32 {
 
 /// Append `src` (whole blocks of 32) as Q8_0 blocks, byte-identical to ggml's
 /// `quantize_row_q8_0_ref`: `d = amax / 127`, `q = roundf(x / d)` (ties away from zero), `d`
-/// stored as f16 rounded to nearest-even. This is the rule of gguf files and of `Q8_0.bin`.
+/// stored as f16 rounded to nearest-even. This is the rule of gguf files and of `Q8_0.bin`
+/// (only the golden test needs it: the engine never writes Q8_0 files).
+#[cfg(test)]
 pub(crate) fn quantize_q8_0_ref(src: &[f32], dst: &mut Vec<u8>) {
     let id = |amax: f32| {
         let d = amax / 127.0;
