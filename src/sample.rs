@@ -120,6 +120,12 @@ impl SamplerConfig {
         Ok(())
     }
 
+    /// Greedy with no penalties: the choice is the argmax of the raw logits, which a backend
+    /// can compute without handing the logits back.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.temperature <= 0.0 && !self.penalties_enabled()
+    }
+
     fn penalties_enabled(&self) -> bool {
         self.repeat_last_n > 0
             && (self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0)

@@ -545,8 +545,8 @@ fn context_overflow_and_bad_tokens_are_errors() {
 /// fixtures (all quant types present there), for a batch and for a single row.
 #[test]
 fn fast_kernels_match_vec_dot_oracle() {
-    use tinyllm::backend::Backend;
     use tinyllm::backend::cpu::kernels::Kernels;
+    use tinyllm::backend::Backend;
     let fast = CpuBackend::new(2).unwrap();
     let oracle = CpuBackend::with_kernels(2, Kernels::oracle()).unwrap();
     for name in [
@@ -659,4 +659,26 @@ fn config_reads_and_validates_hyper_parameters() {
         err.to_string().contains("head_count_kv") && err.to_string().contains("does not divide"),
         "{err}"
     );
+}
+
+/// Greedy decoding through the backend's argmax picks the token the sampler's argmax picks
+/// from the logits, step by step over a fixture's golden continuation.
+#[test]
+fn backend_argmax_equals_argmax_of_logits() {
+    for arch in ["llama", "gemma3"] {
+        let path = common::golden(&format!("fixtures/{arch}.Q4_K_M.gguf"));
+        let model = load_model(&path, 2);
+        let (mut a, mut b) = (session(&model, 512), session(&model, 512));
+        for case in load_cases(&common::golden(&format!("fixtures/{arch}.Q4_K_M.golden.jsonl"))) {
+            a.reset();
+            b.reset();
+            let mut input = case.prompt.clone();
+            for &next in &case.tokens {
+                let id = a.forward_argmax(&input).expect("forward_argmax");
+                let want = tinyllm::sample::argmax(&b.forward(&input).expect("forward"));
+                assert_eq!(id, want, "{arch} {} at position {}", case.name, a.pos());
+                input = vec![next];
+            }
+        }
+    }
 }

@@ -392,6 +392,36 @@ fn disconnect_frees_the_slot() {
     assert_eq!(s.metric("tinyllm_requests_cancelled_total"), 1.0);
 }
 
+/// A long prompt arriving while a stream runs is prefilled in chunks of `--prefill-chunk`
+/// tokens, each in a pass that also advances the running stream: the stream is never stalled
+/// for the whole prefill.
+#[test]
+fn long_prompt_is_prefilled_in_chunks_between_decode_steps() {
+    let chunk = 8;
+    let s = fixture(&["--parallel", "2", "--prefill-chunk", &chunk.to_string()]);
+    let body = chat_body("Go on forever", json!({"stream": true, "max_tokens": 1900}));
+    let mut running = s.open_stream("/v1/chat/completions", &body);
+    for _ in 0..2 {
+        running.next_data().expect("a chunk");
+    }
+    let long = "tell me about the sea and the sky and the wind ".repeat(20);
+    let v = s.ok("/v1/chat/completions", &chat_body(&long, json!({"max_tokens": 2})));
+    let prompt = v["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert!(
+        prompt > 100.0 && v["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+        "{v}"
+    );
+    running.next_data().expect("the first stream still runs");
+    // Passes that held both sequences: at least one per prompt chunk.
+    let m = s.metrics(&["tinyllm_pass_sequences_total", "tinyllm_passes_total"]);
+    let shared = m[0] - m[1];
+    assert_eq!(s.metric("tinyllm_pass_sequences_max"), 2.0);
+    assert!(
+        shared >= (prompt / chunk as f64).ceil(),
+        "{shared} passes held both sequences for a prompt of {prompt} tokens in chunks of {chunk}"
+    );
+}
+
 #[test]
 fn full_queue_answers_503_with_retry_after() {
     let s = fixture(&["--parallel", "1", "--queue", "1"]);
@@ -434,6 +464,155 @@ fn four_parallel_streams_complete_like_sequential_ones() {
     let parallel: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(parallel, sequential, "slots interfere with each other");
     assert_eq!(s.metric("tinyllm_requests_total"), 8.0);
+}
+
+/// `tool_choice` on the real model: `required` and a named function give a call even where
+/// the model would answer in words, `none` gives words and no tool rendering, and bad choices
+/// are 400s. (`parallel_tool_calls: false` is unit-tested in the chat handler: this small
+/// model does not write several well-formed calls.)
+#[test]
+fn real_qwen_tool_choice_is_enforced() {
+    let s = Server::start(
+        &real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        &["--parallel", "1", "--ctx", "2048", "--threads", "2"],
+    );
+    let tool = |name: &str, what: &str| {
+        json!({"type": "function", "function": {
+            "name": name,
+            "description": format!("Get the current {what} in a city"),
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }})
+    };
+    let tools = json!([tool("get_weather", "weather"), tool("get_time", "local time")]);
+    let ask = |content: &str, choice: Value, extra: Value| {
+        let mut b = json!({
+            "messages": [{"role": "user", "content": content}],
+            "tools": tools,
+            "tool_choice": choice,
+            "temperature": 0,
+            "max_tokens": 80,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let calls = |v: &Value| {
+        v["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+
+    // A greeting: with auto the model answers in words, with required it must call a tool.
+    let auto = s.ok(
+        "/v1/chat/completions",
+        &ask("Say hello to me.", json!("auto"), json!({})),
+    );
+    let required = s.ok(
+        "/v1/chat/completions",
+        &ask("Say hello to me.", json!("required"), json!({})),
+    );
+    assert_eq!(required["choices"][0]["finish_reason"], "tool_calls", "{required}");
+    let name = calls(&required)[0]["function"]["name"].as_str().unwrap().to_string();
+    assert!(["get_weather", "get_time"].contains(&name.as_str()), "{required}");
+
+    // Named: a weather question still calls get_time, with parseable arguments.
+    let named = ask(
+        "What is the weather in Paris?",
+        json!({"type": "function", "function": {"name": "get_time"}}),
+        json!({}),
+    );
+    let v = s.ok("/v1/chat/completions", &named);
+    let c = calls(&v);
+    assert_eq!(c.len(), 1, "{v}");
+    assert_eq!(c[0]["function"]["name"], "get_time", "{v}");
+    let args: Value = serde_json::from_str(c[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert!(args.is_object(), "{args}");
+    // Streamed, the same call.
+    let mut streamed = named.clone();
+    streamed["stream"] = json!(true);
+    let (_, chunks) = stream_content(&s.stream("/v1/chat/completions", &streamed));
+    let names: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["get_time"], "{chunks:?}");
+
+    // none: no tools in the prompt, no calls in the answer.
+    let none = s.ok(
+        "/v1/chat/completions",
+        &ask("What is the weather in Paris?", json!("none"), json!({})),
+    );
+    assert!(calls(&none).is_empty(), "{none}");
+    assert_ne!(none["choices"][0]["finish_reason"], "tool_calls", "{none}");
+    assert!(
+        !none["choices"][0]["message"]["content"].as_str().unwrap().is_empty(),
+        "{none}"
+    );
+    assert!(
+        none["usage"]["prompt_tokens"].as_u64() < auto["usage"]["prompt_tokens"].as_u64(),
+        "tools were rendered with tool_choice none"
+    );
+
+    // Bad choices.
+    let unknown = ask(
+        "hi",
+        json!({"type": "function", "function": {"name": "launch_rocket"}}),
+        json!({}),
+    );
+    let e = s.post("/v1/chat/completions", &unknown).error(400);
+    assert_eq!(e["param"], "tool_choice");
+    assert!(e["message"].as_str().unwrap().contains("launch_rocket"), "{e}");
+    let mut no_tools = ask("hi", json!("required"), json!({}));
+    no_tools.as_object_mut().unwrap().remove("tools");
+    assert_eq!(
+        s.post("/v1/chat/completions", &no_tools).error(400)["param"],
+        "tool_choice"
+    );
+}
+
+/// Continuous batching on the real model: four greedy streams decoded together (one forward
+/// pass per step holds all of them) must give exactly the answers each gets alone.
+#[test]
+fn real_qwen_four_batched_streams_equal_single_streams() {
+    let s = Arc::new(Server::start(
+        &real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        &["--parallel", "4", "--ctx", "512", "--threads", "2"],
+    ));
+    let prompts = [
+        "Write a Python function that reverses a string.",
+        "What is a linked list?",
+        "Explain recursion in one paragraph.",
+        "Write a haiku about compilers.",
+    ];
+    let body = |p: &str, stream: bool| chat_body(p, json!({"max_tokens": 24, "stream": stream}));
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| {
+            let v = s.ok("/v1/chat/completions", &body(p, false));
+            v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        s.metric("tinyllm_pass_sequences_max"),
+        1.0,
+        "requests one at a time were batched"
+    );
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let s = s.clone();
+            let b = body(p, true);
+            std::thread::spawn(move || stream_content(&s.stream("/v1/chat/completions", &b)).0)
+        })
+        .collect();
+    let together: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(together, alone, "batched streams differ from single ones");
+    assert!(
+        s.metric("tinyllm_pass_sequences_max") >= 2.0,
+        "the streams never shared a forward pass"
+    );
 }
 
 #[test]

@@ -9,6 +9,9 @@
 //! Implementations: [`cpu`] (scalar kernels, a persistent thread pool).
 
 pub mod cpu;
+#[cfg(not(target_arch = "wasm32"))]
+#[path = "wgpu/mod.rs"]
+pub mod webgpu;
 
 use std::sync::Arc;
 
@@ -182,6 +185,26 @@ pub trait Backend: Send + Sync {
         width: usize,
         dst: &mut Self::Buffer,
     ) -> Result<(), BackendError>;
+
+    /// Copy the first `rows` rows of width `width` of `src` into `dst` at rows `row0..row0 + rows`
+    /// (the inverse of [`Backend::copy_rows`]; multi-sequence batches scatter per-sequence results
+    /// back with it).
+    ///
+    /// The default goes through the host ([`Backend::read`] then [`Backend::write`]), so every
+    /// backend has it; backends override it with a device copy.
+    fn paste_rows(
+        &self,
+        src: &Self::Buffer,
+        rows: usize,
+        width: usize,
+        dst: &mut Self::Buffer,
+        row0: usize,
+    ) -> Result<(), BackendError> {
+        let mut host = vec![0f32; (row0 + rows) * width];
+        self.read(dst, &mut host)?;
+        self.read(src, &mut host[row0 * width..])?;
+        self.write(dst, &host)
+    }
 
     /// Index of the largest value in each of `rows` rows of `width` (first on ties); waits for
     /// pending work.

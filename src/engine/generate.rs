@@ -79,6 +79,14 @@ pub enum Flow {
     Stop,
 }
 
+/// What a forward step hands to the sampling step.
+enum Next {
+    /// The last token's logits (`n_vocab`).
+    Logits(Vec<f32>),
+    /// The backend's argmax of them (plain greedy).
+    Token(u32),
+}
+
 /// The result of [`generate`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
@@ -113,7 +121,16 @@ pub fn generate<B: Backend>(
     }
     let started = Instant::now();
     let cached = session.reuse_prefix(prompt);
-    let mut logits = session.forward(&prompt[cached..])?;
+    // Plain greedy without logprobs needs only the argmax: let the backend compute it.
+    let on_device = params.top_logprobs == 0 && sampler.config().is_plain_greedy();
+    let step = |session: &mut Session<B>, tokens: &[u32]| -> Result<Next, EngineError> {
+        Ok(if on_device {
+            Next::Token(session.forward_argmax(tokens)?)
+        } else {
+            Next::Logits(session.forward(tokens)?)
+        })
+    };
+    let mut next = step(session, &prompt[cached..])?;
     let mut timings = Timings {
         prompt_tokens: prompt.len(),
         cached_tokens: cached,
@@ -133,15 +150,21 @@ pub fn generate<B: Backend>(
             out.stop = StopReason::Cancelled;
             break;
         }
-        let token = sampler.sample(&logits, session.tokens());
-        let event = TokenEvent {
-            token,
-            top_logprobs: if params.top_logprobs > 0 {
-                log_softmax_top_k(&logits, params.top_logprobs)
-            } else {
-                Vec::new()
+        let event = match &next {
+            Next::Token(token) => TokenEvent {
+                token: *token,
+                top_logprobs: Vec::new(),
+            },
+            Next::Logits(logits) => TokenEvent {
+                token: sampler.sample(logits, session.tokens()),
+                top_logprobs: if params.top_logprobs > 0 {
+                    log_softmax_top_k(logits, params.top_logprobs)
+                } else {
+                    Vec::new()
+                },
             },
         };
+        let token = event.token;
         out.tokens.push(token);
         let flow = on_token(&event);
         if params.top_logprobs > 0 {
@@ -163,7 +186,7 @@ pub fn generate<B: Backend>(
             out.stop = StopReason::ContextFull;
             break;
         }
-        logits = session.forward(&[token])?;
+        next = step(session, &[token])?;
     }
     out.timings.generated_tokens = out.tokens.len();
     out.timings.decode_s = decode_start.elapsed().as_secs_f64();

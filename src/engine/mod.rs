@@ -7,7 +7,7 @@ mod session;
 
 pub use generate::{generate, Flow, GenerateParams, Generation, StopReason, Timings, TokenEvent};
 pub use kv::KvCache;
-pub use session::{Session, SessionConfig};
+pub use session::{forward_batch, BatchItem, Session, SessionConfig};
 
 use crate::backend::BackendError;
 use crate::model::ModelError;
@@ -27,6 +27,8 @@ pub enum EngineError {
     NothingToGenerate,
     #[error("token id {token} is outside the vocabulary ({n_vocab} tokens)")]
     TokenOutOfRange { token: u32, n_vocab: usize },
+    #[error("the sessions of one batch must run the same model")]
+    MixedModels,
     #[error("asked for logits of the last {wanted} of {given} tokens")]
     TooManyLogits { wanted: usize, given: usize },
 }

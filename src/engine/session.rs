@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{EngineError, KvCache};
 use crate::backend::Backend;
-use crate::model::{Model, Scratch};
+use crate::model::{HeadOutput, Model, Scratch, SeqChunk};
 
 /// Session sizing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,9 +119,8 @@ impl<B: Backend> Session<B> {
         self.forward_tail(tokens, tokens.len())
     }
 
-    /// Append `tokens` and return the logits of the last `n_last` of them
-    /// (`n_last * n_vocab`, row-major). On error the session keeps the tokens before the call.
-    pub fn forward_tail(&mut self, tokens: &[u32], n_last: usize) -> Result<Vec<f32>, EngineError> {
+    /// Check that `tokens` can be appended and `n_last` of their logits returned.
+    fn check(&self, tokens: &[u32], n_last: usize) -> Result<(), EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
@@ -142,8 +141,30 @@ impl<B: Backend> Session<B> {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(EngineError::TokenOutOfRange { token: bad, n_vocab });
         }
+        Ok(())
+    }
+
+    /// Append `tokens` and return the logits of the last `n_last` of them
+    /// (`n_last * n_vocab`, row-major). On error the session keeps the tokens before the call.
+    pub fn forward_tail(&mut self, tokens: &[u32], n_last: usize) -> Result<Vec<f32>, EngineError> {
+        let mut logits = Vec::with_capacity(n_last * self.model.config().n_vocab);
+        self.forward_into(tokens, n_last, HeadOutput::Logits(&mut logits))?;
+        Ok(logits)
+    }
+
+    /// Append `tokens` and return the argmax of the last one's logits, computed on the backend
+    /// (greedy decoding without penalties: a GPU backend reads back one id, not the logits).
+    /// The same id as [`crate::sample::argmax`] of [`Session::forward`]'s logits.
+    pub fn forward_argmax(&mut self, tokens: &[u32]) -> Result<u32, EngineError> {
+        let mut ids = Vec::with_capacity(1);
+        self.forward_into(tokens, 1, HeadOutput::Argmax(&mut ids))?;
+        Ok(ids[0])
+    }
+
+    /// Append `tokens`, sending the output head's result for the last `n_last` to `out`.
+    fn forward_into(&mut self, tokens: &[u32], n_last: usize, mut out: HeadOutput<'_>) -> Result<(), EngineError> {
+        self.check(tokens, n_last)?;
         let first_logit = tokens.len() - n_last;
-        let mut logits = Vec::with_capacity(n_last * n_vocab);
         let start = self.tokens.len();
         for (ci, chunk) in tokens.chunks(self.n_batch).enumerate() {
             let off = ci * self.n_batch;
@@ -151,13 +172,66 @@ impl<B: Backend> Session<B> {
             let pos0 = start + off;
             let r = self
                 .model
-                .forward_chunk(&mut self.kv, &mut self.scratch, chunk, pos0, from, &mut logits);
+                .forward_chunk(&mut self.kv, &mut self.scratch, chunk, pos0, from, out.reborrow());
             if let Err(e) = r {
                 self.tokens.truncate(start);
                 return Err(e.into());
             }
             self.tokens.extend_from_slice(chunk);
         }
-        Ok(logits)
+        Ok(())
     }
+}
+
+/// One session's share of a [`forward_batch`] pass.
+pub struct BatchItem<'a, B: Backend> {
+    pub session: &'a mut Session<B>,
+    /// Tokens to append: a decode step's one token or a prefill chunk.
+    pub tokens: &'a [u32],
+    /// How many of the last tokens' logits to return (0 for a prefill chunk that does not
+    /// end its prompt).
+    pub n_last: usize,
+}
+
+/// Append each item's tokens to its session in one forward pass over all of them, and return
+/// each item's logits (`n_last * n_vocab`, row-major, in item order). The sessions must run
+/// the same model and hold `scratch`'s capacity of tokens in all ([`Scratch::new`] sizes it);
+/// the results equal running each item alone with [`Session::forward_tail`]. On error no
+/// session changes.
+pub fn forward_batch<B: Backend>(
+    scratch: &mut Scratch<B>,
+    items: &mut [BatchItem<'_, B>],
+) -> Result<Vec<Vec<f32>>, EngineError> {
+    let Some(first) = items.first() else {
+        return Ok(Vec::new());
+    };
+    let model = Arc::clone(&first.session.model);
+    for it in items.iter() {
+        if !Arc::ptr_eq(&model, &it.session.model) {
+            return Err(EngineError::MixedModels);
+        }
+        it.session.check(it.tokens, it.n_last)?;
+    }
+    let mut logits = Vec::new();
+    {
+        let mut seqs: Vec<SeqChunk<'_, B>> = items
+            .iter_mut()
+            .map(|it| SeqChunk {
+                pos0: it.session.tokens.len(),
+                logits_from: it.tokens.len() - it.n_last,
+                kv: &mut it.session.kv,
+                tokens: it.tokens,
+            })
+            .collect();
+        model.forward_batch(scratch, &mut seqs, &mut logits)?;
+    }
+    let n_vocab = model.config().n_vocab;
+    let mut out = Vec::with_capacity(items.len());
+    let mut at = 0;
+    for it in items.iter_mut() {
+        it.session.tokens.extend_from_slice(it.tokens);
+        out.push(logits[at..at + it.n_last * n_vocab].to_vec());
+        at += it.n_last * n_vocab;
+    }
+    Ok(out)
 }

@@ -274,7 +274,7 @@ fn tensor_bytes(name: &str, ty: GgmlType, shape: &[u64]) -> Result<u64, GgufErro
             .filter(|&n| n <= i64::MAX as u64)
             .ok_or_else(|| bad(format!("shape {shape:?} has too many elements")))?;
     }
-    if shape[0] % ty.block_size() as u64 != 0 {
+    if !shape[0].is_multiple_of(ty.block_size() as u64) {
         return Err(bad(format!(
             "row length {} is not a multiple of the {} block size {}",
             shape[0],

@@ -7,17 +7,16 @@
 //!             x += post_ffn_norm(Wdown · (gelu_tanh(Wgate·n) * Wup·n))
 //! ```
 
-use super::{Model, ModelError, Scratch};
+use super::{Model, ModelError, Scratch, SeqChunk};
 use crate::backend::Backend;
-use crate::engine::KvCache;
 
-/// Run the layers for `tokens` at positions `pos0..`; leaves the residual stream in `s.x`.
+/// Run the layers for the stacked `tokens` of `seqs` (each at its own positions, over its own
+/// cache); leaves the residual stream in `s.x`.
 pub(super) fn forward<B: Backend>(
     m: &Model<B>,
-    kv: &mut KvCache<B>,
+    seqs: &mut [SeqChunk<'_, B>],
     s: &mut Scratch<B>,
     tokens: &[u32],
-    pos0: usize,
 ) -> Result<(), ModelError> {
     let (be, c, w) = (m.backend(), m.config(), m.weights());
     let rows = tokens.len();
@@ -25,7 +24,7 @@ pub(super) fn forward<B: Backend>(
     be.embed(&w.token_embd, tokens, c.embd_scale.unwrap_or(1.0), &mut s.x)?;
     for (il, l) in w.layers.iter().enumerate() {
         be.rmsnorm(&s.x, &l.attn_norm, rows, c.rms_eps, &mut s.xn)?;
-        m.attention_block(kv, s, il, rows, pos0)?;
+        m.attention_block(seqs, s, il, rows)?;
         if let Some(pn) = &l.post_attn_norm {
             be.rmsnorm_inplace(&mut s.xn, pn, rows, c.rms_eps)?;
         }

@@ -7,17 +7,16 @@
 //! ```
 //! Biases are qwen2's, per-head q/k norms qwen3's; the rest is shared.
 
-use super::{Model, ModelError, Scratch};
+use super::{Model, ModelError, Scratch, SeqChunk};
 use crate::backend::Backend;
-use crate::engine::KvCache;
 
-/// Run the layers for `tokens` at positions `pos0..`; leaves the residual stream in `s.x`.
+/// Run the layers for the stacked `tokens` of `seqs` (each at its own positions, over its own
+/// cache); leaves the residual stream in `s.x`.
 pub(super) fn forward<B: Backend>(
     m: &Model<B>,
-    kv: &mut KvCache<B>,
+    seqs: &mut [SeqChunk<'_, B>],
     s: &mut Scratch<B>,
     tokens: &[u32],
-    pos0: usize,
 ) -> Result<(), ModelError> {
     let (be, c, w) = (m.backend(), m.config(), m.weights());
     let rows = tokens.len();
@@ -25,7 +24,7 @@ pub(super) fn forward<B: Backend>(
     be.embed(&w.token_embd, tokens, 1.0, &mut s.x)?;
     for (il, l) in w.layers.iter().enumerate() {
         be.rmsnorm(&s.x, &l.attn_norm, rows, c.rms_eps, &mut s.xn)?;
-        m.attention_block(kv, s, il, rows, pos0)?;
+        m.attention_block(seqs, s, il, rows)?;
         be.add(&mut s.x, &s.xn, len)?;
         be.rmsnorm(&s.x, &l.ffn_norm, rows, c.rms_eps, &mut s.xn)?;
         m.ffn_block(s, il, rows, false)?;

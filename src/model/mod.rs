@@ -3,6 +3,12 @@
 //!
 //! Families: [`llama`] (llama, mistral, qwen2, qwen3) and [`gemma3`]. Both share the blocks in
 //! this file (attention with KV cache, gated FFN, output head).
+//!
+//! A pass may hold several sequences ([`Model::forward_batch`], continuous batching): their rows
+//! are stacked for the weight matmuls, and each sequence's rows are gathered for rope, the KV
+//! store and attention over its own cache, then scattered back ([`Backend::paste_rows`]). Those
+//! are plain copies and every other op works row by row, so a sequence gets the same logits
+//! alone or batched (`tests/batch_forward.rs`).
 
 mod config;
 pub mod gemma3;
@@ -37,6 +43,50 @@ pub enum ModelError {
     },
     #[error("chunk of {rows} rows exceeds the scratch capacity of {capacity}")]
     ChunkTooLarge { rows: usize, capacity: usize },
+    #[error("batch sequence {seq}: {problem}")]
+    BadBatch { seq: usize, problem: String },
+}
+
+/// Where the output head's rows go.
+pub enum HeadOutput<'a> {
+    /// Appended as logits, `n_vocab` per row (read back from the backend).
+    Logits(&'a mut Vec<f32>),
+    /// Only each row's argmax id is appended: greedy decoding on a GPU backend reads back one
+    /// id per row instead of a vocabulary of logits.
+    Argmax(&'a mut Vec<u32>),
+}
+
+impl HeadOutput<'_> {
+    /// The same destination for a shorter borrow (one chunk of a longer evaluation).
+    pub fn reborrow(&mut self) -> HeadOutput<'_> {
+        match self {
+            HeadOutput::Logits(l) => HeadOutput::Logits(l),
+            HeadOutput::Argmax(ids) => HeadOutput::Argmax(ids),
+        }
+    }
+}
+
+/// One sequence's part of a [`Model::forward_batch`] pass.
+pub struct SeqChunk<'a, B: Backend> {
+    /// The sequence's cache; positions `pos0..pos0 + tokens.len()` are written.
+    pub kv: &'a mut KvCache<B>,
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`.
+    pub pos0: usize,
+    /// Logits are returned for rows `logits_from..tokens.len()` of this chunk.
+    pub logits_from: usize,
+}
+
+/// The per-sequence buffers [`Model::attend_segment`] works on (each starting at row 0).
+struct SegBufs<'a, B: Backend> {
+    /// [rows, q_dim], roped in place.
+    q: &'a mut B::Buffer,
+    /// [rows, kv_dim], roped in place.
+    k: &'a mut B::Buffer,
+    /// [rows, kv_dim]
+    v: &'a mut B::Buffer,
+    /// Attention output [rows, q_dim].
+    att: &'a mut B::Buffer,
 }
 
 /// Weights of one transformer block.
@@ -151,8 +201,8 @@ impl<B: Backend> Model<B> {
     }
 
     /// Run `tokens` at positions `pos0..` through the model, storing their K/V in `kv`, and
-    /// append the logits of rows `logits_from..tokens.len()` to `logits` (row-major,
-    /// `n_vocab` per row). `tokens.len()` must not exceed the scratch capacity.
+    /// append the logits of rows `logits_from..tokens.len()` to `out` (row-major, `n_vocab`
+    /// per row), or only their argmax ids. `tokens.len()` must not exceed the scratch capacity.
     pub fn forward_chunk(
         &self,
         kv: &mut KvCache<B>,
@@ -160,55 +210,111 @@ impl<B: Backend> Model<B> {
         tokens: &[u32],
         pos0: usize,
         logits_from: usize,
-        logits: &mut Vec<f32>,
+        out: HeadOutput<'_>,
     ) -> Result<(), ModelError> {
-        if tokens.len() > s.rows {
-            return Err(ModelError::ChunkTooLarge {
-                rows: tokens.len(),
-                capacity: s.rows,
-            });
-        }
-        match self.config.arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::forward(self, kv, s, tokens, pos0)?,
-            Arch::Gemma3 => gemma3::forward(self, kv, s, tokens, pos0)?,
-        }
-        self.output_head(s, tokens.len(), logits_from, logits)
+        let mut seq = [SeqChunk {
+            kv,
+            tokens,
+            pos0,
+            logits_from,
+        }];
+        self.forward_batch_to(s, &mut seq, out)
     }
 
-    /// Final norm and output projection for rows `from..rows` of `s.x`, in slices of the
-    /// logits scratch.
-    fn output_head(
+    /// Run several sequences through the model in one pass: their rows are stacked, so every
+    /// weight matmul sees all of them at once (weights are streamed once per pass, not once
+    /// per sequence), while rope, the KV store and attention run per sequence on its own cache
+    /// and positions. Appends the logits each chunk asks for, in sequence order. The total
+    /// number of tokens must not exceed the scratch capacity.
+    pub fn forward_batch(
         &self,
         s: &mut Scratch<B>,
-        rows: usize,
-        from: usize,
+        seqs: &mut [SeqChunk<'_, B>],
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
+        self.forward_batch_to(s, seqs, HeadOutput::Logits(logits))
+    }
+
+    /// [`Model::forward_batch`] with the output head's result going to `out`.
+    pub fn forward_batch_to(
+        &self,
+        s: &mut Scratch<B>,
+        seqs: &mut [SeqChunk<'_, B>],
+        mut out: HeadOutput<'_>,
+    ) -> Result<(), ModelError> {
+        let rows: usize = seqs.iter().map(|q| q.tokens.len()).sum();
+        if rows > s.rows {
+            return Err(ModelError::ChunkTooLarge { rows, capacity: s.rows });
+        }
+        for (i, q) in seqs.iter().enumerate() {
+            let bad = |problem: String| Err(ModelError::BadBatch { seq: i, problem });
+            if q.tokens.is_empty() {
+                return bad("no tokens".into());
+            }
+            if q.logits_from > q.tokens.len() {
+                return bad(format!("logits from row {} of {}", q.logits_from, q.tokens.len()));
+            }
+            if q.pos0 + q.tokens.len() > q.kv.n_ctx() {
+                return bad(format!(
+                    "positions {}..{} exceed the cache of {}",
+                    q.pos0,
+                    q.pos0 + q.tokens.len(),
+                    q.kv.n_ctx()
+                ));
+            }
+        }
+        // [rows] token ids, sequence after sequence.
+        let tokens: Vec<u32> = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
+        match self.config.arch {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => llama::forward(self, seqs, s, &tokens)?,
+            Arch::Gemma3 => gemma3::forward(self, seqs, s, &tokens)?,
+        }
+        let mut wanted = Vec::new();
+        let mut off = 0;
+        for q in seqs.iter() {
+            wanted.extend(off + q.logits_from..off + q.tokens.len());
+            off += q.tokens.len();
+        }
+        self.output_head(s, &wanted, &mut out)
+    }
+
+    /// Final norm and output projection for rows `wanted` of `s.x` (ascending), in slices of
+    /// the logits scratch.
+    fn output_head(&self, s: &mut Scratch<B>, wanted: &[usize], out: &mut HeadOutput<'_>) -> Result<(), ModelError> {
         let (be, c, w) = (&self.backend, &self.config, &self.weights);
         let out_w = w.output.as_ref().unwrap_or(&w.token_embd);
-        let mut row = from;
-        while row < rows {
-            let n = (rows - row).min(s.logit_rows);
-            be.copy_rows(&s.x, row, n, c.n_embd, &mut s.sel)?;
+        for part in wanted.chunks(s.logit_rows) {
+            let n = part.len();
+            if part[n - 1] - part[0] + 1 == n {
+                be.copy_rows(&s.x, part[0], n, c.n_embd, &mut s.sel)?;
+            } else {
+                for (j, &r) in part.iter().enumerate() {
+                    be.copy_rows(&s.x, r, 1, c.n_embd, &mut s.row)?;
+                    be.paste_rows(&s.row, 1, c.n_embd, &mut s.sel, j)?;
+                }
+            }
             be.rmsnorm_inplace(&mut s.sel, &w.output_norm, n, c.rms_eps)?;
             be.matmul(out_w, &s.sel, n, &mut s.logits)?;
-            let start = logits.len();
-            logits.resize(start + n * c.n_vocab, 0.0);
-            be.read(&s.logits, &mut logits[start..])?;
-            row += n;
+            match out {
+                HeadOutput::Logits(logits) => {
+                    let start = logits.len();
+                    logits.resize(start + n * c.n_vocab, 0.0);
+                    be.read(&s.logits, &mut logits[start..])?;
+                }
+                HeadOutput::Argmax(ids) => ids.extend(be.argmax(&s.logits, n, c.n_vocab)?),
+            }
         }
         Ok(())
     }
 
-    /// Attention sub-block of layer `il`: reads the normed input `s.xn`, writes the projected
-    /// attention output back to `s.xn` (`rows x n_embd`).
+    /// Attention sub-block of layer `il` over all sequences of the batch: reads the normed
+    /// input `s.xn`, writes the projected attention output back to `s.xn` (`rows x n_embd`).
     fn attention_block(
         &self,
-        kv: &mut KvCache<B>,
+        seqs: &mut [SeqChunk<'_, B>],
         s: &mut Scratch<B>,
         il: usize,
         rows: usize,
-        pos0: usize,
     ) -> Result<(), ModelError> {
         let (be, c) = (&self.backend, &self.config);
         let l = &self.weights.layers[il];
@@ -225,15 +331,50 @@ impl<B: Backend> Model<B> {
             be.rmsnorm_inplace(&mut s.q, qn, rows * c.n_head, c.rms_eps)?;
             be.rmsnorm_inplace(&mut s.k, kn, rows * c.n_head_kv, c.rms_eps)?;
         }
+        if let [one] = seqs {
+            // One sequence: its rows are the whole buffers, no gather/scatter.
+            let bufs = SegBufs {
+                q: &mut s.q,
+                k: &mut s.k,
+                v: &mut s.v,
+                att: &mut s.att,
+            };
+            self.attend_segment(one, bufs, il)?;
+        } else {
+            let mut row0 = 0;
+            for seq in seqs.iter_mut() {
+                let n = seq.tokens.len();
+                be.copy_rows(&s.q, row0, n, c.q_dim(), &mut s.seg_q)?;
+                be.copy_rows(&s.k, row0, n, c.kv_dim(), &mut s.seg_k)?;
+                be.copy_rows(&s.v, row0, n, c.kv_dim(), &mut s.seg_v)?;
+                let bufs = SegBufs {
+                    q: &mut s.seg_q,
+                    k: &mut s.seg_k,
+                    v: &mut s.seg_v,
+                    att: &mut s.seg_att,
+                };
+                self.attend_segment(seq, bufs, il)?;
+                be.paste_rows(&s.seg_att, n, c.q_dim(), &mut s.att, row0)?;
+                row0 += n;
+            }
+        }
+        be.matmul(&l.wo, &s.att, rows, &mut s.xn)?;
+        Ok(())
+    }
+
+    /// Rope, KV store and attention of one sequence's rows (held at the start of `b`).
+    fn attend_segment(&self, seq: &mut SeqChunk<'_, B>, b: SegBufs<'_, B>, il: usize) -> Result<(), ModelError> {
+        let (be, c) = (&self.backend, &self.config);
+        let (rows, pos0) = (seq.tokens.len(), seq.pos0);
         let rope = c.rope_for(il);
         let factors = self.weights.rope_freqs.as_ref();
-        be.rope(&mut s.q, rows, c.n_head, c.head_dim, pos0, rope, factors)?;
-        be.rope(&mut s.k, rows, c.n_head_kv, c.head_dim, pos0, rope, factors)?;
+        be.rope(b.q, rows, c.n_head, c.head_dim, pos0, rope, factors)?;
+        be.rope(b.k, rows, c.n_head_kv, c.head_dim, pos0, rope, factors)?;
         if let Some(qs) = c.q_scale {
-            be.scale(&mut s.q, rows * c.q_dim(), qs)?;
+            be.scale(b.q, rows * c.q_dim(), qs)?;
         }
-        let (kc, vc) = kv.layer_mut(il);
-        be.kv_store(kc, vc, &s.k, &s.v, rows, c.kv_dim(), pos0)?;
+        let (kc, vc) = seq.kv.layer_mut(il);
+        be.kv_store(kc, vc, b.k, b.v, rows, c.kv_dim(), pos0)?;
         let p = AttnParams {
             rows,
             pos0,
@@ -243,9 +384,8 @@ impl<B: Backend> Model<B> {
             scale: c.kq_scale,
             window: c.window_for(il),
         };
-        let (kc, vc) = kv.layer(il);
-        be.attention(&s.q, kc, vc, &p, &mut s.att)?;
-        be.matmul(&l.wo, &s.att, rows, &mut s.xn)?;
+        let (kc, vc) = seq.kv.layer(il);
+        be.attention(b.q, kc, vc, &p, b.att)?;
         Ok(())
     }
 
@@ -284,6 +424,14 @@ pub struct Scratch<B: Backend> {
     /// [rows, n_ff]
     gate: B::Buffer,
     up: B::Buffer,
+    /// One sequence's rows of q/k/v/att, gathered from the batch ([rows, q_dim] or
+    /// [rows, kv_dim]); only used when a pass holds several sequences.
+    seg_q: B::Buffer,
+    seg_k: B::Buffer,
+    seg_v: B::Buffer,
+    seg_att: B::Buffer,
+    /// One row gathered for the output head [1, n_embd].
+    row: B::Buffer,
     /// Rows selected for the output head [logit_rows, n_embd].
     sel: B::Buffer,
     /// [logit_rows, n_vocab]
@@ -291,7 +439,8 @@ pub struct Scratch<B: Backend> {
 }
 
 impl<B: Backend> Scratch<B> {
-    /// Scratch for chunks of up to `rows` tokens; logits are computed `logit_rows` at a time.
+    /// Scratch for passes of up to `rows` tokens in all; logits are computed `logit_rows` at a
+    /// time.
     pub fn new(model: &Model<B>, rows: usize, logit_rows: usize) -> Result<Self, ModelError> {
         let (be, c) = (&model.backend, &model.config);
         let rows = rows.max(1);
@@ -308,6 +457,11 @@ impl<B: Backend> Scratch<B> {
             att: a(rows * c.q_dim())?,
             gate: a(rows * c.n_ff)?,
             up: a(rows * c.n_ff)?,
+            seg_q: a(rows * c.q_dim())?,
+            seg_k: a(rows * c.kv_dim())?,
+            seg_v: a(rows * c.kv_dim())?,
+            seg_att: a(rows * c.q_dim())?,
+            row: a(c.n_embd)?,
             sel: a(logit_rows * c.n_embd)?,
             logits: a(logit_rows * c.n_vocab)?,
         })

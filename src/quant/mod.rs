@@ -133,7 +133,7 @@ impl GgmlType {
     /// blocks or the size overflows.
     pub fn bytes_for(self, elements: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if elements % bs != 0 {
+        if !elements.is_multiple_of(bs) {
             return None;
         }
         (elements / bs).checked_mul(self.block_bytes() as u64)
@@ -141,7 +141,7 @@ impl GgmlType {
 
     /// Check that `bytes` holds exactly `elements` values of this type.
     pub fn check_len(self, bytes: usize, elements: usize) -> Result<(), QuantError> {
-        if elements % self.block_size() != 0 {
+        if !elements.is_multiple_of(self.block_size()) {
             return Err(QuantError::PartialBlock {
                 ty: self,
                 elements,
@@ -193,7 +193,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
 /// appending whole blocks to `dst`. `src.len()` must be a multiple of that format's block.
 pub fn quantize_activations(ty: GgmlType, src: &[f32], dst: &mut Vec<u8>) -> Result<(), QuantError> {
     let act = ty.vec_dot_type();
-    if src.len() % act.block_size() != 0 {
+    if !src.len().is_multiple_of(act.block_size()) {
         return Err(QuantError::PartialBlock {
             ty: act,
             elements: src.len(),

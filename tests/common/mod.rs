@@ -126,7 +126,7 @@ impl GgufWriter {
             b.extend(ty.to_le_bytes());
             b.extend(offset.to_le_bytes());
         }
-        while b.len() % 32 != 0 {
+        while !b.len().is_multiple_of(32) {
             b.push(0);
         }
         b.extend(data);

@@ -2,12 +2,12 @@
 //! synthetic prompt of exactly N tokens, then greedy single-token steps), so the numbers can
 //! be set side by side with llama.cpp's `pp`/`tg` results.
 
-use super::engine::{load, Loaded, ModelArgs};
+use super::engine::{load_any as load, AnyBackend, Loaded, ModelArgs};
 use super::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
-use tinyllm::backend::cpu::{argmax_row, CpuBackend};
+use tinyllm::backend::Backend;
 use tinyllm::engine::{Session, SessionConfig};
 
 #[derive(clap::Args, Debug)]
@@ -42,6 +42,8 @@ struct BenchResult {
     /// Per-token decode latency percentiles over every step of every run, milliseconds.
     decode_p50_ms: f64,
     decode_p95_ms: f64,
+    /// Device submissions and readbacks per decoded token (backends that count them).
+    per_token: Option<(f64, f64)>,
 }
 
 /// Times of one run: prefill, TTFT, and each decode step.
@@ -49,6 +51,8 @@ struct RunTimes {
     prefill_s: f64,
     ttft_s: f64,
     steps_s: Vec<f64>,
+    /// Submissions and readbacks per decode step (backends that count them).
+    per_token: Option<(f64, f64)>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -98,7 +102,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 
     let mut out = std::io::stdout().lock();
-    let kernels = loaded.model.backend().kernel_variant();
+    let backend = loaded.model.backend().name();
+    let kernels = loaded.model.backend().detail();
     if a.json {
         let rows: Vec<_> = results
             .iter()
@@ -111,13 +116,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     "decode_tok_s": r.decode_tok_s,
                     "decode_p50_ms": r.decode_p50_ms,
                     "decode_p95_ms": r.decode_p95_ms,
+                    "submissions_per_token": r.per_token.map(|p| p.0),
+                    "readbacks_per_token": r.per_token.map(|p| p.1),
                 })
             })
             .collect();
         let j = json!({
             "model": a.model.model,
             "threads": loaded.threads,
-            "backend": "cpu",
+            "backend": backend,
             "kernels": kernels,
             "repetitions": reps,
             "results": rows,
@@ -126,7 +133,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         writeln!(
             out,
-            "model {}, {} threads, backend cpu ({kernels}), {decode} decode tokens, {reps} run(s) each",
+            "model {}, {} threads, backend {backend} ({kernels}), {decode} decode tokens, {reps} run(s) each",
             a.model.model, loaded.threads
         )?;
         writeln!(
@@ -141,30 +148,48 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 r.prompt_tokens, r.ttft_s, r.prefill_tok_s, r.decode_tok_s, r.decode_p50_ms, r.decode_p95_ms
             )?;
         }
+        for r in &results {
+            if let Some((s, rb)) = r.per_token {
+                writeln!(
+                    out,
+                    "prompt {}: {s:.2} submissions and {rb:.2} readbacks per decoded token",
+                    r.prompt_tokens
+                )?;
+            }
+        }
     }
     Ok(())
 }
 
 /// Prefill `prompt` from an empty session, pick the first token, then `decode` greedy steps.
 /// End-of-generation tokens do not stop the run: the point is a fixed amount of work.
-fn measure(session: &mut Session<CpuBackend>, prompt: &[u32], decode: usize) -> anyhow::Result<RunTimes> {
+fn measure(session: &mut Session<AnyBackend>, prompt: &[u32], decode: usize) -> anyhow::Result<RunTimes> {
     session.reset();
     let t0 = Instant::now();
-    let logits = session.forward(prompt)?;
+    // Greedy on the backend: a GPU reads back one id per step, not the logits.
+    let mut token = session.forward_argmax(prompt)?;
     let prefill_s = t0.elapsed().as_secs_f64();
-    let mut token = argmax_row(&logits);
-    let ttft_s = t0.elapsed().as_secs_f64();
+    let ttft_s = prefill_s;
     let mut steps_s = Vec::with_capacity(decode);
+    let before = session.model().backend().counters();
     for _ in 0..decode {
         let t = Instant::now();
-        let logits = session.forward(&[token])?;
-        token = argmax_row(&logits);
+        token = session.forward_argmax(&[token])?;
         steps_s.push(t.elapsed().as_secs_f64());
     }
+    let after = session.model().backend().counters();
+    let per_token = before.zip(after).filter(|_| decode > 0).map(|(b, a)| {
+        let n = decode as f64;
+        (
+            (a.submissions - b.submissions) as f64 / n,
+            (a.readbacks - b.readbacks) as f64 / n,
+        )
+    });
     Ok(RunTimes {
         prefill_s,
         ttft_s,
         steps_s,
+        per_token,
     })
 }
 
@@ -183,6 +208,7 @@ fn summarize(prompt_tokens: usize, decode: usize, runs: &[RunTimes]) -> BenchRes
         decode_tok_s: rate(decode, median(dec)),
         decode_p50_ms: percentile(&steps, 50.0),
         decode_p95_ms: percentile(&steps, 95.0),
+        per_token: runs.last().and_then(|r| r.per_token),
     }
 }
 
@@ -211,7 +237,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// `n` deterministic prompt ids: BOS first when the model adds one, then a fixed
 /// pseudo-random walk over the vocabulary that skips control and end-of-generation tokens
 /// (they can change the model's behaviour, not its cost, but keep the prompt ordinary text).
-fn prompt_ids(loaded: &Loaded, n: usize) -> anyhow::Result<Vec<u32>> {
+fn prompt_ids(loaded: &Loaded<AnyBackend>, n: usize) -> anyhow::Result<Vec<u32>> {
     let tok = &loaded.tokenizer;
     let n_vocab = loaded.model.config().n_vocab.min(tok.vocab_size());
     let usable = |id: u32| !tok.is_control(id) && !tok.is_eog(id);

@@ -17,6 +17,11 @@ pub struct Args {
     /// Sequences generated at the same time, each with its own KV cache of --ctx tokens.
     #[arg(long, default_value_t = 4)]
     parallel: usize,
+    /// Most prompt tokens evaluated per engine pass: a new prompt is prefilled in chunks of this
+    /// size between the decode steps of the running streams (smaller: smoother streams, slower
+    /// prefill).
+    #[arg(long, default_value_t = 64)]
+    prefill_chunk: usize,
     /// Requests that may wait for a slot; beyond that the server answers 503.
     #[arg(long, default_value_t = 32)]
     queue: usize,
@@ -56,6 +61,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             n_ctx: a.model.ctx,
             parallel: a.parallel,
             queue: a.queue,
+            prefill_chunk: a.prefill_chunk,
             api_key: a.api_key,
             cors_origins: a.cors_origin,
             max_body_bytes: a.max_body_bytes,

@@ -16,6 +16,12 @@ pub struct Metrics {
     pub decode_steps: AtomicU64,
     pub decode_us: AtomicU64,
     pub slots_busy: AtomicU64,
+    /// Forward passes of the engine, and the sequences they held in all (continuous batching:
+    /// one pass advances every active sequence).
+    pub passes: AtomicU64,
+    pub pass_sequences: AtomicU64,
+    /// Most sequences one pass has held.
+    pub pass_sequences_max: AtomicU64,
 }
 
 fn get(a: &AtomicU64) -> u64 {
@@ -39,10 +45,14 @@ impl Metrics {
         a.fetch_sub(n, Ordering::Relaxed);
     }
 
+    pub fn max(a: &AtomicU64, n: u64) {
+        a.fetch_max(n, Ordering::Relaxed);
+    }
+
     /// The exposition text; `queued` and the slot count come from the scheduler.
     pub fn render(&self, queued: usize, slots: usize) -> String {
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
-        let rows: [(&str, &str, &str, f64); 12] = [
+        let rows: [(&str, &str, &str, f64); 15] = [
             (
                 "tinyllm_requests_total",
                 "counter",
@@ -114,6 +124,24 @@ impl Metrics {
                 "gauge",
                 "Slots generating now",
                 get(&self.slots_busy) as f64,
+            ),
+            (
+                "tinyllm_passes_total",
+                "counter",
+                "Forward passes (each advances every active sequence)",
+                get(&self.passes) as f64,
+            ),
+            (
+                "tinyllm_pass_sequences_total",
+                "counter",
+                "Sequences advanced, summed over passes",
+                get(&self.pass_sequences) as f64,
+            ),
+            (
+                "tinyllm_pass_sequences_max",
+                "gauge",
+                "Most sequences one forward pass has held",
+                get(&self.pass_sequences_max) as f64,
             ),
         ];
         let mut out = String::new();

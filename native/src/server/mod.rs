@@ -37,6 +37,8 @@ pub struct Options {
     pub n_ctx: usize,
     pub parallel: usize,
     pub queue: usize,
+    /// Most prompt tokens evaluated per engine pass (alongside the running streams' tokens).
+    pub prefill_chunk: usize,
     pub api_key: Option<String>,
     /// Allowed browser origins; empty or `*` allows any.
     pub cors_origins: Vec<String>,
@@ -90,6 +92,7 @@ pub fn app(
         opts.parallel,
         n_ctx,
         opts.queue,
+        opts.prefill_chunk,
         metrics.clone(),
     )?;
     let state = Arc::new(AppState {

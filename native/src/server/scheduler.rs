@@ -4,9 +4,13 @@
 //!
 //! Each of the `--parallel` slots keeps its own [`Session`], so prefix reuse works per slot: a
 //! new job goes to the free slot sharing the longest prefix with its prompt (else the least
-//! recently used one). Active slots advance round-robin, one token each per cycle, so streams
-//! progress together. Each step is still one single-sequence forward pass; batching the active
-//! sequences into one pass is a later engine change.
+//! recently used one).
+//!
+//! Continuous batching: every engine step is ONE forward pass ([`forward_batch`]) holding the
+//! next token of every decoding slot plus up to `--prefill-chunk` prompt tokens of slots still
+//! prefilling (oldest first). The weight matmuls thus see all active sequences at once, and a
+//! long new prompt is evaluated in chunks between decode steps instead of stalling the running
+//! streams until it is done.
 
 use super::errors::ApiError;
 use super::metrics::Metrics;
@@ -15,8 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tinyllm::backend::cpu::CpuBackend;
-use tinyllm::engine::{Session, SessionConfig};
-use tinyllm::model::Model;
+use tinyllm::engine::{forward_batch, BatchItem, Session, SessionConfig};
+use tinyllm::model::{Model, Scratch};
 use tinyllm::sample::{log_softmax_top_k, Sampler, SamplerConfig};
 use tinyllm::tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
@@ -32,6 +36,10 @@ pub struct Job {
     /// Alternatives per token; `None` when logprobs are off.
     pub logprobs: Option<usize>,
     pub stop: Vec<String>,
+    /// When not empty, the answer must begin with one of these token sequences: the next
+    /// tokens are masked to those that keep it on one of them (`tool_choice: "required"`
+    /// picking among the declared tool names).
+    pub must_start: Vec<Vec<u32>>,
     /// Set when the client goes away; checked before every step.
     pub cancel: Arc<AtomicBool>,
     pub events: mpsc::UnboundedSender<Event>,
@@ -114,18 +122,25 @@ impl Scheduler {
         slots: usize,
         n_ctx: usize,
         queue: usize,
+        prefill_chunk: usize,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Scheduler> {
         let mut sessions = Vec::with_capacity(slots);
         for _ in 0..slots {
+            // Every pass goes through the shared batch scratch below, so the session's own
+            // scratch only needs one row.
             sessions.push(Session::new(
                 model.clone(),
                 SessionConfig {
                     n_ctx,
-                    ..SessionConfig::default()
+                    n_batch: 1,
+                    n_logit_rows: 1,
                 },
             )?);
         }
+        let prefill_chunk = prefill_chunk.max(1);
+        // One pass holds a decode row per slot plus one prefill chunk.
+        let scratch = Scratch::new(&model, slots + prefill_chunk, slots)?;
         let (tx, rx) = mpsc::channel(queue.max(1));
         std::thread::Builder::new().name("engine".into()).spawn(move || {
             let mut engine = Engine {
@@ -140,6 +155,8 @@ impl Scheduler {
                     .collect(),
                 metrics,
                 clock: 0,
+                scratch,
+                prefill_chunk,
             };
             engine.run(rx);
         })?;
@@ -202,7 +219,8 @@ impl Drop for CancelGuard {
 struct Slot<'t> {
     session: Session<CpuBackend>,
     active: Option<Active<'t>>,
-    /// Engine clock at the last assignment (least recently used wins ties).
+    /// Engine clock at the last assignment (least recently used wins ties; oldest job
+    /// prefills first).
     last_used: u64,
 }
 
@@ -210,13 +228,26 @@ struct Slot<'t> {
 struct Active<'t> {
     job: Job,
     sampler: Sampler,
-    /// Logits for the next token.
-    logits: Vec<f32>,
+    phase: Phase,
     decoder: StreamDecoder<'t>,
     stop: StopMatcher,
     usage: Usage,
     started: Instant,
-    decode_start: Instant,
+}
+
+enum Phase {
+    /// Prompt tokens from `session.pos()` on are still to be evaluated.
+    Prefill,
+    /// Generating; `logits` are those of the next token.
+    Decode { logits: Vec<f32>, decode_start: Instant },
+}
+
+/// What a slot puts into the next pass.
+struct Feed {
+    slot: usize,
+    tokens: Vec<u32>,
+    /// Whether this pass ends the prompt (then the slot needs the last token's logits).
+    last: bool,
 }
 
 struct Engine<'t> {
@@ -224,6 +255,10 @@ struct Engine<'t> {
     slots: Vec<Slot<'t>>,
     metrics: Arc<Metrics>,
     clock: u64,
+    /// Activations of one batched pass: `slots + prefill_chunk` rows.
+    scratch: Scratch<CpuBackend>,
+    /// Most prompt tokens evaluated per pass.
+    prefill_chunk: usize,
 }
 
 impl<'t> Engine<'t> {
@@ -245,13 +280,11 @@ impl<'t> Engine<'t> {
                 };
                 self.admit(job);
             }
-            for i in 0..self.slots.len() {
-                self.step_slot(i);
-            }
+            self.step();
         }
     }
 
-    /// Put a job in the best free slot and run its prompt.
+    /// Put a job in the best free slot; its prompt is evaluated by the following passes.
     fn admit(&mut self, job: Job) {
         if job.cancel.load(Ordering::Relaxed) {
             eprintln!(
@@ -281,21 +314,10 @@ impl<'t> Engine<'t> {
                 return;
             }
         };
-        let started = Instant::now();
         let cached = slot.session.reuse_prefix(&job.prompt);
-        let logits = match slot.session.forward(&job.prompt[cached..]) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("req {} {}: prompt failed: {e}", job.id, job.kind);
-                slot.session.reset();
-                let _ = job.events.send(Event::Failed(e.to_string()));
-                return;
-            }
-        };
         let usage = Usage {
             prompt_tokens: job.prompt.len(),
             cached_tokens: cached,
-            prefill_s: started.elapsed().as_secs_f64(),
             ..Usage::default()
         };
         Metrics::add(&self.metrics.slots_busy, 1);
@@ -303,33 +325,132 @@ impl<'t> Engine<'t> {
             stop: StopMatcher::new(job.stop.clone()),
             job,
             sampler,
-            logits,
+            phase: Phase::Prefill,
             decoder: StreamDecoder::new(self.tok),
             usage,
-            started,
-            decode_start: Instant::now(),
+            started: Instant::now(),
         });
     }
 
-    /// One token for slot `i` if it is active; frees the slot when its job ends.
-    fn step_slot(&mut self, i: usize) {
+    /// One engine step: sample a token for every decoding slot, then run one forward pass over
+    /// those tokens and the next prompt chunk(s).
+    fn step(&mut self) {
         let tok = self.tok;
-        let slot = &mut self.slots[i];
-        let Some(a) = slot.active.as_mut() else { return };
-        let outcome = step(a, &mut slot.session, tok);
-        let finish = match outcome {
-            Ok(None) => return,
-            Ok(Some(f)) => f,
+        let mut feeds = Vec::new();
+        for i in 0..self.slots.len() {
+            let slot = &mut self.slots[i];
+            let Some(a) = slot.active.as_mut() else { continue };
+            let outcome = match &a.phase {
+                Phase::Decode { .. } => sample(a, &slot.session, tok),
+                Phase::Prefill if a.job.cancel.load(Ordering::Relaxed) => Err(Finish::Cancelled),
+                Phase::Prefill => continue,
+            };
+            match outcome {
+                Ok(token) => feeds.push(Feed {
+                    slot: i,
+                    tokens: vec![token],
+                    last: true,
+                }),
+                Err(finish) => self.finish(i, finish),
+            }
+        }
+        // Prompt chunks, oldest job first, within the per-pass budget.
+        let mut prefilling: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                matches!(
+                    self.slots[i].active,
+                    Some(Active {
+                        phase: Phase::Prefill,
+                        ..
+                    })
+                )
+            })
+            .collect();
+        prefilling.sort_by_key(|&i| self.slots[i].last_used);
+        let mut budget = self.prefill_chunk;
+        for i in prefilling {
+            if budget == 0 {
+                break;
+            }
+            let slot = &self.slots[i];
+            let Some(a) = &slot.active else { continue };
+            let rest = &a.job.prompt[slot.session.pos()..];
+            let n = rest.len().min(budget);
+            budget -= n;
+            feeds.push(Feed {
+                slot: i,
+                tokens: rest[..n].to_vec(),
+                last: n == rest.len(),
+            });
+        }
+        if feeds.is_empty() {
+            return;
+        }
+        Metrics::add(&self.metrics.passes, 1);
+        Metrics::add(&self.metrics.pass_sequences, feeds.len() as u64);
+        Metrics::max(&self.metrics.pass_sequences_max, feeds.len() as u64);
+        let result = {
+            let mut sessions: Vec<Option<&mut Session<CpuBackend>>> =
+                self.slots.iter_mut().map(|s| Some(&mut s.session)).collect();
+            let mut items: Vec<BatchItem<'_, CpuBackend>> = feeds
+                .iter()
+                .filter_map(|f| {
+                    Some(BatchItem {
+                        session: sessions[f.slot].take()?,
+                        tokens: &f.tokens,
+                        n_last: usize::from(f.last),
+                    })
+                })
+                .collect();
+            forward_batch(&mut self.scratch, &mut items)
+        };
+        let logits = match result {
+            Ok(l) => l,
             Err(e) => {
-                let _ = a.job.events.send(Event::Failed(e.clone()));
-                eprintln!("req {} {}: failed: {e}", a.job.id, a.job.kind);
-                Metrics::sub(&self.metrics.slots_busy, 1);
-                slot.active = None;
+                for f in &feeds {
+                    self.fail(f.slot, &e.to_string());
+                }
                 return;
             }
         };
-        let Some(mut a) = slot.active.take() else { return };
-        a.usage.decode_s = a.decode_start.elapsed().as_secs_f64();
+        for (f, logits) in feeds.iter().zip(logits) {
+            let Some(a) = self.slots[f.slot].active.as_mut() else {
+                continue;
+            };
+            if !f.last {
+                continue;
+            }
+            match &mut a.phase {
+                Phase::Decode { logits: l, .. } => *l = logits,
+                Phase::Prefill => {
+                    a.usage.prefill_s = a.started.elapsed().as_secs_f64();
+                    a.phase = Phase::Decode {
+                        logits,
+                        decode_start: Instant::now(),
+                    };
+                }
+            }
+        }
+    }
+
+    /// End slot `i`'s job with an error; its cache is dropped (it may hold a partial pass).
+    fn fail(&mut self, i: usize, msg: &str) {
+        let slot = &mut self.slots[i];
+        let Some(a) = slot.active.take() else { return };
+        slot.session.reset();
+        let _ = a.job.events.send(Event::Failed(msg.to_string()));
+        eprintln!("req {} {}: failed: {msg}", a.job.id, a.job.kind);
+        Metrics::sub(&self.metrics.slots_busy, 1);
+    }
+
+    /// End slot `i`'s job: count it, log it, tell the client, and free the slot.
+    fn finish(&mut self, i: usize, finish: Finish) {
+        let Some(mut a) = self.slots[i].active.take() else {
+            return;
+        };
+        if let Phase::Decode { decode_start, .. } = a.phase {
+            a.usage.decode_s = decode_start.elapsed().as_secs_f64();
+        }
         let u = a.usage;
         let m = &self.metrics;
         Metrics::sub(&m.slots_busy, 1);
@@ -385,12 +506,34 @@ fn slot_preference(
     )
 }
 
-/// Sample one token for an active job, report it, and evaluate it unless the job ends.
-fn step(a: &mut Active, session: &mut Session<CpuBackend>, tok: &Tokenizer) -> Result<Option<Finish>, String> {
+/// Sample the next token of a decoding job and report it: the token to evaluate next, or why
+/// the job ends.
+fn sample(a: &mut Active, session: &Session<CpuBackend>, tok: &Tokenizer) -> Result<u32, Finish> {
     if a.job.cancel.load(Ordering::Relaxed) {
-        return Ok(Some(Finish::Cancelled));
+        return Err(Finish::Cancelled);
     }
-    let token = a.sampler.sample(&a.logits, session.tokens());
+    let Phase::Decode { logits, .. } = &a.phase else {
+        return Err(Finish::Cancelled);
+    };
+    let token = if a.job.must_start.is_empty() {
+        a.sampler.sample(logits, session.tokens())
+    } else {
+        let k = a.usage.completion_tokens;
+        let mut masked = vec![f32::NEG_INFINITY; logits.len()];
+        for seq in &a.job.must_start {
+            if let Some(&t) = seq.get(k).filter(|&&t| (t as usize) < logits.len()) {
+                masked[t as usize] = logits[t as usize];
+            }
+        }
+        let token = a.sampler.sample(&masked, session.tokens());
+        // Keep the sequences still followed; once one is complete the answer is free.
+        let done = a.job.must_start.iter().any(|q| q.len() == k + 1 && q[k] == token);
+        a.job.must_start.retain(|q| q.len() > k + 1 && q[k] == token);
+        if done {
+            a.job.must_start.clear();
+        }
+        token
+    };
     a.usage.completion_tokens += 1;
     if tok.is_eog(token) {
         let mut text = a.stop.push(&a.decoder.finish()).0;
@@ -398,9 +541,9 @@ fn step(a: &mut Active, session: &mut Session<CpuBackend>, tok: &Tokenizer) -> R
         if !text.is_empty() {
             let _ = a.job.events.send(Event::Token { text, logprob: None });
         }
-        return Ok(Some(Finish::Stop));
+        return Err(Finish::Stop);
     }
-    let logprob = a.job.logprobs.map(|k| token_logprob(&a.logits, token, k, tok));
+    let logprob = a.job.logprobs.map(|k| token_logprob(logits, token, k, tok));
     let piece = a.decoder.push(token).unwrap_or_default();
     let (mut text, matched) = a.stop.push(&piece);
     let out_of_budget = a.usage.completion_tokens >= a.job.max_tokens || session.pos() >= session.n_ctx();
@@ -413,16 +556,15 @@ fn step(a: &mut Active, session: &mut Session<CpuBackend>, tok: &Tokenizer) -> R
         }
     }
     if a.job.events.send(Event::Token { text, logprob }).is_err() {
-        return Ok(Some(Finish::Cancelled));
+        return Err(Finish::Cancelled);
     }
     if matched {
-        return Ok(Some(Finish::Stop));
+        return Err(Finish::Stop);
     }
     if out_of_budget {
-        return Ok(Some(Finish::Length));
+        return Err(Finish::Length);
     }
-    a.logits = session.forward(&[token]).map_err(|e| e.to_string())?;
-    Ok(None)
+    Ok(token)
 }
 
 /// The model's log-probability of `token` (before sampling settings) and the top `k`.

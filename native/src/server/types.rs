@@ -144,8 +144,7 @@ pub struct GenRequest {
     pub top_logprobs: Option<u32>,
     pub tools: Option<Vec<Tool>>,
     pub tool_choice: Option<ToolChoice>,
-    /// Accepted; without constrained decoding the model decides how many calls it makes.
-    #[allow(dead_code)]
+    /// See [`GenRequest::parallel_tool_calls`].
     pub parallel_tool_calls: Option<bool>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
     pub n: Option<u32>,
@@ -273,31 +272,68 @@ impl GenRequest {
             ));
         }
         let names: Vec<String> = tools.iter().map(|t| t.function.name.clone()).collect();
-        match &self.tool_choice {
-            None => Ok(names),
-            Some(ToolChoice::Mode(m)) => match m.as_str() {
-                "auto" | "required" => Ok(names),
-                "none" => Ok(Vec::new()),
-                other => Err(ApiError::bad_param(
-                    "tool_choice",
-                    format!("tool_choice must be \"auto\", \"none\", \"required\" or a named function, got {other:?}"),
-                )),
-            },
-            Some(ToolChoice::Named { function }) => {
-                if names.contains(&function.name) {
-                    Ok(vec![function.name.clone()])
+        match self.tool_mode()? {
+            ToolMode::Auto | ToolMode::Required => Ok(names),
+            ToolMode::None => Ok(Vec::new()),
+            ToolMode::Named(name) => {
+                if names.contains(&name) {
+                    Ok(vec![name])
                 } else {
                     Err(ApiError::bad_param(
                         "tool_choice",
-                        format!(
-                            "tool_choice names {:?}, which is not among the declared tools",
-                            function.name
-                        ),
+                        format!("tool_choice names the function {name:?}, which is not among the declared tools"),
                     ))
                 }
             }
         }
     }
+
+    /// `tool_choice` checked: required and named need declared tools.
+    pub fn tool_mode(&self) -> Result<ToolMode, ApiError> {
+        let mode = match &self.tool_choice {
+            None => ToolMode::Auto,
+            Some(ToolChoice::Mode(m)) => match m.as_str() {
+                "auto" => ToolMode::Auto,
+                "none" => ToolMode::None,
+                "required" => ToolMode::Required,
+                other => {
+                    return Err(ApiError::bad_param(
+                        "tool_choice",
+                        format!(
+                            "tool_choice must be \"auto\", \"none\", \"required\" or a named function, got {other:?}"
+                        ),
+                    ))
+                }
+            },
+            Some(ToolChoice::Named { function }) => ToolMode::Named(function.name.clone()),
+        };
+        let forcing = matches!(mode, ToolMode::Required | ToolMode::Named(_));
+        if forcing && self.tools.as_ref().is_none_or(Vec::is_empty) {
+            return Err(ApiError::bad_param(
+                "tool_choice",
+                "tool_choice \"required\" or a named function needs at least one tool in `tools`",
+            ));
+        }
+        Ok(mode)
+    }
+
+    /// `parallel_tool_calls` (default true): false keeps only the first call of an answer.
+    pub fn parallel_tool_calls(&self) -> bool {
+        self.parallel_tool_calls.unwrap_or(true)
+    }
+}
+
+/// What `tool_choice` asks of the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolMode {
+    /// The model decides (tools rendered, calls parsed).
+    Auto,
+    /// No tools: they are not rendered and calls are not parsed.
+    None,
+    /// The answer must be a call to one of the tools.
+    Required,
+    /// The answer must be a call to this tool.
+    Named(String),
 }
 
 /// Messages as the template wants them: text parts joined into one string.

@@ -165,11 +165,21 @@ impl Server {
 
     /// A value from `/metrics` (Prometheus text).
     pub fn metric(&self, name: &str) -> f64 {
+        self.metrics(&[name])[0]
+    }
+
+    /// Several values from one read of `/metrics` (consistent with each other).
+    pub fn metrics(&self, names: &[&str]) -> Vec<f64> {
         let text = self.request("GET", "/metrics", &[], b"").text();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+        names
+            .iter()
+            .map(|name| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+            })
+            .collect()
     }
 }
 

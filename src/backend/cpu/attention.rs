@@ -1,21 +1,337 @@
-//! Softmax attention over the F16 KV cache, one task per (query row, head).
+//! Softmax attention over the F16 KV cache, one task per (block of query rows, KV head, heads).
 //!
 //! Mirrors ggml's non-flash path: q is rounded to f16 for the q·k products (K is f16), the
 //! softmax runs in f32 with an f64 sum, and the probabilities are rounded to f16 before they
-//! weight the f16 V rows. Each K/V row is widened to f32 in one slice conversion (F16C when the
-//! CPU has it) and the products use independent lanes, so the compiler vectorizes them; a
-//! probability that rounds to zero in f16 contributes nothing and its V row is skipped.
+//! weight the f16 V rows. A probability that rounds to zero in f16 contributes nothing and its
+//! V row is skipped.
+//!
+//! Why tasks are blocks: every K/V row a task can see is widened to f32 once and then reused
+//! by all the query heads sharing its KV head (4 for Gemma 3, 7 for Qwen 2.5) and by a block
+//! of query rows, instead of being converted again for every (row, head). The q·k products of
+//! one row's heads against one K row run together (independent accumulators), which the
+//! compiler vectorizes; the AVX2 build of the same code is chosen at run time. Each output
+//! value goes through exactly the operations of `attend_head` (the one-head twin the tests
+//! compare against) in the same order, so results are bit for bit those of the per-head
+//! algorithm whatever the blocking or thread count.
+
+// Accumulator tiles are `[[f32; LANES]; N]` arrays indexed in nested loops the compiler unrolls.
+#![allow(clippy::needless_range_loop)]
+
+use std::cell::RefCell;
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::super::AttnParams;
 
-/// Independent accumulators of [`dot`]: enough for two AVX or four SSE registers.
+/// Independent accumulators of one q·k product: enough for one AVX or two SSE registers.
 const LANES: usize = 8;
 
+/// Most query rows per task: enough to amortize widening the visible K/V rows, few enough
+/// to leave tasks for every thread.
+const MAX_BLOCK_ROWS: usize = 32;
+
+/// Query heads whose q·k products run together against one K row.
+const HEAD_TILE: usize = 4;
+
+thread_local! {
+    /// A task's widened K/V rows, rounded queries and scores, kept per worker thread so that
+    /// each call does not map and fault in fresh pages (it grows to the longest context seen).
+    static TASK_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The calling thread's task-ordered output (see [`Plan`]), kept for the same reason.
+    static OUT_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on this thread's kept output scratch of `len` values (contents unspecified).
+pub fn with_out_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    OUT_SCRATCH.with_borrow_mut(|s| {
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
+/// How one attention call is split into tasks. Task `t` writes a chunk of [`Plan::chunk`]
+/// values of a scratch buffer: `[rows][heads][head_dim]` of its [`Block`], then unused values.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Query rows per block (the last block may have fewer).
+    rows_per_block: usize,
+    n_blocks: usize,
+    /// Query heads per task (the last task of a KV head may have fewer).
+    heads_per_task: usize,
+    /// Tasks per KV head and row block.
+    n_sub: usize,
+    /// Query heads per KV head.
+    group: usize,
+    n_head_kv: usize,
+    head_dim: usize,
+}
+
+/// The query rows and heads of one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// First query row (0-based within the batch) and row count.
+    pub row0: usize,
+    pub rows: usize,
+    /// The KV head, and the first query head (absolute) and count, all within that KV head.
+    pub kvh: usize,
+    pub head0: usize,
+    pub heads: usize,
+}
+
+impl Plan {
+    /// A split of `p` for `threads` workers. `p.n_head` must be a nonzero multiple of
+    /// `p.n_head_kv` (the caller checks).
+    pub fn new(p: &AttnParams, threads: usize) -> Plan {
+        let threads = threads.max(1);
+        let n_kv = p.n_head_kv.max(1);
+        let group = (p.n_head / n_kv).max(1);
+        // Aim for a few tasks per thread (causal blocks differ in cost; work stealing evens it).
+        let blocks_wanted = (4 * threads).div_ceil(n_kv);
+        let rows_per_block = p.rows.div_ceil(blocks_wanted).clamp(1, MAX_BLOCK_ROWS);
+        let n_blocks = p.rows.div_ceil(rows_per_block);
+        // Few rows (decode) and few KV heads: split the heads of a KV head over the threads.
+        let base = n_blocks * n_kv;
+        let split = if base > 0 && base < threads {
+            threads.div_ceil(base).min(group)
+        } else {
+            1
+        };
+        let heads_per_task = group.div_ceil(split);
+        Plan {
+            rows_per_block,
+            n_blocks,
+            heads_per_task,
+            n_sub: group.div_ceil(heads_per_task),
+            group,
+            n_head_kv: n_kv,
+            head_dim: p.head_dim,
+        }
+    }
+
+    /// Number of tasks.
+    pub fn tasks(&self) -> usize {
+        self.n_blocks * self.n_head_kv * self.n_sub
+    }
+
+    /// Scratch values per task.
+    pub fn chunk(&self) -> usize {
+        self.rows_per_block * self.heads_per_task * self.head_dim
+    }
+
+    /// The rows and heads of task `t` (`t < tasks()`), for a batch of `rows` query rows.
+    pub fn block(&self, t: usize, rows: usize) -> Block {
+        let per_block = self.n_head_kv * self.n_sub;
+        let (b, rem) = (t / per_block, t % per_block);
+        let (kvh, s) = (rem / self.n_sub, rem % self.n_sub);
+        let row0 = b * self.rows_per_block;
+        let first = s * self.heads_per_task;
+        Block {
+            row0,
+            rows: self.rows_per_block.min(rows - row0),
+            kvh,
+            head0: kvh * self.group + first,
+            heads: self.heads_per_task.min(self.group - first),
+        }
+    }
+
+    /// Copy the task chunks of `scratch` (`tasks() * chunk()`) to `out` (`[rows][n_head][head_dim]`).
+    pub fn scatter(&self, scratch: &[f32], rows: usize, out: &mut [f32]) {
+        let hd = self.head_dim;
+        let q_dim = self.n_head_kv * self.group * hd;
+        for (t, chunk) in scratch.chunks_exact(self.chunk()).enumerate() {
+            let b = self.block(t, rows);
+            let width = b.heads * hd;
+            for r in 0..b.rows {
+                let dst = (b.row0 + r) * q_dim + b.head0 * hd;
+                out[dst..dst + width].copy_from_slice(&chunk[r * width..(r + 1) * width]);
+            }
+        }
+    }
+}
+
+/// First key visible from position `pos`: key `j` is masked when `pos - j >= window`.
+fn first_visible(pos: usize, window: Option<usize>) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
+}
+
+/// Attention for the rows and heads of `b`: `q` holds all `p.rows` query rows
+/// (`[rows][n_head][head_dim]`), the caches rows of `n_head_kv * head_dim` for positions up
+/// to `p.pos0 + p.rows`; writes `out[..b.rows * b.heads * head_dim]` as `[row][head][head_dim]`.
+pub fn attend_block(q: &[f32], k_cache: &[f16], v_cache: &[f16], p: &AttnParams, b: &Block, out: &mut [f32]) {
+    let hd = p.head_dim;
+    if b.rows == 0 || b.heads == 0 || hd == 0 {
+        return;
+    }
+    let n = p.pos0 + b.row0 + b.rows - first_visible(p.pos0 + b.row0, p.window);
+    let len = 2 * n * hd + b.heads * (hd + n + 1);
+    TASK_SCRATCH.with_borrow_mut(|scratch| {
+        if scratch.len() < len {
+            scratch.resize(len, 0.0);
+        }
+        let scratch = &mut scratch[..len];
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
+            // SAFETY: the features `attend_block_avx2` enables were just detected.
+            unsafe { attend_block_avx2(q, k_cache, v_cache, p, b, scratch, out) };
+            return;
+        }
+        attend_block_generic(q, k_cache, v_cache, p, b, scratch, out);
+    });
+}
+
+/// [`attend_block_generic`] compiled for AVX2. It enables no FMA: the products and sums stay
+/// separately rounded, as in the generic build.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn attend_block_avx2(
+    q: &[f32],
+    k_cache: &[f16],
+    v_cache: &[f16],
+    p: &AttnParams,
+    b: &Block,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) {
+    attend_block_generic(q, k_cache, v_cache, p, b, scratch, out);
+}
+
+/// See [`attend_block`]; the portable build, and the body of the AVX2 one. `scratch` holds
+/// `2 * n * head_dim + heads * (head_dim + n + 1)` values, `n` the keys visible to the block.
+#[inline(always)]
+fn attend_block_generic(
+    q: &[f32],
+    k_cache: &[f16],
+    v_cache: &[f16],
+    p: &AttnParams,
+    b: &Block,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = p.head_dim;
+    let kv_dim = p.n_head_kv * hd;
+    // Keys lo..=hi are visible from some row of the block.
+    let lo = first_visible(p.pos0 + b.row0, p.window);
+    let hi = p.pos0 + b.row0 + b.rows - 1;
+    let n = hi + 1 - lo;
+    // kf, vf: [n][hd] widened K/V rows lo..=hi of head kvh; q16: [heads][hd];
+    // scores: [heads][n] (a row's visible keys); inv: [heads] softmax normalizers.
+    let (kf, rest) = scratch.split_at_mut(n * hd);
+    let (vf, rest) = rest.split_at_mut(n * hd);
+    let (q16, rest) = rest.split_at_mut(b.heads * hd);
+    let (scores, inv) = rest.split_at_mut(b.heads * n);
+    for (j, (kr, vr)) in kf.chunks_exact_mut(hd).zip(vf.chunks_exact_mut(hd)).enumerate() {
+        let base = (lo + j) * kv_dim + b.kvh * hd;
+        k_cache[base..base + hd].convert_to_f32_slice(kr);
+        v_cache[base..base + hd].convert_to_f32_slice(vr);
+    }
+    block_rows(q, p, b, lo, kf, vf, q16, scores, inv, out);
+}
+
+/// The rows of `b` once its visible K/V rows (from `lo`) are widened in `kf`/`vf` (`[_][hd]`);
+/// `q16` (`[heads][hd]`), `scores` (`[heads][n]`) and `inv` (`[heads]`) are scratch.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn block_rows(
+    q: &[f32],
+    p: &AttnParams,
+    b: &Block,
+    lo: usize,
+    kf: &[f32],
+    vf: &[f32],
+    q16: &mut [f32],
+    scores: &mut [f32],
+    inv: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = p.head_dim;
+    let q_dim = p.n_head * hd;
+    let n = kf.len() / hd;
+    for r in 0..b.rows {
+        let pos = p.pos0 + b.row0 + r;
+        let first = first_visible(pos, p.window);
+        let m = pos + 1 - first;
+        let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hd..][..b.heads * hd];
+        for (d, &v) in q16.iter_mut().zip(qrow) {
+            *d = f16::from_f32(v).to_f32();
+        }
+        // q·k for every visible key, HEAD_TILE heads at a time.
+        let krows = &kf[(first - lo) * hd..(pos + 1 - lo) * hd];
+        let mut g0 = 0;
+        while g0 < b.heads {
+            let nt = (b.heads - g0).min(HEAD_TILE);
+            let qs = &q16[g0 * hd..(g0 + nt) * hd];
+            match nt {
+                4 => score_tile::<4>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
+                3 => score_tile::<3>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
+                2 => score_tile::<2>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
+                _ => score_tile::<1>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
+            }
+            g0 += nt;
+        }
+        for (g, inv) in inv.iter_mut().enumerate() {
+            let s = &mut scores[g * n..g * n + m];
+            let max = s.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+            let mut sum = 0f64;
+            for x in s.iter_mut() {
+                *x = (*x - max).exp();
+                sum += f64::from(*x);
+            }
+            *inv = (1.0 / sum) as f32;
+        }
+        let o = &mut out[r * b.heads * hd..(r + 1) * b.heads * hd];
+        o.fill(0.0);
+        for idx in 0..m {
+            let vrow = &vf[(first - lo + idx) * hd..][..hd];
+            for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+                let pj = f16::from_f32(scores[g * n + idx] * inv[g]).to_f32();
+                if pj == 0.0 {
+                    continue;
+                }
+                for (o, &v) in og.iter_mut().zip(vrow) {
+                    *o += pj * v;
+                }
+            }
+        }
+    }
+}
+
+/// `scores[g * stride + j] = (qs[g] · krows[j]) * scale` for the `N` query heads in `qs`
+/// (`[N][hd]`) and every K row in `krows` (`[_][hd]`), each product summed as the per-head `dot` of the tests does.
+#[inline(always)]
+fn score_tile<const N: usize>(qs: &[f32], krows: &[f32], hd: usize, scale: f32, scores: &mut [f32], stride: usize) {
+    let full = hd / LANES * LANES;
+    for (j, k) in krows.chunks_exact(hd).enumerate() {
+        let mut acc = [[0f32; LANES]; N];
+        for c in (0..full).step_by(LANES) {
+            let kc = &k[c..c + LANES];
+            for g in 0..N {
+                let qc = &qs[g * hd + c..g * hd + c + LANES];
+                for i in 0..LANES {
+                    acc[g][i] += qc[i] * kc[i];
+                }
+            }
+        }
+        for g in 0..N {
+            let tail: f32 = qs[g * hd + full..(g + 1) * hd]
+                .iter()
+                .zip(&k[full..])
+                .map(|(x, y)| x * y)
+                .sum();
+            scores[g * stride + j] = (acc[g].iter().sum::<f32>() + tail) * scale;
+        }
+    }
+}
+
 /// Attention for one query head `q` (`head_dim` values) at position `pos`, reading KV head
-/// `kvh` of the caches (rows of `kv_dim`), writing `out` (`head_dim`). `scores` is scratch.
+/// `kvh` of the caches (rows of `kv_dim`), writing `out` (`head_dim`): the per-head algorithm
+/// `attend_block` must reproduce bit for bit. `scores` is scratch.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn attend_head(
     q: &[f32],
@@ -29,11 +345,7 @@ pub fn attend_head(
     out: &mut [f32],
 ) {
     let hd = p.head_dim;
-    let first = match p.window {
-        // Key j is masked when pos - j >= window, so the first visible key is pos + 1 - window.
-        Some(w) => (pos + 1).saturating_sub(w),
-        None => 0,
-    };
+    let first = first_visible(pos, p.window);
     // [q16 | one K or V row widened to f32], each head_dim.
     let mut buf = vec![0f32; 2 * hd];
     let (q16, row) = buf.split_at_mut(hd);
@@ -70,6 +382,7 @@ pub fn attend_head(
 }
 
 /// `a · b` in [`LANES`] independent partial sums (vectorizable without reassociation).
+#[cfg(test)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
@@ -141,5 +454,99 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// All rows and heads through [`Plan`] and [`attend_block`], tasks in order (as the pool
+    /// runs them, minus the threads).
+    fn blocked(q: &[f32], k: &[f16], v: &[f16], p: &AttnParams, threads: usize) -> Vec<f32> {
+        let plan = Plan::new(p, threads);
+        let mut scratch = vec![0f32; plan.tasks() * plan.chunk()];
+        for (t, c) in scratch.chunks_mut(plan.chunk()).enumerate() {
+            attend_block(q, k, v, p, &plan.block(t, p.rows), c);
+        }
+        let mut out = vec![f32::NAN; p.rows * p.n_head * p.head_dim];
+        plan.scatter(&scratch, p.rows, &mut out);
+        out
+    }
+
+    #[test]
+    fn blocked_path_equals_per_head_algorithm_bit_for_bit() {
+        let val = |i: usize, off: f32| 0.1 + 2.0 * ((i as f32) * 0.37 + off).cos();
+        for (hd, n_head_kv, ratio) in [(64, 2, 7), (256, 1, 4), (64, 3, 1), (20, 2, 4), (256, 2, 7)] {
+            let (n_head, kv_dim) = (n_head_kv * ratio, n_head_kv * hd);
+            for (rows, pos0) in [(37, 0), (1, 0), (1, 40), (19, 13), (70, 5)] {
+                let n_pos = pos0 + rows;
+                let k: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 1.0))).collect();
+                let v: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 2.0))).collect();
+                let q: Vec<f32> = (0..rows * n_head * hd).map(|i| val(i, 3.0)).collect();
+                // A large scale makes some probabilities round to zero in f16 (skipped V rows).
+                for (window, scale) in [(None, 0.125), (Some(7), 0.3), (Some(100), 2.0)] {
+                    let p = AttnParams {
+                        rows,
+                        pos0,
+                        n_head,
+                        n_head_kv,
+                        head_dim: hd,
+                        scale,
+                        window,
+                    };
+                    let mut want = vec![0f32; rows * n_head * hd];
+                    for (i, o) in want.chunks_mut(hd).enumerate() {
+                        let (r, h) = (i / n_head, i % n_head);
+                        let qh = &q[i * hd..(i + 1) * hd];
+                        attend_head(qh, &k, &v, kv_dim, h / ratio, pos0 + r, &p, &mut Vec::new(), o);
+                    }
+                    for threads in [1, 2, 3, 16] {
+                        let got = blocked(&q, &k, &v, &p, threads);
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(
+                                a.to_bits(),
+                                b.to_bits(),
+                                "value {i}: {a} vs {b} (hd {hd}, kv heads {n_head_kv}, ratio {ratio}, \
+                                 rows {rows}, pos0 {pos0}, window {window:?}, threads {threads})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn portable_build_equals_avx2_build() {
+        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        let val = |i: usize, off: f32| 0.1 + 2.0 * ((i as f32) * 0.37 + off).cos();
+        let p = AttnParams {
+            rows: 21,
+            pos0: 9,
+            n_head: 7,
+            n_head_kv: 1,
+            head_dim: 68,
+            scale: 0.4,
+            window: Some(12),
+        };
+        let kv_dim = p.head_dim;
+        let n_pos = p.pos0 + p.rows;
+        let k: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 1.0))).collect();
+        let v: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 2.0))).collect();
+        let q: Vec<f32> = (0..p.rows * p.n_head * p.head_dim).map(|i| val(i, 3.0)).collect();
+        let b = Block {
+            row0: 3,
+            rows: 11,
+            kvh: 0,
+            head0: 2,
+            heads: 5,
+        };
+        let mut fast = vec![0f32; b.rows * b.heads * p.head_dim];
+        let mut slow = fast.clone();
+        let n = p.pos0 + b.row0 + b.rows - first_visible(p.pos0 + b.row0, p.window);
+        let mut scratch = vec![0f32; 2 * n * p.head_dim + b.heads * (p.head_dim + n + 1)];
+        // SAFETY: the features were just detected.
+        unsafe { attend_block_avx2(&q, &k, &v, &p, &b, &mut scratch, &mut fast) };
+        attend_block_generic(&q, &k, &v, &p, &b, &mut scratch, &mut slow);
+        assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 }

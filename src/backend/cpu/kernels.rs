@@ -87,7 +87,9 @@ impl Activations {
 pub type PrepareFn = fn(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError>;
 
 /// Consecutive weight rows (raw bytes, whole rows of `k` values of `ty`) times every
-/// activation row: `out[w * act.rows() + a]` for weight row `w` and activation row `a`. A row
+/// activation row: `out[a * nw + w]` for weight row `w` of the `nw` rows and activation row `a`
+/// (activation-row-major, the layout of the matmul's result, so a caller that hands out
+/// tiles of weight rows copies whole runs of a row back). A row
 /// that cannot be computed (never the case for weights validated at load) reads NaN.
 pub type TileFn = fn(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]);
 
@@ -163,7 +165,8 @@ fn tile_avx2(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32
     for_rows(k, w, act, out, |wr, o| row_fast_avx2(ty, k, wr, act, &mut scratch, o));
 }
 
-/// Run `row(weight_row, outputs)` for each whole weight row of `w`.
+/// Run `row(weight_row, outputs)` for each whole weight row of `w`, `outputs` holding one value
+/// per activation row, scattered into `out` afterwards.
 fn for_rows(k: usize, w: &[u8], act: &Activations, out: &mut [f32], mut row: impl FnMut(&[u8], &mut [f32])) {
     let rows = act.rows.max(1);
     let n = out.len() / rows;
@@ -172,8 +175,12 @@ fn for_rows(k: usize, w: &[u8], act: &Activations, out: &mut [f32], mut row: imp
         out.fill(f32::NAN);
         return;
     }
-    for (wr, o) in w.chunks_exact(rb).zip(out.chunks_exact_mut(rows)) {
-        row(wr, o);
+    let mut col = vec![0f32; rows];
+    for (i, wr) in w.chunks_exact(rb).enumerate() {
+        row(wr, &mut col);
+        for (a, &v) in col.iter().enumerate() {
+            out[a * n + i] = v;
+        }
     }
 }
 

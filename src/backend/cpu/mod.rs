@@ -25,12 +25,18 @@ use pool::Pool;
 const MATMUL_TILE: usize = 16;
 /// Values per task of element-wise ops.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
+/// Activation rows per task when a batched matmul's result is copied into place.
+const COPY_ROWS: usize = 16;
 
 /// The CPU backend.
 #[derive(Debug)]
 pub struct CpuBackend {
     pool: Pool,
     kernels: Kernels,
+    /// A batched matmul's result tile by tile (`[rows][nw]` per tile of weight rows) before it
+    /// is copied into the output, kept between calls so that prefill does not map and fault in
+    /// fresh pages for every matmul.
+    tiles: std::sync::Mutex<Vec<f32>>,
 }
 
 impl CpuBackend {
@@ -45,6 +51,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Pool::new(threads)?,
             kernels,
+            tiles: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -237,7 +244,8 @@ impl Backend for CpuBackend {
         let tile_fn = self.kernels.tile;
         let ty = w.ty;
         // Each task takes MATMUL_TILE weight rows and meets them with every activation row,
-        // writing weight-row-major `[n][rows]`; for one activation row that is `out` itself.
+        // writing `[rows][nw]` for its `nw` weight rows; for one activation row that is `out`
+        // itself.
         let run = |dst: &mut [f32]| {
             self.pool.for_chunks(dst, MATMUL_TILE * rows, |t, tile| {
                 let r0 = t * MATMUL_TILE;
@@ -249,11 +257,30 @@ impl Backend for CpuBackend {
             run(&mut out.0[..n]);
             return Ok(());
         }
-        let mut t_out = vec![0f32; n * rows];
-        run(&mut t_out);
-        for (o, col) in t_out.chunks_exact(rows).enumerate() {
-            for (r, &v) in col.iter().enumerate() {
-                out.0[r * n + o] = v;
+        // The kept buffer when no other matmul holds it (several sessions may share a backend).
+        let mut tiles = self
+            .tiles
+            .try_lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default();
+        tiles.resize(n * rows, 0.0);
+        run(&mut tiles);
+        // Into `[rows][n]`, a few activation rows per task: each tile's part of an output row
+        // is one contiguous run.
+        self.pool.for_chunks(&mut out.0[..rows * n], COPY_ROWS * n, |t, dst| {
+            let a0 = t * COPY_ROWS;
+            for (ti, tile) in tiles.chunks(MATMUL_TILE * rows).enumerate() {
+                let nw = tile.len() / rows;
+                let w0 = ti * MATMUL_TILE;
+                for (i, row) in dst.chunks_exact_mut(n).enumerate() {
+                    let a = a0 + i;
+                    row[w0..w0 + nw].copy_from_slice(&tile[a * nw..(a + 1) * nw]);
+                }
+            }
+        });
+        if let Ok(mut kept) = self.tiles.try_lock() {
+            if kept.capacity() < tiles.capacity() {
+                *kept = tiles;
             }
         }
         Ok(())
@@ -326,7 +353,7 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         let width = n_head * head_dim;
         need("rope", "input", x.0.len(), rows * width)?;
-        if rope.n_rot > head_dim || rope.n_rot % 2 != 0 {
+        if rope.n_rot > head_dim || !rope.n_rot.is_multiple_of(2) {
             return Err(shape(
                 "rope",
                 format!("n_rot {} does not fit head size {head_dim}", rope.n_rot),
@@ -377,7 +404,7 @@ impl Backend for CpuBackend {
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
         let hd = p.head_dim;
-        if p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 || hd == 0 {
+        if p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) || hd == 0 {
             return Err(shape(
                 "attention",
                 format!("{} heads over {} kv heads", p.n_head, p.n_head_kv),
@@ -390,22 +417,15 @@ impl Backend for CpuBackend {
         need("attention", "output", out.0.len(), p.rows * q_dim)?;
         need("attention", "k cache", k_cache.0.len(), n_kv * kv_dim)?;
         need("attention", "v cache", v_cache.0.len(), n_kv * kv_dim)?;
-        let group = p.n_head / p.n_head_kv;
         let q = &q.0[..p.rows * q_dim];
-        self.pool.for_chunks(&mut out.0[..p.rows * q_dim], hd, |i, o| {
-            let (r, h) = (i / p.n_head, i % p.n_head);
-            let mut scores = Vec::with_capacity(n_kv);
-            attention::attend_head(
-                &q[i * hd..(i + 1) * hd],
-                &k_cache.0,
-                &v_cache.0,
-                kv_dim,
-                h / group,
-                p.pos0 + r,
-                p,
-                &mut scores,
-                o,
-            );
+        // Tasks of (query row block, KV head, heads) into a scratch buffer laid out by task,
+        // then copied to `out` ([rows][n_head][head_dim]); see `attention::Plan`.
+        let plan = attention::Plan::new(p, self.pool.threads());
+        attention::with_out_scratch(plan.tasks() * plan.chunk(), |scratch| {
+            self.pool.for_chunks(scratch, plan.chunk(), |t, o| {
+                attention::attend_block(q, &k_cache.0, &v_cache.0, p, &plan.block(t, p.rows), o);
+            });
+            plan.scatter(scratch, p.rows, &mut out.0[..p.rows * q_dim]);
         });
         Ok(())
     }
@@ -432,6 +452,20 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn paste_rows(
+        &self,
+        src: &CpuBuffer,
+        rows: usize,
+        width: usize,
+        dst: &mut CpuBuffer,
+        row0: usize,
+    ) -> Result<(), BackendError> {
+        need("paste_rows", "source", src.0.len(), rows * width)?;
+        need("paste_rows", "destination", dst.0.len(), (row0 + rows) * width)?;
+        dst.0[row0 * width..(row0 + rows) * width].copy_from_slice(&src.0[..rows * width]);
+        Ok(())
+    }
+
     fn argmax(&self, x: &CpuBuffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError> {
         need("argmax", "input", x.0.len(), rows * width)?;
         if width == 0 {
@@ -448,7 +482,8 @@ impl CpuBackend {
         gate: &mut CpuBuffer,
         up: &CpuBuffer,
         len: usize,
-        act: fn(f32) -> f32,
+        // Generic rather than a `fn` pointer, so the activation inlines into the loop.
+        act: impl Fn(f32) -> f32 + Sync + Send,
     ) -> Result<(), BackendError> {
         need(op, "gate", gate.0.len(), len)?;
         need(op, "up", up.0.len(), len)?;
@@ -464,11 +499,74 @@ impl CpuBackend {
 
 /// Index of the first maximum (NaN never wins).
 pub fn argmax_row(row: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] || row[best].is_nan() {
-            best = i;
+    // Two passes the compiler vectorizes (a vocabulary-sized row per decoded token): the
+    // largest non-NaN value in independent lanes (max is exact, so their order does not
+    // matter), then the first index holding it (-0.0 and 0.0 compare equal, as in the
+    // sequential rule where the first zero of either sign stays).
+    const LANES: usize = 16;
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (mi, &v) in m.iter_mut().zip(c) {
+            *mi = if v > *mi { v } else { *mi };
         }
     }
-    best as u32
+    let max = m
+        .iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |a, &v| if v > a { v } else { a });
+    match row.iter().position(|&v| v == max) {
+        Some(i) => i as u32,
+        // Only NaN: the sequential rule moves past every NaN and ends on the last one.
+        None => row.len().saturating_sub(1) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax_row;
+
+    /// The sequential rule `argmax_row` implements: the first maximum, NaN never wins.
+    fn sequential(row: &[f32]) -> u32 {
+        let mut best = 0usize;
+        for (i, &v) in row.iter().enumerate() {
+            if v > row[best] || row[best].is_nan() {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_matches_the_sequential_rule() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let specials = [f32::NAN, f32::NEG_INFINITY, f32::INFINITY, 0.0, -0.0, 1.0];
+        for len in [1, 2, 15, 16, 17, 33, 1000] {
+            for _ in 0..50 {
+                let row: Vec<f32> = (0..len)
+                    .map(|_| match next() % 8 {
+                        0 => specials[(next() % 6) as usize],
+                        // Few distinct values, so ties are common.
+                        _ => (next() % 5) as f32 - 2.0,
+                    })
+                    .collect();
+                assert_eq!(argmax_row(&row), sequential(&row), "{row:?}");
+            }
+        }
+        for row in [
+            vec![f32::NAN; 20],
+            vec![f32::NEG_INFINITY; 3],
+            vec![-0.0, 0.0],
+            vec![f32::NAN, -5.0],
+        ] {
+            assert_eq!(argmax_row(&row), sequential(&row), "{row:?}");
+        }
+    }
 }

@@ -1,16 +1,26 @@
 //! `POST /v1/chat/completions`: messages through the chat template, the answer through the
 //! output router (content / reasoning_content / tool_calls), streamed or whole.
+//!
+//! `tool_choice`: `none` renders no tools and parses no calls; `auto` leaves the choice to the
+//! model. Without grammar-constrained decoding (llama-server forces `required` with a grammar),
+//! `required` and a named function are enforced by answer prefilling: the prompt ends with the
+//! opening of a call in the model's tool format (for a named function, up to its arguments),
+//! so the model continues inside a call; the router is fed that opening as if generated. For
+//! `required` the opening ends at the name, and the engine masks the next tokens to those of a
+//! declared tool name (a trie over their tokenizations). The arguments are not constrained: a
+//! continuation that does not parse as a call comes back as content (never dropped).
+//! `parallel_tool_calls: false` keeps only the first call.
 
 use super::{collect, finish_reason, launch, read_body};
 use crate::server::errors::ApiError;
 use crate::server::scheduler::{Finish, TokenLogprob, Usage};
 use crate::server::sse::{self, usage_json, Chunks};
-use crate::server::types::{parse_body, template_messages, unix_now, GenRequest};
+use crate::server::types::{parse_body, template_messages, unix_now, GenRequest, ToolMode};
 use crate::server::{AppState, Shared};
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
-use tinyllm::chat::router::{OutputRouter, Routed, RouterConfig};
+use tinyllm::chat::router::{OutputRouter, Routed, RouterConfig, ToolFormat};
 use tinyllm::chat::RenderRequest;
 
 pub async fn handle(State(st): State<Shared>, req: Request) -> Result<Response, ApiError> {
@@ -24,13 +34,37 @@ pub async fn handle(State(st): State<Shared>, req: Request) -> Result<Response, 
         return Err(ApiError::bad_param("messages", "messages must not be empty"));
     }
     let tool_names = req.tool_names()?;
-    let (rendered, prompt) = render(&st, &req, &raw, !tool_names.is_empty())?;
-    let router = OutputRouter::new(RouterConfig {
+    let (mut rendered, mut prompt) = render(&st, &req, &raw, !tool_names.is_empty())?;
+    let mode = req.tool_mode()?;
+    let forced = forced_call_opening(st.tool_format, &mode);
+    // `required`: the opening stops right before the name, which must be a declared one.
+    let must_start = if mode == ToolMode::Required {
+        tool_names
+            .iter()
+            .map(|n| st.tokenizer.encode(n, false, false))
+            .filter(|t| !t.is_empty())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if let Some(open) = &forced {
+        if rendered.trim_end().ends_with("<think>") {
+            // A call is wanted now: close the thinking block the template opened.
+            rendered.push_str("\n\n</think>\n\n");
+        }
+        rendered.push_str(open);
+        prompt = st.encode_chat(&rendered);
+    }
+    let mut router = OutputRouter::new(RouterConfig {
         format: st.tool_format,
         tools: tool_names,
         in_think: rendered.trim_end().ends_with("<think>"),
     });
-    let job = launch(&st, "chat", &req, prompt, "messages")?;
+    // The forced opening is part of the answer as far as the router is concerned; it only
+    // switches the router into call mode (nothing is routed yet).
+    let opened = forced.as_deref().map(|o| router.push(o)).unwrap_or_default();
+    let parallel = req.parallel_tool_calls();
+    let job = launch(&st, "chat", &req, prompt, "messages", must_start)?;
     let meta = Meta {
         id: format!("chatcmpl-{}", job.id),
         created: unix_now(),
@@ -39,19 +73,23 @@ pub async fn handle(State(st): State<Shared>, req: Request) -> Result<Response, 
     let logprobs_on = req.logprobs()?.is_some();
     if req.stream {
         let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        let chunks = ChatChunks {
+        let mut chunks = ChatChunks {
             meta,
             router,
             logprobs_on,
             pending_logprobs: Vec::new(),
             tool_calls: 0,
+            parallel,
+            held: Vec::new(),
         };
+        chunks.held = chunks.routed(opened);
         return Ok(sse::stream(job.events, chunks, include_usage, job.guard));
     }
     let out = collect(job).await?;
-    let mut router = router;
-    let mut routed = router.push(&out.text);
+    let mut routed = opened;
+    routed.extend(router.push(&out.text));
     routed.extend(router.finish());
+    let routed = limit_calls(routed, parallel, &mut 0);
     let mut content = String::new();
     let mut reasoning = String::new();
     let mut calls = Vec::new();
@@ -93,6 +131,40 @@ pub async fn handle(State(st): State<Shared>, req: Request) -> Result<Response, 
         "timings": sse::timings_json(&out.usage),
     }))
     .into_response())
+}
+
+/// The start of a call that `required` (any tool) or a named tool makes the answer begin with,
+/// in the model's tool format; `None` when the model may answer freely.
+fn forced_call_opening(format: ToolFormat, mode: &ToolMode) -> Option<String> {
+    let name = match mode {
+        ToolMode::Auto | ToolMode::None => return None,
+        ToolMode::Required => None,
+        // A JSON string, so any name is quoted correctly.
+        ToolMode::Named(n) => Some(Value::String(n.clone()).to_string()),
+    };
+    Some(match (format, name) {
+        (ToolFormat::Hermes, None) => "<tool_call>\n{\"name\": \"".to_string(),
+        (ToolFormat::Hermes, Some(n)) => format!("<tool_call>\n{{\"name\": {n}, \"arguments\": "),
+        (ToolFormat::Llama3Json, None) => "{\"name\": \"".to_string(),
+        (ToolFormat::Llama3Json, Some(n)) => format!("{{\"name\": {n}, \"parameters\": "),
+        (ToolFormat::Mistral, None) => "[TOOL_CALLS][{\"name\": \"".to_string(),
+        (ToolFormat::Mistral, Some(n)) => format!("[TOOL_CALLS][{{\"name\": {n}, \"arguments\": "),
+    })
+}
+
+/// `parallel_tool_calls: false`: drop the calls after the first (`seen` counts the calls
+/// already kept, across pushes of a stream).
+fn limit_calls(routed: Vec<Routed>, parallel: bool, seen: &mut usize) -> Vec<Routed> {
+    routed
+        .into_iter()
+        .filter(|r| {
+            if !matches!(r, Routed::ToolCall(_)) {
+                return true;
+            }
+            *seen += 1;
+            parallel || *seen == 1
+        })
+        .collect()
 }
 
 /// Render the messages (and tools, unless `tool_choice` is none) and tokenize the prompt.
@@ -152,6 +224,11 @@ struct ChatChunks {
     /// Logprobs of tokens whose text is still held back; sent with the next chunk.
     pending_logprobs: Vec<Value>,
     tool_calls: usize,
+    /// `parallel_tool_calls`: when false, calls after the first are dropped.
+    parallel: bool,
+    /// Chunks routed before the first token (from a forced call opening); sent after the
+    /// opening chunk.
+    held: Vec<Value>,
 }
 
 impl ChatChunks {
@@ -171,6 +248,8 @@ impl ChatChunks {
     }
 
     fn routed(&mut self, routed: Vec<Routed>) -> Vec<Value> {
+        let mut seen = self.tool_calls;
+        let routed = limit_calls(routed, self.parallel, &mut seen);
         let mut out = Vec::new();
         for r in routed {
             match r {
@@ -198,7 +277,9 @@ impl ChatChunks {
 
 impl Chunks for ChatChunks {
     fn opening(&mut self) -> Vec<Value> {
-        vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
+        let mut out = vec![self.chunk(json!({"role": "assistant", "content": ""}), None)];
+        out.append(&mut self.held);
+        out
     }
 
     fn token(&mut self, text: &str, logprob: Option<TokenLogprob>) -> Vec<Value> {
@@ -227,5 +308,76 @@ impl Chunks for ChatChunks {
             "usage": usage_json(usage),
             "timings": sse::timings_json(usage),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tinyllm::chat::router::ToolCall;
+
+    fn call(name: &str) -> Routed {
+        Routed::ToolCall(ToolCall {
+            name: name.into(),
+            arguments: "{}".into(),
+        })
+    }
+
+    #[test]
+    fn parallel_tool_calls_false_keeps_the_first_call() {
+        let routed = || {
+            vec![
+                Routed::Content("a".into()),
+                call("f"),
+                call("g"),
+                Routed::Content("b".into()),
+            ]
+        };
+        assert_eq!(limit_calls(routed(), true, &mut 0), routed());
+        let kept = limit_calls(routed(), false, &mut 0);
+        assert_eq!(
+            kept,
+            vec![Routed::Content("a".into()), call("f"), Routed::Content("b".into())]
+        );
+        // Across stream pushes: a call after one already sent is dropped.
+        let mut seen = 0;
+        assert_eq!(limit_calls(vec![call("f")], false, &mut seen), vec![call("f")]);
+        assert!(limit_calls(vec![call("g")], false, &mut seen).is_empty());
+    }
+
+    #[test]
+    fn forced_openings_per_format() {
+        assert_eq!(forced_call_opening(ToolFormat::Hermes, &ToolMode::Auto), None);
+        assert_eq!(forced_call_opening(ToolFormat::Hermes, &ToolMode::None), None);
+        assert_eq!(
+            forced_call_opening(ToolFormat::Hermes, &ToolMode::Named("a\"b".into())).unwrap(),
+            "<tool_call>\n{\"name\": \"a\\\"b\", \"arguments\": "
+        );
+        // Each opening, completed by a call's remainder, is a call the router parses.
+        for format in [ToolFormat::Hermes, ToolFormat::Llama3Json, ToolFormat::Mistral] {
+            for (mode, rest) in [
+                (ToolMode::Required, "f\", \"arguments\": {\"x\": 1}}"),
+                (ToolMode::Named("f".into()), "{\"x\": 1}}"),
+            ] {
+                let open = forced_call_opening(format, &mode).unwrap();
+                let close = match format {
+                    ToolFormat::Hermes => "\n</tool_call>",
+                    ToolFormat::Mistral => "]",
+                    ToolFormat::Llama3Json => "",
+                };
+                let mut r = OutputRouter::new(RouterConfig {
+                    format,
+                    tools: vec!["f".into()],
+                    in_think: false,
+                });
+                let mut out = r.push(&open);
+                out.extend(r.push(&format!("{rest}{close}")));
+                out.extend(r.finish());
+                let calls: Vec<&Routed> = out.iter().filter(|o| matches!(o, Routed::ToolCall(_))).collect();
+                assert_eq!(calls.len(), 1, "{format:?} {mode:?}: {out:?}");
+                let Routed::ToolCall(c) = calls[0] else { unreachable!() };
+                assert_eq!(c.name, "f");
+            }
+        }
     }
 }

@@ -35,7 +35,7 @@ pub async fn handle(State(st): State<Shared>, req: Request) -> Result<Response, 
         }
     };
     let logprobs_on = req.logprobs()?.is_some();
-    let job = launch(&st, "completion", &req, prompt, "prompt")?;
+    let job = launch(&st, "completion", &req, prompt, "prompt", Vec::new())?;
     let mut chunks = CompletionChunks {
         id: format!("cmpl-{}", job.id),
         created: unix_now(),

@@ -47,6 +47,7 @@ pub fn launch(
     req: &GenRequest,
     prompt: Vec<u32>,
     prompt_param: &str,
+    must_start: Vec<Vec<u32>>,
 ) -> Result<Launched, ApiError> {
     let sampler = req.sampler()?;
     let logprobs = req.logprobs()?;
@@ -80,6 +81,7 @@ pub fn launch(
         max_tokens,
         logprobs,
         stop,
+        must_start,
         cancel: cancel.clone(),
         events: tx,
     };

@@ -72,13 +72,13 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
             }
         }
     }
-    let rows = act.rows;
+    let nw = out.len() / act.rows;
     for r in 0..RR {
         let row = &weights[(w0 + r) * rb..(w0 + r + 1) * rb];
         for c in 0..CC {
             let y = &act.values[(a0 + c) * k..(a0 + c + 1) * k];
             let tail: f32 = (k8..k).map(|i| load1::<K>(row, i) * y[i]).sum();
-            out[(w0 + r) * rows + a0 + c] = hsum_ps(acc[r][c]) + tail;
+            out[(a0 + c) * nw + w0 + r] = hsum_ps(acc[r][c]) + tail;
         }
     }
 }

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 use super::super::kernels::Activations;
 use super::dot_legacy::{nibbles, KVALUES_IQ4NL};
-use super::{for_tiles, hsum_ps, load_f16};
+use super::{for_tiles, hsum_ps, load_f16, store_lanes, transpose_sum, LANE_ROWS};
 use crate::quant::GgmlType;
 
 const Q4_K: u8 = 0;
@@ -222,7 +222,7 @@ unsafe fn body<const K: u8>(p: *const u8, h: &Header, q8: *const u8) -> (__m256i
     }
 }
 
-/// Outputs `(w0..w0+RR) × (a0..a0+CC)` into `out[w * rows + a]`.
+/// Outputs `(w0..w0+RR) × (a0..a0+CC)` into `out[a * nw + w]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
@@ -259,10 +259,10 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
             }
         }
     }
-    let rows = act.rows;
+    let nw = out.len() / act.rows;
     for r in 0..RR {
         for c in 0..CC {
-            out[(w0 + r) * rows + a0 + c] = hsum_ps(acc[r][c]);
+            out[(a0 + c) * nw + w0 + r] = hsum_ps(acc[r][c]);
         }
     }
 }
@@ -271,12 +271,354 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
 unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
     let nb = k / 256;
     let nw = weights.len() / (nb * block_bytes(K));
+    if matches!(K, Q4_K | Q6_K) {
+        return run_lanes::<K>(nb, nw, weights, act, out);
+    }
     for_tiles::<R, C>(nw, act.rows, |w0, a0, r, c| match (r, c) {
         (R, C) => kernel::<K, R, C>(nb, weights, act, w0, a0, out),
         (R, _) => kernel::<K, R, 1>(nb, weights, act, w0, a0, out),
         (_, C) => kernel::<K, 1, C>(nb, weights, act, w0, a0, out),
         _ => kernel::<K, 1, 1>(nb, weights, act, w0, a0, out),
     });
+}
+
+// Q4_K and Q6_K, the k-quants of the common Q4_K_M mixes, have lane-per-row kernels like the
+// 32-value formats (see `dot_legacy`): eight weight rows per tile, one i32/f32 lane each. Per
+// output and super-block the arithmetic is fixed whatever the path: the exact integer sums
+// `Σ sc·Σq·q8` (less `32·Σ sc·bsum` for Q6_K) and, for Q4_K, `Σ m·bsum`, converted once, then
+// `acc = fma(isum, d_w·d_a, acc)` and `acc = fnmadd(msum, dmin_w·d_a, acc)`.
+
+/// Activation rows per register tile of the repacked path.
+const LANE_C: usize = 4;
+/// Batches of at least this many activation rows repack each tile of weight rows first.
+pub(super) const REPACK_MIN_ROWS: usize = 3;
+
+/// A tile of eight weight rows unpacked and interleaved, per super-block `b`:
+/// * `u[(64b + g) * 8 + i]`: values `4g..4g + 4` of row `i`, unsigned (Q6_K without its -32);
+/// * `sc[(S·b + j) * 8 + i]`: the scale of sub-block `j` of row `i` as two equal i16 (`S` = 8
+///   sub-blocks of 32 for Q4_K, 16 of 16 for Q6_K), the `madd` operand of the values' sums;
+/// * `pair[(P·b + j) * 8 + i]`: Q4_K: mins `2j`, `2j + 1` as i16 (`P` = 4); Q6_K: scales `2j`,
+///   `2j + 1` (`P` = 8), to meet pairs of activation sums in one `madd`;
+/// * `d`, `dmin` per `8b + i`.
+///
+/// Rows past the end of the tile are zero.
+struct Packed {
+    u: Vec<u32>,
+    sc: Vec<u32>,
+    pair: Vec<u32>,
+    d: Vec<f32>,
+    dmin: Vec<f32>,
+}
+
+/// Sub-blocks with their own scale, and scale or min pairs, per super-block.
+const fn sub_blocks(kind: u8) -> usize {
+    if kind == Q6_K {
+        16
+    } else {
+        8
+    }
+}
+
+const fn pairs(kind: u8) -> usize {
+    sub_blocks(kind) / 2
+}
+
+/// Two i16 in one u32, `lo` first.
+fn i16_pair(lo: i16, hi: i16) -> u32 {
+    u32::from(lo as u16) | (u32::from(hi as u16) << 16)
+}
+
+impl Packed {
+    fn new(nb: usize, kind: u8) -> Self {
+        const L: usize = LANE_ROWS;
+        Packed {
+            u: vec![0; nb * 64 * L],
+            sc: vec![0; nb * sub_blocks(kind) * L],
+            pair: vec![0; nb * pairs(kind) * L],
+            d: vec![0.0; nb * L],
+            dmin: vec![0.0; nb * L],
+        }
+    }
+}
+
+/// The 256 values of a super-block as unsigned bytes in order (Q6_K: `q`, not `q - 32`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn values<const K: u8>(p: *const u8, out: &mut [u8; 256]) {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let o = out.as_mut_ptr() as *mut __m256i;
+    if K == Q4_K {
+        for j in 0..4 {
+            let q = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
+            _mm256_storeu_si256(o.add(2 * j), _mm256_and_si256(q, low4));
+            _mm256_storeu_si256(o.add(2 * j + 1), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+        }
+    } else {
+        let three = _mm256_set1_epi8(3);
+        for n in 0..2 {
+            let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+            let h0 = _mm256_slli_epi16(_mm256_and_si256(qh, three), 4);
+            let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4);
+            let h2 = _mm256_and_si256(qh, _mm256_slli_epi16(three, 4));
+            let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_slli_epi16(three, 4));
+            _mm256_storeu_si256(o.add(4 * n), _mm256_or_si256(_mm256_and_si256(ql0, low4), h0));
+            _mm256_storeu_si256(o.add(4 * n + 1), _mm256_or_si256(_mm256_and_si256(ql1, low4), h1));
+            let v2 = _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4);
+            let v3 = _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4);
+            _mm256_storeu_si256(o.add(4 * n + 2), _mm256_or_si256(v2, h2));
+            _mm256_storeu_si256(o.add(4 * n + 3), _mm256_or_si256(v3, h3));
+        }
+    }
+}
+
+/// Unpack rows `0..nr` of `w` (rows of `nb` super-blocks) into `p`; rows `nr..8` stay zero
+/// (`p` is fresh or was filled from a tile at least as tall, as tiles only shrink at the end).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn repack<const K: u8>(w: &[u8], nr: usize, nb: usize, p: &mut Packed) {
+    const L: usize = LANE_ROWS;
+    let wb = block_bytes(K);
+    let rb = nb * wb;
+    let mut v = [0u8; 256];
+    for i in 0..L {
+        for b in 0..nb {
+            if i >= nr {
+                for g in 0..64 {
+                    p.u[(64 * b + g) * L + i] = 0;
+                }
+                for j in 0..sub_blocks(K) {
+                    p.sc[(sub_blocks(K) * b + j) * L + i] = 0;
+                }
+                for j in 0..pairs(K) {
+                    p.pair[(pairs(K) * b + j) * L + i] = 0;
+                }
+                p.d[L * b + i] = 0.0;
+                p.dmin[L * b + i] = 0.0;
+                continue;
+            }
+            let q = w.as_ptr().add(i * rb + b * wb);
+            values::<K>(q, &mut v);
+            for g in 0..64 {
+                p.u[(64 * b + g) * L + i] = u32::from_le_bytes([v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3]]);
+            }
+            let h = header::<K>(q);
+            let mut t = [0u8; 32];
+            _mm256_storeu_si256(t.as_mut_ptr() as *mut __m256i, h.scales);
+            if K == Q4_K {
+                // Bytes 0..8: scales, 8..16: mins (6-bit, unsigned).
+                for j in 0..8 {
+                    let sc = i16::from(t[j]);
+                    p.sc[(8 * b + j) * L + i] = i16_pair(sc, sc);
+                }
+                for j in 0..4 {
+                    p.pair[(4 * b + j) * L + i] = i16_pair(i16::from(t[8 + 2 * j]), i16::from(t[9 + 2 * j]));
+                }
+                p.dmin[L * b + i] = h.dmin;
+            } else {
+                // The 16 signed scales.
+                for j in 0..16 {
+                    let sc = i16::from(t[j] as i8);
+                    p.sc[(16 * b + j) * L + i] = i16_pair(sc, sc);
+                }
+                for j in 0..8 {
+                    p.pair[(8 * b + j) * L + i] = i16_pair(i16::from(t[2 * j] as i8), i16::from(t[2 * j + 1] as i8));
+                }
+            }
+            p.d[L * b + i] = h.d;
+        }
+    }
+}
+
+/// The batched path: outputs `(w0..w0+nr) × (a0..a0+CC)` from a repacked tile. Each group of
+/// four activation bytes is broadcast and meets four values of all eight rows in one `maddubs`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm<const K: u8, const CC: usize>(
+    nb: usize,
+    p: &Packed,
+    act: &Activations,
+    w0: usize,
+    nr: usize,
+    a0: usize,
+    out: &mut [f32],
+) {
+    const L: usize = LANE_ROWS;
+    let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
+    let mut acc = [_mm256_setzero_ps(); CC];
+    for b in 0..nb {
+        let mut isum = [_mm256_setzero_si256(); CC];
+        // Activation row c of this super-block: f32 scale, 256 values, 16 i16 sums.
+        macro_rules! blk {
+            ($c:expr) => {
+                a.add($c * act.row_bytes + b * ACT_BLOCK)
+            };
+        }
+        // Values 4g..4g+4 of activation row c in every lane (a macro: closures would not
+        // inherit the target features).
+        macro_rules! y {
+            ($c:expr, $g:expr) => {
+                _mm256_set1_epi32(std::ptr::read_unaligned(blk!($c).add(4 + 4 * $g) as *const i32))
+            };
+        }
+        macro_rules! u {
+            ($g:expr) => {
+                _mm256_loadu_si256(p.u.as_ptr().add((64 * b + $g) * L) as *const __m256i)
+            };
+        }
+        if K == Q4_K {
+            // Values below 16: eight i16 pair sums stay below 8 · 2 · 15 · 128 < 2^15.
+            for j in 0..8 {
+                let mut h = [_mm256_setzero_si256(); CC];
+                for g in 8 * j..8 * j + 8 {
+                    let u = u!(g);
+                    for c in 0..CC {
+                        h[c] = _mm256_add_epi16(h[c], _mm256_maddubs_epi16(u, y!(c, g)));
+                    }
+                }
+                let sc = _mm256_loadu_si256(p.sc.as_ptr().add((8 * b + j) * L) as *const __m256i);
+                for c in 0..CC {
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(h[c], sc));
+                }
+            }
+        } else {
+            // Values below 64: two i16 pair sums stay below 2 · 2 · 63 · 127 < 2^15.
+            for t in 0..16 {
+                let sc = _mm256_loadu_si256(p.sc.as_ptr().add((16 * b + t) * L) as *const __m256i);
+                for half in 0..2 {
+                    let g = 4 * t + 2 * half;
+                    let (u0, u1) = (u!(g), u!(g + 1));
+                    for c in 0..CC {
+                        let h = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(u0, y!(c, g)),
+                            _mm256_maddubs_epi16(u1, y!(c, g + 1)),
+                        );
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(h, sc));
+                    }
+                }
+            }
+        }
+        let d = _mm256_loadu_ps(p.d.as_ptr().add(L * b));
+        let dmin = _mm256_loadu_ps(p.dmin.as_ptr().add(L * b));
+        for c in 0..CC {
+            let y = blk!(c);
+            let dy = _mm256_set1_ps(std::ptr::read_unaligned(y as *const f32));
+            let bsums = y.add(260) as *const i16;
+            let mut psum = _mm256_setzero_si256();
+            for j in 0..pairs(K) {
+                let pair = if K == Q4_K {
+                    // Sums over the 32 values of sub-blocks 2j and 2j + 1.
+                    let s = |t: usize| {
+                        std::ptr::read_unaligned(bsums.add(2 * t)) + std::ptr::read_unaligned(bsums.add(2 * t + 1))
+                    };
+                    i16_pair(s(2 * j), s(2 * j + 1))
+                } else {
+                    std::ptr::read_unaligned(bsums.add(2 * j) as *const u32)
+                };
+                psum = _mm256_add_epi32(
+                    psum,
+                    _mm256_madd_epi16(
+                        _mm256_loadu_si256(p.pair.as_ptr().add((pairs(K) * b + j) * L) as *const __m256i),
+                        _mm256_set1_epi32(pair as i32),
+                    ),
+                );
+            }
+            if K == Q6_K {
+                isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(psum, 5));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, dy), acc[c]);
+            if K == Q4_K {
+                acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(psum), _mm256_mul_ps(dmin, dy), acc[c]);
+            }
+        }
+    }
+    for c in 0..CC {
+        store_lanes(acc[c], nr, w0, a0 + c, act.rows, out);
+    }
+}
+
+/// The path for few activation rows (decode): weight rows `w0..w0+nr` (read from `w`) times
+/// activation row `a`, straight from the file layout with [`body`], the eight rows' sums then
+/// gathered into a lane each; from there the arithmetic is [`gemm`]'s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn direct<const K: u8>(nb: usize, w: &[u8], nr: usize, act: &Activations, w0: usize, a: usize, out: &mut [f32]) {
+    const L: usize = LANE_ROWS;
+    let wb = block_bytes(K);
+    let rb = nb * wb;
+    let wp = w.as_ptr();
+    let y_row = act.bytes.as_ptr().add(a * act.row_bytes);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let y = y_row.add(b * ACT_BLOCK);
+        let dy = _mm256_set1_ps(std::ptr::read_unaligned(y as *const f32));
+        let mut isum = [_mm256_setzero_si256(); L];
+        let mut msum = [_mm256_setzero_si256(); L];
+        let mut d = [0f32; L];
+        let mut dmin = [0f32; L];
+        for r in 0..L {
+            if r < nr {
+                let q = wp.add(r * rb + b * wb);
+                // As in `dot_legacy`: fetch the same super-block of the next tile of rows.
+                let ahead = wp.wrapping_add((L + r) * rb + b * wb);
+                for line in (0..wb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+                }
+                let h = header::<K>(q);
+                (isum[r], msum[r]) = body::<K>(q, &h, y.add(4));
+                d[r] = h.d;
+                dmin[r] = h.dmin;
+            }
+        }
+        let is = transpose_sum(&isum);
+        acc = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(is),
+            _mm256_mul_ps(_mm256_loadu_ps(d.as_ptr()), dy),
+            acc,
+        );
+        if K == Q4_K {
+            let ms = transpose_sum(&msum);
+            acc = _mm256_fnmadd_ps(
+                _mm256_cvtepi32_ps(ms),
+                _mm256_mul_ps(_mm256_loadu_ps(dmin.as_ptr()), dy),
+                acc,
+            );
+        }
+    }
+    store_lanes(acc, nr, w0, a, act.rows, out);
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+    let rb = nb * block_bytes(K);
+    let rows = act.rows;
+    let batched = rows >= REPACK_MIN_ROWS;
+    let mut packed = Packed::new(if batched { nb } else { 0 }, K);
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(LANE_ROWS);
+        // The direct path prefetches past its tile, so it sees the rest of the weights.
+        let w = &weights[w0 * rb..];
+        if batched {
+            repack::<K>(w, nr, nb, &mut packed);
+            let mut a0 = 0;
+            while a0 < rows {
+                let c = (rows - a0).min(LANE_C);
+                match c {
+                    LANE_C => gemm::<K, LANE_C>(nb, &packed, act, w0, nr, a0, out),
+                    3 => gemm::<K, 3>(nb, &packed, act, w0, nr, a0, out),
+                    2 => gemm::<K, 2>(nb, &packed, act, w0, nr, a0, out),
+                    _ => gemm::<K, 1>(nb, &packed, act, w0, nr, a0, out),
+                }
+                a0 += c;
+            }
+        } else {
+            for a in 0..rows {
+                direct::<K>(nb, w, nr, act, w0, a, out);
+            }
+        }
+        w0 += nr;
+    }
 }
 
 /// See [`super::tile`]; lengths were checked there.

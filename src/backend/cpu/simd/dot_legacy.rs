@@ -7,11 +7,15 @@
 //! add the activation block's precomputed `offset · Σq_a` (-8 or -16 times the sum) to the
 //! integer lanes, which makes the sum exactly the oracle's; the `_1` formats add
 //! `m · (d_a · Σq_a)` in f32 as the oracle does.
+//!
+//! A block's integer sum for eight weight rows lands in one vector, a lane per row, so its
+//! conversion and scaling (`d_w · d_a` as eight lanes) happen once per eight outputs: [`direct`]
+//! sums each row's lanes across (decode), [`gemm`] works from a repacked tile (batches).
 
 use std::arch::x86_64::*;
 
 use super::super::kernels::Activations;
-use super::{for_tiles, hsum_ps, load_f16};
+use super::{load_f16, store_lanes, transpose_sum, LANE_ROWS as R};
 use crate::quant::GgmlType;
 
 const Q4_0: u8 = 0;
@@ -23,9 +27,6 @@ const IQ4_NL: u8 = 5;
 
 /// Bytes of one activation block (Q8_0: f16 scale + 32 values).
 const ACT_BLOCK: usize = 34;
-/// Weight rows and activation rows per register tile.
-const R: usize = 4;
-const C: usize = 2;
 
 /// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS (`kvalues_iq4nl`).
 pub(super) const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
@@ -140,68 +141,238 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
     }
 }
 
-/// Outputs `(w0..w0+RR) × (a0..a0+CC)` into `out[w * rows + a]`.
+/// Activation rows per register tile of the repacked path.
+const C: usize = 4;
+/// Batches of at least this many activation rows repack each tile of weight rows first: the
+/// repacking costs about as much as one pass of the direct path, and every further row gains.
+pub(super) const REPACK_MIN_ROWS: usize = 3;
+
+/// A tile of [`R`] weight rows unpacked and interleaved for the batched path: for block `b` and
+/// group `g` of four values, `u[(8b + g) * R + i]` holds values `4g..4g + 4` of row `i` as four
+/// bytes (the `maddubs` operand of [`unpack`]), `s` likewise the signed values (signed formats
+/// only), and `d[R * b + i]`, `m[R * b + i]` the scale and minimum. Rows past the end of the
+/// tile are zero.
+struct Packed {
+    u: Vec<u32>,
+    s: Vec<u32>,
+    d: Vec<f32>,
+    m: Vec<f32>,
+}
+
+impl Packed {
+    fn new(nb: usize, signed: bool) -> Self {
+        Packed {
+            u: vec![0; nb * 8 * R],
+            s: vec![0; if signed { nb * 8 * R } else { 0 }],
+            d: vec![0.0; nb * R],
+            m: vec![0.0; nb * R],
+        }
+    }
+}
+
+/// Unpack rows `0..nr` of `w` (rows of `nb` blocks) into `p`, zeroing rows `nr..R`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn repack<const K: u8>(w: &[u8], nr: usize, nb: usize, p: &mut Packed) {
+    let wb = block_bytes(K);
+    let rb = nb * wb;
+    let mut lanes = [0u32; 8];
+    for i in 0..R {
+        for b in 0..nb {
+            let x = if i < nr {
+                unpack::<K>(w.as_ptr().add(i * rb + b * wb))
+            } else {
+                let z = _mm256_setzero_si256();
+                Unpacked {
+                    u: z,
+                    s: z,
+                    d: 0.0,
+                    m: 0.0,
+                }
+            };
+            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, x.u);
+            for g in 0..8 {
+                p.u[(8 * b + g) * R + i] = lanes[g];
+            }
+            if signed(K) {
+                _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, x.s);
+                for g in 0..8 {
+                    p.s[(8 * b + g) * R + i] = lanes[g];
+                }
+            }
+            p.d[R * b + i] = x.d;
+            p.m[R * b + i] = x.m;
+        }
+    }
+}
+
+/// The batched path: outputs `(w0..w0+nr) × (a0..a0+CC)` from a repacked tile. Lane `i` of an
+/// accumulator is weight row `i`: each group of four activation bytes is broadcast and meets
+/// four values of all eight rows in one `maddubs`. Per output and block the arithmetic is that
+/// of [`direct`]: the exact integer sum (plus the offset term), converted once, times
+/// `d_w · d_a`, fused into the f32 accumulator; the `_1` formats add `m · (d_a · Σq_a)` to a
+/// second one.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
+unsafe fn gemm<const K: u8, const CC: usize>(
     nb: usize,
-    weights: &[u8],
+    p: &Packed,
     act: &Activations,
     w0: usize,
+    nr: usize,
     a0: usize,
     out: &mut [f32],
 ) {
-    let wb = block_bytes(K);
-    let rb = nb * wb;
-    let w = weights.as_ptr().add(w0 * rb);
-    let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
+    let ones = _mm256_set1_epi16(1);
+    let a = act.bytes.as_ptr().add(a0 * act.row_bytes + 2);
     let da = act.scales.as_ptr().add(a0 * nb);
-    // Only the vector a format reads is filled (`q8::prepare` made it for this type).
     let sa = act.dsums.as_ptr().wrapping_add(a0 * nb);
     let oa = act.offsets.as_ptr().wrapping_add(a0 * nb);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); CC]; RR];
-    let mut macc = [[0f32; CC]; RR];
+    let (pu, ps) = (p.u.as_ptr(), p.s.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); CC];
+    let mut macc = [_mm256_setzero_ps(); CC];
     for b in 0..nb {
-        for r in 0..RR {
-            // Decode streams each weight once from memory: ask for the same place in the next
-            // tile of rows (the rows of a tile are contiguous), so enough lines are in flight.
-            _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((2 * RR + r) * rb + b * wb) as *const i8);
-            let x = unpack::<K>(w.add(r * rb + b * wb));
-            for c in 0..CC {
-                let y = _mm256_loadu_si256(a.add(c * act.row_bytes + b * ACT_BLOCK + 2) as *const __m256i);
-                let dy = *da.add(c * nb + b);
-                let y = if signed(K) { _mm256_sign_epi8(y, x.s) } else { y };
-                let mut p = _mm256_madd_epi16(_mm256_maddubs_epi16(x.u, y), ones);
-                if has_offset(K) {
-                    let o = _mm_cvtsi32_si128(*oa.add(c * nb + b));
-                    p = _mm256_add_epi32(p, _mm256_zextsi128_si256(o));
+        let mut isum = [_mm256_setzero_si256(); CC];
+        // Values 4g..4g+4 of activation row c, in every lane (a macro: closures would not
+        // inherit the target features).
+        macro_rules! y {
+            ($c:expr, $g:expr) => {
+                _mm256_set1_epi32(std::ptr::read_unaligned(
+                    a.add($c * act.row_bytes + b * ACT_BLOCK + 4 * $g) as *const i32,
+                ))
+            };
+        }
+        if signed(K) {
+            // |w| · |a| can reach 2 · 127 · 127 per i16 lane: widen every product pair.
+            for g in 0..8 {
+                let u = _mm256_loadu_si256(pu.add((8 * b + g) * R) as *const __m256i);
+                let s = _mm256_loadu_si256(ps.add((8 * b + g) * R) as *const __m256i);
+                for c in 0..CC {
+                    let prod = _mm256_maddubs_epi16(u, _mm256_sign_epi8(y!(c, g), s));
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(prod, ones));
                 }
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x.d * dy), acc[r][c]);
-                if has_min(K) {
-                    macc[r][c] += x.m * *sa.add(c * nb + b);
+            }
+        } else {
+            // Unsigned values below 32: four i16 pair sums stay below 4 · 2 · 31 · 128 < 2^15.
+            for half in 0..2 {
+                let mut h = [_mm256_setzero_si256(); CC];
+                for g in 4 * half..4 * half + 4 {
+                    let u = _mm256_loadu_si256(pu.add((8 * b + g) * R) as *const __m256i);
+                    for c in 0..CC {
+                        h[c] = _mm256_add_epi16(h[c], _mm256_maddubs_epi16(u, y!(c, g)));
+                    }
+                }
+                for c in 0..CC {
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(h[c], ones));
                 }
             }
         }
-    }
-    let rows = act.rows;
-    for r in 0..RR {
+        let d = _mm256_loadu_ps(p.d.as_ptr().add(R * b));
         for c in 0..CC {
-            out[(w0 + r) * rows + a0 + c] = hsum_ps(acc[r][c]) + macc[r][c];
+            if has_offset(K) {
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_set1_epi32(*oa.add(c * nb + b)));
+            }
+            let scale = _mm256_mul_ps(d, _mm256_set1_ps(*da.add(c * nb + b)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), scale, acc[c]);
+            if has_min(K) {
+                let m = _mm256_loadu_ps(p.m.as_ptr().add(R * b));
+                macc[c] = _mm256_add_ps(macc[c], _mm256_mul_ps(m, _mm256_set1_ps(*sa.add(c * nb + b))));
+            }
         }
     }
+    for c in 0..CC {
+        let v = if has_min(K) {
+            _mm256_add_ps(acc[c], macc[c])
+        } else {
+            acc[c]
+        };
+        store_lanes(v, nr, w0, a0 + c, act.rows, out);
+    }
+}
+
+/// The path for few activation rows (decode): weight rows `w0..w0+nr` (`nr` ≤ [`R`], read from
+/// `w`) times activation row `a`, straight from the file layout. Each row's block product is
+/// computed in eight lanes as usual, then the eight rows are summed across lanes into one
+/// vector with a lane per row, and from there the arithmetic is [`gemm`]'s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn direct<const K: u8>(nb: usize, w: &[u8], nr: usize, act: &Activations, w0: usize, a: usize, out: &mut [f32]) {
+    let wb = block_bytes(K);
+    let rb = nb * wb;
+    let wp = w.as_ptr();
+    let y_row = act.bytes.as_ptr().add(a * act.row_bytes + 2);
+    let da = act.scales.as_ptr().add(a * nb);
+    let sa = act.dsums.as_ptr().wrapping_add(a * nb);
+    let oa = act.offsets.as_ptr().wrapping_add(a * nb);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm256_setzero_ps();
+    let mut macc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let y = _mm256_loadu_si256(y_row.add(b * ACT_BLOCK) as *const __m256i);
+        let mut p = [_mm256_setzero_si256(); R];
+        let mut d = [0f32; R];
+        let mut m = [0f32; R];
+        for r in 0..R {
+            if r < nr {
+                // Decode streams each weight once from memory: ask for the same block of the
+                // next tile of rows, so enough lines are in flight.
+                _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add((R + r) * rb + b * wb) as *const i8);
+                let x = unpack::<K>(wp.add(r * rb + b * wb));
+                let yy = if signed(K) { _mm256_sign_epi8(y, x.s) } else { y };
+                p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(x.u, yy), ones);
+                d[r] = x.d;
+                m[r] = x.m;
+            }
+        }
+        let mut isum = transpose_sum(&p);
+        if has_offset(K) {
+            isum = _mm256_add_epi32(isum, _mm256_set1_epi32(*oa.add(b)));
+        }
+        let scale = _mm256_mul_ps(_mm256_loadu_ps(d.as_ptr()), _mm256_set1_ps(*da.add(b)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+        if has_min(K) {
+            macc = _mm256_add_ps(
+                macc,
+                _mm256_mul_ps(_mm256_loadu_ps(m.as_ptr()), _mm256_set1_ps(*sa.add(b))),
+            );
+        }
+    }
+    let v = if has_min(K) { _mm256_add_ps(acc, macc) } else { acc };
+    store_lanes(v, nr, w0, a, act.rows, out);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
     let nb = k / 32;
-    let nw = weights.len() / (nb * block_bytes(K));
-    for_tiles::<R, C>(nw, act.rows, |w0, a0, r, c| match (r, c) {
-        (R, C) => kernel::<K, R, C>(nb, weights, act, w0, a0, out),
-        (R, _) => kernel::<K, R, 1>(nb, weights, act, w0, a0, out),
-        (_, C) => kernel::<K, 1, C>(nb, weights, act, w0, a0, out),
-        _ => kernel::<K, 1, 1>(nb, weights, act, w0, a0, out),
-    });
+    let rb = nb * block_bytes(K);
+    let nw = weights.len() / rb;
+    let rows = act.rows;
+    let batched = rows >= REPACK_MIN_ROWS;
+    let mut packed = Packed::new(if batched { nb } else { 0 }, signed(K));
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(R);
+        // The direct path prefetches past its tile, so it sees the rest of the weights.
+        let w = &weights[w0 * rb..];
+        if batched {
+            repack::<K>(w, nr, nb, &mut packed);
+            let mut a0 = 0;
+            while a0 < rows {
+                let c = (rows - a0).min(C);
+                match c {
+                    C => gemm::<K, C>(nb, &packed, act, w0, nr, a0, out),
+                    3 => gemm::<K, 3>(nb, &packed, act, w0, nr, a0, out),
+                    2 => gemm::<K, 2>(nb, &packed, act, w0, nr, a0, out),
+                    _ => gemm::<K, 1>(nb, &packed, act, w0, nr, a0, out),
+                }
+                a0 += c;
+            }
+        } else {
+            for a in 0..rows {
+                direct::<K>(nb, w, nr, act, w0, a, out);
+            }
+        }
+        w0 += nr;
+    }
 }
 
 /// See [`super::tile`]; lengths were checked there.

@@ -10,7 +10,14 @@
 //! Every kernel computes a tile of `R` weight rows × `C` activation rows with one accumulator per
 //! output, streaming the blocks of the `R` rows once per tile. Each output goes through the same
 //! operations in the same order whatever the tile shape, so results do not depend on how the
-//! work was split (thread count, tail tiles).
+//! work was split (thread count, tail tiles, batch size).
+//!
+//! The 32-value formats and Q4_K/Q6_K (most of the weights of the common Q4_K_M files) keep one
+//! weight row per lane ([`LANE_ROWS`] rows per tile): a block's integer sum is exact, so it can
+//! be formed either in the file layout and summed across lanes (few activation rows: decode) or,
+//! from batches of a few rows on, from the tile repacked once so that one `maddubs` meets four
+//! values of all eight rows with four broadcast activation bytes (prefill); both give the same
+//! bits. The other formats keep an 8-lane accumulator per output, summed at the end.
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (32-value formats against Q8_0),
 //! `dot_kquant.rs` (256-value formats against Q8_K), `dot_float.rs` (F32/F16/BF16 rows).
@@ -43,7 +50,7 @@ pub fn supports(ty: GgmlType) -> bool {
     super::kernels::AVX2_TYPES.contains(&ty)
 }
 
-/// `out[w * rows + a]` = row `w` of `weights` (whole rows of `k` values of `ty`) times row `a` of
+/// `out[a * nw + w]` = row `w` of the `nw` rows of `weights` (whole rows of `k` values of `ty`) times row `a` of
 /// `act` (prepared by [`q8::prepare`] for `ty`). Returns false, leaving `out` untouched, when
 /// `ty` is not covered or the lengths do not fit together.
 ///
@@ -51,11 +58,11 @@ pub fn supports(ty: GgmlType) -> bool {
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
 pub unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
     let rows = act.rows;
-    if !supports(ty) || k == 0 || k % ty.block_size() != 0 || rows == 0 || act.k != k {
+    if !supports(ty) || k == 0 || !k.is_multiple_of(ty.block_size()) || rows == 0 || act.k != k {
         return false;
     }
     let row_bytes = k / ty.block_size() * ty.block_bytes();
-    if weights.len() % row_bytes != 0 || out.len() != weights.len() / row_bytes * rows {
+    if !weights.len().is_multiple_of(row_bytes) || out.len() != weights.len() / row_bytes * rows {
         return false;
     }
     // The kernels read activations through raw pointers: their layout must be the one
@@ -104,6 +111,39 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 unsafe fn load_f16(p: *const u8) -> f32 {
     let h = std::ptr::read_unaligned(p as *const u16);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
+/// Weight rows per tile of the lane-per-row kernels (`dot_legacy`, and `dot_kquant` for Q4_K
+/// and Q6_K): one lane of an i32/f32 vector each.
+pub(super) const LANE_ROWS: usize = 8;
+
+/// Lane `i` = the sum of the eight lanes of `p[i]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn transpose_sum(p: &[__m256i; LANE_ROWS]) -> __m256i {
+    let s01 = _mm256_hadd_epi32(p[0], p[1]);
+    let s23 = _mm256_hadd_epi32(p[2], p[3]);
+    let s45 = _mm256_hadd_epi32(p[4], p[5]);
+    let s67 = _mm256_hadd_epi32(p[6], p[7]);
+    // Per 128-bit half: rows 0..4, then rows 4..8, each summed over that half's four lanes.
+    let t0 = _mm256_hadd_epi32(s01, s23);
+    let t1 = _mm256_hadd_epi32(s45, s67);
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(t0, t1),
+        _mm256_permute2x128_si256::<0x31>(t0, t1),
+    )
+}
+
+/// Write lanes `0..nr` of `v` to `out[a * nw + w0 + i]` (`nw = out.len() / rows`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn store_lanes(v: __m256, nr: usize, w0: usize, a: usize, rows: usize, out: &mut [f32]) {
+    let nw = out.len() / rows;
+    let mut lanes = [0f32; LANE_ROWS];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+    for (i, &x) in lanes[..nr].iter().enumerate() {
+        out[a * nw + w0 + i] = x;
+    }
 }
 
 /// Walk a `nw` × `rows` output in tiles: `R`×`C` where both fit, then narrower ones at the

@@ -24,7 +24,7 @@ pub unsafe fn prepare(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, 
     let act = ty.vec_dot_type();
     let rows = x.len().checked_div(k).unwrap_or(0);
     let x = &x[..rows * k];
-    if k % act.block_size() != 0 {
+    if !k.is_multiple_of(act.block_size()) {
         return Err(QuantError::PartialBlock {
             ty: act,
             elements: k,

@@ -60,17 +60,17 @@ fn weights(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8>
         GgmlType::F32 => {
             return (0..n)
                 .flat_map(|_| rng.random_range(-1.0f32..1.0).to_le_bytes())
-                .collect()
+                .collect();
         }
         GgmlType::F16 => {
             return (0..n)
                 .flat_map(|_| f16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes())
-                .collect()
+                .collect();
         }
         GgmlType::BF16 => {
             return (0..n)
                 .flat_map(|_| bf16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes())
-                .collect()
+                .collect();
         }
         _ => {}
     }
@@ -161,7 +161,7 @@ fn check(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, nw: usize, rows: usize) {
                 .map(|j| (f64::from(wr[j]).abs() + 2.0 * f64::from(mr[j]).abs()) * f64::from(xr[j]).abs())
                 .sum();
             let tol = 2.0 * adds as f64 * f64::from(f32::EPSILON) * mag + 1e-30;
-            let (g, o) = (got[i * rows + r], want[i * rows + r]);
+            let (g, o) = (got[r * nw + i], want[r * nw + i]);
             assert!(
                 (f64::from(g) - f64::from(o)).abs() <= tol,
                 "{ty} k={k} {nw}x{rows} at ({i},{r}): avx2 {g} oracle {o} (tolerance {tol:e}, magnitude {mag:e})"
@@ -169,14 +169,22 @@ fn check(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, nw: usize, rows: usize) {
         }
     }
 
-    // Every output must be the same whatever tile it was computed in.
-    for i in [0, nw / 2, nw - 1] {
+    // Every output must be the same whatever tile it was computed in (and, for the 32-value
+    // formats, whether the batch was large enough to repack the weights or not): all of them
+    // on small shapes, corners and the middle on large ones.
+    let all = nw * rows <= 64;
+    let (pick_w, pick_r): (Vec<usize>, Vec<usize>) = if all {
+        ((0..nw).collect(), (0..rows).collect())
+    } else {
+        (vec![0, nw / 2, nw - 1], vec![0, rows / 2, rows - 1])
+    };
+    for &i in &pick_w {
         let rb = k / ty.block_size() * ty.block_bytes();
-        for r in [0, rows - 1] {
+        for &r in &pick_r {
             let one = run(fast, ty, k, &w[i * rb..(i + 1) * rb], &x[r * k..(r + 1) * k]);
             assert_eq!(
                 one[0].to_bits(),
-                got[i * rows + r].to_bits(),
+                got[r * nw + i].to_bits(),
                 "{ty} k={k} {nw}x{rows}: output ({i},{r}) depends on the tiling"
             );
         }
@@ -233,8 +241,10 @@ fn dot_products_match_the_oracle_on_odd_shapes() {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 263,
             t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
         };
-        for nw in [1, 3, 5, 17] {
-            for rows in [1, 2, 3, 7] {
+        // Weight rows around the 8-row tile of the 32-value formats; activation rows on both
+        // sides of their repacking threshold and around its 4-row register tile.
+        for nw in [1, 3, 5, 8, 17] {
+            for rows in [1, 2, 3, 4, 7, 9] {
                 check(&mut rng, ty, k, nw, rows);
             }
         }
@@ -246,6 +256,7 @@ fn dot_products_match_the_oracle_on_long_rows() {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for &ty in TYPES {
         check(&mut rng, ty, 16384, 5, 2);
+        check(&mut rng, ty, 16384, 9, 5);
     }
 }
 

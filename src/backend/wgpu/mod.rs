@@ -1,0 +1,942 @@
+//! The WebGPU backend: WGSL kernels (`shaders/`) run through wgpu (Vulkan, Metal, DX12; Mesa
+//! lavapipe in CI).
+//!
+//! Weights stay in their GGUF block format in storage buffers, decoded inside the kernels;
+//! tensors larger than the device's largest storage binding are split by rows into several
+//! buffers (one dispatch each). Activations and the KV cache are f32 buffers in device memory;
+//! the cache holds values rounded to f16 and attention rounds q and the probabilities to f16,
+//! as the CPU backend (and ggml) do, but matmuls multiply f32 activations (the CPU quantizes
+//! them to Q8 first), so the two backends agree to within activation quantization.
+//!
+//! Ops are recorded into one pending command encoder ([`recorder`]) and submitted when data
+//! must come back ([`Backend::read`], [`Backend::argmax`]) or [`WebGpuBackend::flush`] is
+//! called: one submission and one readback per forward pass. Pipelines are compiled once per
+//! kernel variant and cached; bind groups are made per dispatch.
+
+mod context;
+pub mod kernels;
+mod recorder;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use context::Context;
+pub use context::{list_adapters, AdapterReport, WebGpuError};
+use kernels::Kernel;
+pub use recorder::Counters;
+use recorder::{Bind, Recorder};
+
+use super::{AttnParams, Backend, BackendError};
+use crate::gguf::GgufFile;
+use crate::model::{Rope, RopeKind};
+use crate::quant::GgmlType;
+
+/// Workgroups per grid dimension (WebGPU's guaranteed minimum of the limit).
+const MAX_GRID: u32 = 65535;
+/// Activation rows per matmul workgroup (`R` in matmul.wgsl).
+const MATMUL_ROWS: usize = 8;
+/// Largest head size attention.wgsl holds in registers.
+const MAX_HEAD_DIM: usize = 256;
+
+/// Options of [`WebGpuBackend::with_options`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WebGpuOptions {
+    /// Which adapter of [`list_adapters`] to open (default: the first, the preferred one).
+    pub adapter: Option<usize>,
+    /// Split weights into buffers of at most this many bytes even when the device allows larger
+    /// bindings (tests use it to exercise split tensors on small ones).
+    pub max_binding: Option<u64>,
+    /// Matmul variant; default: [`MatmulVariant::Rows`] on CPU adapters, else
+    /// [`MatmulVariant::Workgroup`].
+    pub matmul: Option<MatmulVariant>,
+}
+
+/// How a matmul spreads over invocations (both compute the same sums in f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulVariant {
+    /// A workgroup per weight row, chunks reduced in workgroup memory (GPUs).
+    Workgroup,
+    /// An invocation per weight row, no workgroup memory or barriers (CPU adapters such as
+    /// lavapipe, where each workgroup is expensive).
+    Rows,
+}
+
+struct Pipe {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+}
+
+/// The WebGPU backend. See the module docs. Clones share the device, the compiled pipelines and
+/// the pending encoder (several models on one device).
+#[derive(Clone)]
+pub struct WebGpuBackend {
+    ctx: Context,
+    pipes: Arc<Mutex<HashMap<Kernel, Arc<Pipe>>>>,
+    rec: Arc<Mutex<Recorder>>,
+    /// Largest weight part in bytes.
+    max_binding: u64,
+    /// Bound where a kernel's optional input is absent (rope without factors).
+    dummy: wgpu::Buffer,
+    matmul: MatmulVariant,
+}
+
+impl std::fmt::Debug for WebGpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebGpuBackend")
+            .field("adapter", &self.ctx.adapter.name)
+            .field("max_binding", &self.max_binding)
+            .finish()
+    }
+}
+
+/// An f32 activation buffer on the device.
+#[derive(Debug)]
+pub struct WebGpuBuffer {
+    buf: wgpu::Buffer,
+    /// Values it holds.
+    len: usize,
+}
+
+/// One layer's K or V cache: f32 values rounded to f16.
+#[derive(Debug)]
+pub struct WebGpuKv(WebGpuBuffer);
+
+/// One buffer of a weight matrix: rows `row0..row0 + rows`, raw GGUF blocks.
+#[derive(Debug)]
+struct Part {
+    row0: usize,
+    rows: usize,
+    buf: wgpu::Buffer,
+}
+
+/// A weight on the device.
+#[derive(Debug)]
+pub struct WebGpuWeight {
+    name: String,
+    ty: GgmlType,
+    /// Values per row (GGUF `shape[0]`).
+    n_in: usize,
+    /// Rows (product of the other dimensions).
+    n_out: usize,
+    row_bytes: usize,
+    /// Matrices: raw blocks, split by rows into parts that fit one binding.
+    parts: Vec<Part>,
+    /// Vectors (norms, biases, rope factors): f32 values, `n_in` of them.
+    dense: Option<wgpu::Buffer>,
+}
+
+impl WebGpuWeight {
+    fn dense(&self, op: &'static str) -> Result<&wgpu::Buffer, BackendError> {
+        self.dense
+            .as_ref()
+            .ok_or_else(|| shape(op, format!("'{}' is a matrix, expected a vector", self.name)))
+    }
+
+    /// How many buffers hold the matrix (more than one when it exceeds a binding).
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+}
+
+fn shape(op: &'static str, problem: String) -> BackendError {
+    BackendError::Shape { op, problem }
+}
+
+fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
+    if have < need {
+        return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
+    }
+    Ok(())
+}
+
+/// A value that must fit the kernels' u32 indices.
+fn u(op: &'static str, v: usize) -> Result<u32, BackendError> {
+    u32::try_from(v).map_err(|_| shape(op, format!("{v} exceeds the 32-bit index range")))
+}
+
+/// Parameter block from 32-bit words.
+fn words(w: &[u32]) -> Vec<u8> {
+    bytemuck::cast_slice(w).to_vec()
+}
+
+/// A 2-D grid of `n` workgroups: `(x, y)` with `x * y >= n`, `x` passed to the kernel.
+fn grid(n: usize) -> (u32, u32) {
+    let n = n.max(1);
+    let x = n.min(MAX_GRID as usize);
+    (x as u32, n.div_ceil(x) as u32)
+}
+
+impl WebGpuBackend {
+    /// Open the preferred adapter.
+    pub fn new() -> Result<Self, WebGpuError> {
+        Self::with_options(WebGpuOptions::default())
+    }
+
+    pub fn with_options(opts: WebGpuOptions) -> Result<Self, WebGpuError> {
+        let ctx = Context::open(opts.adapter)?;
+        let default_matmul = if ctx.adapter.device_type == "Cpu" {
+            MatmulVariant::Rows
+        } else {
+            MatmulVariant::Workgroup
+        };
+        let dev_max = ctx
+            .limits
+            .max_storage_buffer_binding_size
+            .min(ctx.limits.max_buffer_size);
+        let max_binding = opts.max_binding.map_or(dev_max, |m| m.min(dev_max)).max(4);
+        let rec = Recorder::new(&ctx.device, &ctx.limits);
+        let dummy = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("dummy"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        let be = WebGpuBackend {
+            ctx,
+            pipes: Arc::new(Mutex::new(HashMap::new())),
+            rec: Arc::new(Mutex::new(rec)),
+            max_binding,
+            dummy,
+            matmul: opts.matmul.unwrap_or(default_matmul),
+        };
+        // Compile the fixed kernels now (weight kernels compile when a weight of the type loads).
+        for k in kernels::all_variants() {
+            if !matches!(k, Kernel::Matmul(_) | Kernel::MatmulRows(_) | Kernel::Embed(_)) {
+                be.pipe(k)?;
+            }
+        }
+        Ok(be)
+    }
+
+    /// The adapter in use.
+    pub fn adapter(&self) -> &AdapterReport {
+        &self.ctx.adapter
+    }
+
+    /// Largest weight buffer in bytes (weights beyond it are split).
+    pub fn max_binding(&self) -> u64 {
+        self.max_binding
+    }
+
+    /// The matmul variant in use.
+    pub fn matmul_variant(&self) -> MatmulVariant {
+        self.matmul
+    }
+
+    fn matmul_kernel(&self, ty: GgmlType) -> Kernel {
+        match self.matmul {
+            MatmulVariant::Workgroup => Kernel::Matmul(ty),
+            MatmulVariant::Rows => Kernel::MatmulRows(ty),
+        }
+    }
+
+    /// Submissions, readbacks and dispatches so far.
+    pub fn counters(&self) -> Counters {
+        self.lock().counters
+    }
+
+    /// Submit the recorded work without waiting for it.
+    pub fn flush(&self) {
+        self.lock().submit(&self.ctx.queue);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Recorder> {
+        // A panic while recording leaves nothing half-updated that matters: keep going.
+        self.rec.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The compiled pipeline of `k` (compiled on first use, then cached).
+    fn pipe(&self, k: Kernel) -> Result<Arc<Pipe>, WebGpuError> {
+        let mut pipes = self.pipes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pipes.get(&k) {
+            return Ok(Arc::clone(p));
+        }
+        let src = k.source().ok_or_else(|| WebGpuError::Shader {
+            kernel: k.label(),
+            reason: "no decoder for this type".into(),
+        })?;
+        let dev = &self.ctx.device;
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut checks = wgpu::ShaderRuntimeChecks::checked();
+        // Every loop of the kernels is bounded by its parameters; the injected loop counters
+        // only keep the driver from unrolling and vectorizing (several times slower on
+        // lavapipe). Bounds and division checks stay on.
+        checks.force_loop_bounding = false;
+        // SAFETY: no kernel in shaders/ contains an unbounded loop (each iterates up to a
+        // count from its parameter block), the one condition of disabling loop bounding.
+        let module = unsafe {
+            dev.create_shader_module_trusted(
+                wgpu::ShaderModuleDescriptor {
+                    label: Some(&k.label()),
+                    source: wgpu::ShaderSource::Wgsl(src.into()),
+                },
+                checks,
+            )
+        };
+        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&k.label()),
+            layout: None,
+            module: &module,
+            entry_point: Some(k.entry()),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(WebGpuError::Shader {
+                kernel: k.label(),
+                reason: e.to_string(),
+            });
+        }
+        let layout = pipeline.get_bind_group_layout(0);
+        let p = Arc::new(Pipe { pipeline, layout });
+        pipes.insert(k, Arc::clone(&p));
+        Ok(p)
+    }
+
+    fn pipe_op(&self, op: &'static str, k: Kernel) -> Result<Arc<Pipe>, BackendError> {
+        self.pipe(k).map_err(|e| shape(op, e.to_string()))
+    }
+
+    /// Record one dispatch: `params` go to binding 0 (uniform), `extra` (if any) to binding
+    /// `extra.0` as a storage slice of the arena.
+    fn run(
+        &self,
+        op: &'static str,
+        k: Kernel,
+        params: &[u8],
+        extra: Option<(u32, &[u8])>,
+        binds: &[(u32, &wgpu::Buffer)],
+        groups: (u32, u32, u32),
+    ) -> Result<(), BackendError> {
+        let pipe = self.pipe_op(op, k)?;
+        let mut rec = self.lock();
+        let extra_len = extra.map_or(0, |(_, d)| d.len());
+        if !rec.fits(params.len() + extra_len + 512) {
+            rec.submit(&self.ctx.queue);
+        }
+        if !rec.fits(params.len() + extra_len + 512) {
+            return Err(shape(op, format!("{extra_len} bytes of parameters exceed the arena")));
+        }
+        let p_off = rec.push(params);
+        let mut all: Vec<(u32, Bind<'_>)> = vec![(
+            0,
+            Bind::Arena {
+                offset: p_off,
+                size: params.len() as u64,
+            },
+        )];
+        if let Some((b, data)) = extra {
+            let off = rec.push(data);
+            all.push((
+                b,
+                Bind::Arena {
+                    offset: off,
+                    size: data.len() as u64,
+                },
+            ));
+        }
+        all.extend(binds.iter().map(|(i, b)| (*i, Bind::Buffer(b))));
+        rec.dispatch(&self.ctx.device, &pipe.pipeline, &pipe.layout, &all, groups);
+        Ok(())
+    }
+
+    fn storage(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(16).div_ceil(4) * 4,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A storage buffer holding `data` (padded to 4 bytes).
+    fn upload(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer, BackendError> {
+        let size = (data.len() as u64).max(16).div_ceil(4) * 4;
+        let buf = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: true,
+        });
+        buf.slice(..)
+            .get_mapped_range_mut()
+            .map_err(|e| shape("upload", format!("'{label}': {e}")))?
+            .slice(..data.len())
+            .copy_from_slice(data);
+        buf.unmap();
+        Ok(buf)
+    }
+
+    /// Copy `bytes` bytes of `src` back to the host after all recorded work (one submission,
+    /// one readback).
+    fn read_back(&self, op: &'static str, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>, BackendError> {
+        let size = bytes.max(4).div_ceil(4) * 4;
+        let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        {
+            let mut rec = self.lock();
+            rec.encoder(&self.ctx.device)
+                .copy_buffer_to_buffer(src, 0, &staging, 0, size);
+            rec.submit(&self.ctx.queue);
+            rec.counters.readbacks += 1;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.ctx
+            .device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
+            .map_err(|e| shape(op, format!("waiting for the device failed: {e}")))?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(shape(op, format!("mapping the result failed: {e}"))),
+            Err(_) => return Err(shape(op, "the device dropped the readback".into())),
+        }
+        let data = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| shape(op, format!("reading the result failed: {e}")))?[..bytes as usize]
+            .to_vec();
+        staging.unmap();
+        Ok(data)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn elementwise(
+        &self,
+        op: &'static str,
+        k: Kernel,
+        x: &mut WebGpuBuffer,
+        y: Option<&wgpu::Buffer>,
+        len: usize,
+        width: usize,
+        s: f32,
+    ) -> Result<(), BackendError> {
+        need(op, "x", x.len, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = grid(len.div_ceil(256));
+        let params = words(&[u(op, len)?, u(op, width)?, s.to_bits(), gx]);
+        let mut binds = vec![(1, &x.buf)];
+        if let Some(y) = y {
+            binds.push((2, y));
+        }
+        self.run(op, k, &params, None, &binds, (gx, gy, 1))
+    }
+
+    fn norm(
+        &self,
+        k: Kernel,
+        x: Option<&WebGpuBuffer>,
+        w: &WebGpuWeight,
+        groups: usize,
+        eps: f32,
+        out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        let n = w.dense("rmsnorm")?;
+        let g = w.n_in;
+        need("rmsnorm", "output", out.len, groups * g)?;
+        if let Some(x) = x {
+            need("rmsnorm", "input", x.len, groups * g)?;
+        }
+        if groups == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = grid(groups);
+        let params = words(&[u("rmsnorm", g)?, u("rmsnorm", groups)?, eps.to_bits(), gx]);
+        let binds: Vec<(u32, &wgpu::Buffer)> = match x {
+            Some(x) => vec![(1, &x.buf), (2, n), (3, &out.buf)],
+            None => vec![(2, n), (4, &out.buf)],
+        };
+        self.run("rmsnorm", k, &params, None, &binds, (gx, gy, 1))
+    }
+
+    fn gated(
+        &self,
+        op: &'static str,
+        k: Kernel,
+        gate: &mut WebGpuBuffer,
+        up: &WebGpuBuffer,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        need(op, "up", up.len, len)?;
+        self.elementwise(op, k, gate, Some(&up.buf), len, 1, 0.0)
+    }
+}
+
+impl Backend for WebGpuBackend {
+    type Buffer = WebGpuBuffer;
+    type Kv = WebGpuKv;
+    type Weight = WebGpuWeight;
+
+    fn name(&self) -> &'static str {
+        "webgpu"
+    }
+
+    fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<WebGpuWeight, BackendError> {
+        let view = file.tensor(name)?;
+        let info = view.info;
+        let bad = |problem: String| BackendError::BadTensor {
+            tensor: name.to_string(),
+            problem,
+        };
+        let n_in = usize::try_from(*info.shape.first().unwrap_or(&1)).map_err(|_| bad("row too long".into()))?;
+        let n_out =
+            usize::try_from(info.shape.iter().skip(1).product::<u64>()).map_err(|_| bad("too many rows".into()))?;
+        let ty = info.ty;
+        if n_in == 0 || n_in % ty.block_size() != 0 {
+            return Err(bad(format!("row length {n_in} is not a whole number of {ty} blocks")));
+        }
+        let row_bytes = n_in / ty.block_size() * ty.block_bytes();
+        let mut w = WebGpuWeight {
+            name: name.to_string(),
+            ty,
+            n_in,
+            n_out,
+            row_bytes,
+            parts: Vec::new(),
+            dense: None,
+        };
+        if info.shape.len() <= 1 {
+            let v = view.to_f32()?;
+            w.dense = Some(self.upload(name, bytemuck::cast_slice(&v))?);
+            return Ok(w);
+        }
+        if !kernels::supports(ty) {
+            return Err(BackendError::UnsupportedType {
+                tensor: name.to_string(),
+                ty,
+                backend: "webgpu",
+            });
+        }
+        ty.check_len(view.data.len(), n_in * n_out)?;
+        let rows_per_part = (self.max_binding as usize / row_bytes).min(n_out);
+        if rows_per_part == 0 {
+            return Err(bad(format!(
+                "one row ({row_bytes} bytes) exceeds the device's largest storage binding ({} bytes)",
+                self.max_binding
+            )));
+        }
+        self.pipe_op("load_weight", self.matmul_kernel(ty))?;
+        self.pipe_op("load_weight", Kernel::Embed(ty))?;
+        let mut row0 = 0;
+        while row0 < n_out {
+            let rows = rows_per_part.min(n_out - row0);
+            let bytes = &view.data[row0 * row_bytes..(row0 + rows) * row_bytes];
+            w.parts.push(Part {
+                row0,
+                rows,
+                buf: self.upload(name, bytes)?,
+            });
+            row0 += rows;
+        }
+        Ok(w)
+    }
+
+    fn alloc(&self, len: usize) -> Result<WebGpuBuffer, BackendError> {
+        let bytes = len as u64 * 4;
+        if bytes > self.ctx.limits.max_storage_buffer_binding_size {
+            return Err(shape(
+                "alloc",
+                format!(
+                    "{len} values exceed the device's largest storage binding ({} bytes)",
+                    self.ctx.limits.max_storage_buffer_binding_size
+                ),
+            ));
+        }
+        Ok(WebGpuBuffer {
+            buf: self.storage("activations", bytes),
+            len,
+        })
+    }
+
+    fn alloc_kv(&self, len: usize) -> Result<WebGpuKv, BackendError> {
+        Ok(WebGpuKv(self.alloc(len)?))
+    }
+
+    fn write(&self, dst: &mut WebGpuBuffer, src: &[f32]) -> Result<(), BackendError> {
+        need("write", "destination", dst.len, src.len())?;
+        // Work recorded before the write must see the old contents: submit it first.
+        self.flush();
+        if !src.is_empty() {
+            self.ctx.queue.write_buffer(&dst.buf, 0, bytemuck::cast_slice(src));
+        }
+        Ok(())
+    }
+
+    fn read(&self, src: &WebGpuBuffer, dst: &mut [f32]) -> Result<(), BackendError> {
+        need("read", "source", src.len, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let data = self.read_back("read", &src.buf, dst.len() as u64 * 4)?;
+        dst.copy_from_slice(bytemuck::cast_slice(&data));
+        Ok(())
+    }
+
+    fn embed(
+        &self,
+        table: &WebGpuWeight,
+        tokens: &[u32],
+        scale: f32,
+        out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        let width = table.n_in;
+        need("embed", "output", out.len, tokens.len() * width)?;
+        if table.parts.is_empty() {
+            return Err(shape(
+                "embed",
+                format!("'{}' is a vector, expected a matrix", table.name),
+            ));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= table.n_out) {
+            return Err(BackendError::TokenOutOfRange {
+                token: t,
+                n_vocab: table.n_out,
+            });
+        }
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let n_chunks = width.div_ceil(32);
+        let (gx, gy) = grid((tokens.len() * n_chunks).div_ceil(64));
+        for part in &table.parts {
+            let params = words(&[
+                u("embed", width)?,
+                u("embed", n_chunks)?,
+                u("embed", table.row_bytes)?,
+                u("embed", tokens.len())?,
+                u("embed", part.row0)?,
+                u("embed", part.rows)?,
+                scale.to_bits(),
+                gx,
+            ]);
+            self.run(
+                "embed",
+                Kernel::Embed(table.ty),
+                &params,
+                Some((2, bytemuck::cast_slice(tokens))),
+                &[(1, &part.buf), (3, &out.buf)],
+                (gx, gy, 1),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn matmul(
+        &self,
+        w: &WebGpuWeight,
+        x: &WebGpuBuffer,
+        rows: usize,
+        out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        let (k, n) = (w.n_in, w.n_out);
+        need("matmul", "input", x.len, rows * k)?;
+        need("matmul", "output", out.len, rows * n)?;
+        if w.parts.is_empty() {
+            return Err(shape("matmul", format!("'{}' is a vector, expected a matrix", w.name)));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let tiles = rows.div_ceil(MATMUL_ROWS);
+        if tiles > MAX_GRID as usize {
+            return Err(shape("matmul", format!("{rows} rows exceed one dispatch")));
+        }
+        for part in &w.parts {
+            let (gx, gy, gz) = match self.matmul {
+                MatmulVariant::Workgroup => {
+                    let (x, y) = grid(part.rows);
+                    (x, y, tiles as u32)
+                }
+                MatmulVariant::Rows => {
+                    let (x, y) = grid((part.rows * tiles).div_ceil(64));
+                    (x, y, 1)
+                }
+            };
+            let params = words(&[
+                u("matmul", k)?,
+                u("matmul", part.rows)?,
+                u("matmul", rows)?,
+                u("matmul", w.row_bytes)?,
+                u("matmul", k.div_ceil(32))?,
+                u("matmul", n)?,
+                u("matmul", part.row0)?,
+                gx,
+            ]);
+            self.run(
+                "matmul",
+                self.matmul_kernel(w.ty),
+                &params,
+                None,
+                &[(1, &part.buf), (2, &x.buf), (3, &out.buf)],
+                (gx, gy, gz),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn add_bias(&self, x: &mut WebGpuBuffer, bias: &WebGpuWeight, rows: usize) -> Result<(), BackendError> {
+        let b = bias.dense("add_bias")?;
+        let width = bias.n_in;
+        self.elementwise("add_bias", Kernel::AddBias, x, Some(b), rows * width, width, 0.0)
+    }
+
+    fn add(&self, x: &mut WebGpuBuffer, y: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
+        need("add", "y", y.len, len)?;
+        self.elementwise("add", Kernel::Add, x, Some(&y.buf), len, 1, 0.0)
+    }
+
+    fn scale(&self, x: &mut WebGpuBuffer, len: usize, s: f32) -> Result<(), BackendError> {
+        self.elementwise("scale", Kernel::Scale, x, None, len, 1, s)
+    }
+
+    fn rmsnorm(
+        &self,
+        x: &WebGpuBuffer,
+        w: &WebGpuWeight,
+        groups: usize,
+        eps: f32,
+        out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.norm(Kernel::RmsNorm, Some(x), w, groups, eps, out)
+    }
+
+    fn rmsnorm_inplace(
+        &self,
+        x: &mut WebGpuBuffer,
+        w: &WebGpuWeight,
+        groups: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        self.norm(Kernel::RmsNormInplace, None, w, groups, eps, x)
+    }
+
+    fn rope(
+        &self,
+        x: &mut WebGpuBuffer,
+        rows: usize,
+        n_head: usize,
+        head_dim: usize,
+        pos0: usize,
+        rope: &Rope,
+        factors: Option<&WebGpuWeight>,
+    ) -> Result<(), BackendError> {
+        need("rope", "input", x.len, rows * n_head * head_dim)?;
+        if rope.n_rot > head_dim || !rope.n_rot.is_multiple_of(2) {
+            return Err(shape(
+                "rope",
+                format!("n_rot {} does not fit head size {head_dim}", rope.n_rot),
+            ));
+        }
+        let f = match factors {
+            Some(w) => {
+                if w.n_in < rope.n_rot / 2 {
+                    return Err(shape(
+                        "rope",
+                        format!("{} frequency factors for {} pairs", w.n_in, rope.n_rot / 2),
+                    ));
+                }
+                w.dense("rope")?
+            }
+            None => &self.dummy,
+        };
+        let n = rows * n_head * (rope.n_rot / 2);
+        if n == 0 {
+            return Ok(());
+        }
+        // The same expression as the CPU's rope_table, so both start from the same f32.
+        let theta_scale = rope.base.powf(-2.0 / rope.n_rot as f32);
+        let (gx, gy) = grid(n.div_ceil(64));
+        let params = words(&[
+            u("rope", rows)?,
+            u("rope", n_head)?,
+            u("rope", head_dim)?,
+            u("rope", pos0)?,
+            u("rope", rope.n_rot)?,
+            u32::from(rope.kind == RopeKind::Neox),
+            u32::from(factors.is_some()),
+            gx,
+            theta_scale.to_bits(),
+            rope.freq_scale.to_bits(),
+            0,
+            0,
+        ]);
+        self.run("rope", Kernel::Rope, &params, None, &[(1, &x.buf), (2, f)], (gx, gy, 1))
+    }
+
+    fn kv_store(
+        &self,
+        k_cache: &mut WebGpuKv,
+        v_cache: &mut WebGpuKv,
+        k: &WebGpuBuffer,
+        v: &WebGpuBuffer,
+        rows: usize,
+        kv_dim: usize,
+        pos0: usize,
+    ) -> Result<(), BackendError> {
+        let n = rows * kv_dim;
+        need("kv_store", "k", k.len, n)?;
+        need("kv_store", "v", v.len, n)?;
+        let start = pos0 * kv_dim;
+        need("kv_store", "k cache", k_cache.0.len, start + n)?;
+        need("kv_store", "v cache", v_cache.0.len, start + n)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = grid(n.div_ceil(256));
+        let params = words(&[u("kv_store", n)?, u("kv_store", start)?, gx, 0]);
+        self.run(
+            "kv_store",
+            Kernel::KvStore,
+            &params,
+            None,
+            &[(1, &k.buf), (2, &v.buf), (3, &k_cache.0.buf), (4, &v_cache.0.buf)],
+            (gx, gy, 1),
+        )
+    }
+
+    fn attention(
+        &self,
+        q: &WebGpuBuffer,
+        k_cache: &WebGpuKv,
+        v_cache: &WebGpuKv,
+        p: &AttnParams,
+        out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        let hd = p.head_dim;
+        if p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) || hd == 0 {
+            return Err(shape(
+                "attention",
+                format!("{} heads over {} kv heads", p.n_head, p.n_head_kv),
+            ));
+        }
+        if hd > MAX_HEAD_DIM {
+            return Err(shape(
+                "attention",
+                format!("head size {hd} exceeds the kernel's {MAX_HEAD_DIM}"),
+            ));
+        }
+        let q_dim = p.n_head * hd;
+        let kv_dim = p.n_head_kv * hd;
+        let n_kv = p.pos0 + p.rows;
+        need("attention", "q", q.len, p.rows * q_dim)?;
+        need("attention", "output", out.len, p.rows * q_dim)?;
+        need("attention", "k cache", k_cache.0.len, n_kv * kv_dim)?;
+        need("attention", "v cache", v_cache.0.len, n_kv * kv_dim)?;
+        if p.rows == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = grid(p.rows * p.n_head);
+        let params = words(&[
+            u("attention", p.rows)?,
+            u("attention", p.pos0)?,
+            u("attention", p.n_head)?,
+            u("attention", p.n_head_kv)?,
+            u("attention", hd)?,
+            u("attention", p.window.unwrap_or(0))?,
+            gx,
+            0,
+            p.scale.to_bits(),
+            0,
+            0,
+            0,
+        ]);
+        self.run(
+            "attention",
+            Kernel::Attention,
+            &params,
+            None,
+            &[(1, &q.buf), (2, &k_cache.0.buf), (3, &v_cache.0.buf), (4, &out.buf)],
+            (gx, gy, 1),
+        )
+    }
+
+    fn swiglu(&self, gate: &mut WebGpuBuffer, up: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
+        self.gated("swiglu", Kernel::Swiglu, gate, up, len)
+    }
+
+    fn geglu(&self, gate: &mut WebGpuBuffer, up: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
+        self.gated("geglu", Kernel::Geglu, gate, up, len)
+    }
+
+    fn copy_rows(
+        &self,
+        src: &WebGpuBuffer,
+        row0: usize,
+        rows: usize,
+        width: usize,
+        dst: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        need("copy_rows", "source", src.len, (row0 + rows) * width)?;
+        need("copy_rows", "destination", dst.len, rows * width)?;
+        if rows * width == 0 {
+            return Ok(());
+        }
+        let mut rec = self.lock();
+        rec.encoder(&self.ctx.device).copy_buffer_to_buffer(
+            &src.buf,
+            (row0 * width * 4) as u64,
+            &dst.buf,
+            0,
+            (rows * width * 4) as u64,
+        );
+        Ok(())
+    }
+
+    fn paste_rows(
+        &self,
+        src: &WebGpuBuffer,
+        rows: usize,
+        width: usize,
+        dst: &mut WebGpuBuffer,
+        row0: usize,
+    ) -> Result<(), BackendError> {
+        need("paste_rows", "source", src.len, rows * width)?;
+        need("paste_rows", "destination", dst.len, (row0 + rows) * width)?;
+        if rows * width == 0 {
+            return Ok(());
+        }
+        let mut rec = self.lock();
+        rec.encoder(&self.ctx.device).copy_buffer_to_buffer(
+            &src.buf,
+            0,
+            &dst.buf,
+            (row0 * width * 4) as u64,
+            (rows * width * 4) as u64,
+        );
+        Ok(())
+    }
+
+    fn argmax(&self, x: &WebGpuBuffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError> {
+        need("argmax", "input", x.len, rows * width)?;
+        if width == 0 {
+            return Err(shape("argmax", "zero-width rows".into()));
+        }
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        let out = self.storage("argmax", rows as u64 * 4);
+        let (gx, gy) = grid(rows);
+        let params = words(&[u("argmax", rows)?, u("argmax", width)?, gx, 0]);
+        self.run(
+            "argmax",
+            Kernel::Argmax,
+            &params,
+            None,
+            &[(1, &x.buf), (2, &out)],
+            (gx, gy, 1),
+        )?;
+        let data = self.read_back("argmax", &out, rows as u64 * 4)?;
+        Ok(bytemuck::cast_slice(&data).to_vec())
+    }
+}

@@ -1,0 +1,137 @@
+//! Recording ops into one command encoder until data must come back.
+//!
+//! Every op becomes one compute dispatch (or a buffer copy) in the pending encoder; its small
+//! parameter block (and the token ids of an embedding lookup) is appended to a host-side arena
+//! that is uploaded once, right before the encoder is submitted. So a forward pass costs one
+//! `queue.submit` and one readback, at the `read`/`argmax` that ends it.
+
+use std::num::NonZeroU64;
+
+/// Bytes of parameter arena per submission; a pass that needs more is split into submissions.
+pub const ARENA_BYTES: u64 = 1 << 20;
+
+/// One binding of a dispatch: a whole buffer, or the op's own slice of the arena.
+pub enum Bind<'a> {
+    Buffer(&'a wgpu::Buffer),
+    /// Offset into the arena returned by [`Recorder::push`].
+    Arena {
+        offset: u64,
+        size: u64,
+    },
+}
+
+/// Submission and readback counters (to show one of each per decoded token).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub submissions: u64,
+    pub readbacks: u64,
+    pub dispatches: u64,
+}
+
+/// The pending encoder and its parameter arena.
+pub struct Recorder {
+    encoder: Option<wgpu::CommandEncoder>,
+    /// Parameters of the recorded ops, uploaded to `arena` at submission.
+    staged: Vec<u8>,
+    arena: wgpu::Buffer,
+    align: u64,
+    pub counters: Counters,
+}
+
+impl Recorder {
+    pub fn new(device: &wgpu::Device, limits: &wgpu::Limits) -> Self {
+        let arena = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params arena"),
+            size: ARENA_BYTES,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let align = u64::from(
+            limits
+                .min_uniform_buffer_offset_alignment
+                .max(limits.min_storage_buffer_offset_alignment),
+        );
+        Recorder {
+            encoder: None,
+            staged: Vec::new(),
+            arena,
+            align: align.max(16),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Whether `bytes` more fit into the arena of the pending submission.
+    pub fn fits(&self, bytes: usize) -> bool {
+        let start = (self.staged.len() as u64).div_ceil(self.align) * self.align;
+        start + (bytes as u64).max(16) <= ARENA_BYTES
+    }
+
+    /// Append `data` to the arena (padded to 16 bytes); returns its offset.
+    pub fn push(&mut self, data: &[u8]) -> u64 {
+        let start = (self.staged.len() as u64).div_ceil(self.align) * self.align;
+        self.staged.resize(start as usize, 0);
+        self.staged.extend_from_slice(data);
+        let padded = (self.staged.len()).div_ceil(16) * 16;
+        self.staged.resize(padded.max(start as usize + 16), 0);
+        start
+    }
+
+    pub fn encoder(&mut self, device: &wgpu::Device) -> &mut wgpu::CommandEncoder {
+        self.encoder
+            .get_or_insert_with(|| device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }))
+    }
+
+    /// Record one dispatch of `pipeline` with `binds` as bindings `(index, what)` of group 0.
+    pub fn dispatch(
+        &mut self,
+        device: &wgpu::Device,
+        pipeline: &wgpu::ComputePipeline,
+        layout: &wgpu::BindGroupLayout,
+        binds: &[(u32, Bind<'_>)],
+        groups: (u32, u32, u32),
+    ) {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = binds
+            .iter()
+            .map(|(binding, b)| wgpu::BindGroupEntry {
+                binding: *binding,
+                resource: match b {
+                    Bind::Buffer(buf) => buf.as_entire_binding(),
+                    Bind::Arena { offset, size } => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &self.arena,
+                        offset: *offset,
+                        size: NonZeroU64::new((*size).max(16).div_ceil(16) * 16),
+                    }),
+                },
+            })
+            .collect();
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout,
+            entries: &entries,
+        });
+        let enc = self
+            .encoder
+            .get_or_insert_with(|| device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }));
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        self.counters.dispatches += 1;
+    }
+
+    /// Upload the arena and submit the pending encoder (if any work is pending).
+    pub fn submit(&mut self, queue: &wgpu::Queue) {
+        let Some(enc) = self.encoder.take() else {
+            return;
+        };
+        if !self.staged.is_empty() {
+            queue.write_buffer(&self.arena, 0, &self.staged);
+            self.staged.clear();
+        }
+        queue.submit([enc.finish()]);
+        self.counters.submissions += 1;
+    }
+}

@@ -1,0 +1,47 @@
+//! Every WGSL kernel variant the WebGPU backend can build (each kernel template with each block
+//! decoder) parses and validates with naga, the shader compiler inside wgpu, so a broken
+//! variant fails here on any machine, with or without an adapter.
+
+use tinyllm::backend::webgpu::kernels::{self, Kernel};
+
+#[test]
+fn every_kernel_variant_parses_and_validates() {
+    let variants = kernels::all_variants();
+    assert!(variants.len() > 3 * kernels::QUANT_TYPES.len());
+    let mut failures = Vec::new();
+    for k in &variants {
+        let src = k.source().unwrap_or_else(|| panic!("{}: no source", k.label()));
+        let module = match naga::front::wgsl::parse_str(&src) {
+            Ok(m) => m,
+            Err(e) => {
+                failures.push(format!("{}: {}", k.label(), e.emit_to_string(&src)));
+                continue;
+            }
+        };
+        let mut v = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(), // unpack2x16float / pack2x16float (f16 storage, f32 arithmetic), which wgpu grants.
+            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
+        );
+        if let Err(e) = v.validate(&module) {
+            failures.push(format!("{}: {}", k.label(), e.emit_to_string(&src)));
+            continue;
+        }
+        assert!(
+            module.entry_points.iter().any(|ep| ep.name == k.entry()),
+            "{}: entry point '{}' missing",
+            k.label(),
+            k.entry()
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    println!("[wgsl] {} variants parse and validate", variants.len());
+}
+
+#[test]
+fn unsupported_formats_have_no_variant() {
+    use tinyllm::quant::GgmlType;
+    for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ2_XXS] {
+        assert!(!kernels::supports(ty));
+        assert!(Kernel::Matmul(ty).source().is_none(), "{ty}");
+    }
+}
