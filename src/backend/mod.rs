@@ -60,11 +60,18 @@ pub struct AttnParams {
 /// A compute device. See the module docs for the execution model.
 pub trait Backend: Send + Sync {
     /// An f32 activation buffer.
-    type Buffer;
+    type Buffer: Send;
     /// Storage for one layer's K (or V) cache: `n_ctx` rows of `n_head_kv * head_dim`.
-    type Kv;
+    type Kv: Send;
     /// A weight tensor placed on the device.
-    type Weight;
+    type Weight: Send + Sync;
+
+    /// Run `f`, one forward pass, in the backend's execution context. The CPU backend runs it
+    /// on a worker of its pool, so each op of the pass forks from inside the pool (the caller
+    /// takes part in the work) instead of waking the pool from outside for every op.
+    fn run_pass<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        f()
+    }
 
     /// Short name for messages (`cpu`).
     fn name(&self) -> &'static str;

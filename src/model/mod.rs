@@ -240,6 +240,16 @@ impl<B: Backend> Model<B> {
         &self,
         s: &mut Scratch<B>,
         seqs: &mut [SeqChunk<'_, B>],
+        out: HeadOutput<'_>,
+    ) -> Result<(), ModelError> {
+        self.backend.run_pass(|| self.run_batch(s, seqs, out))
+    }
+
+    /// The body of [`Model::forward_batch_to`], inside [`Backend::run_pass`].
+    fn run_batch(
+        &self,
+        s: &mut Scratch<B>,
+        seqs: &mut [SeqChunk<'_, B>],
         mut out: HeadOutput<'_>,
     ) -> Result<(), ModelError> {
         let rows: usize = seqs.iter().map(|q| q.tokens.len()).sum();

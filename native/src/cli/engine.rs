@@ -260,6 +260,13 @@ mod any_backend {
         type Kv = AnyKv;
         type Weight = AnyWeight;
 
+        fn run_pass<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+            match self {
+                AnyBackend::Cpu(b) => b.run_pass(f),
+                AnyBackend::WebGpu(b) => b.run_pass(f),
+            }
+        }
+
         fn name(&self) -> &'static str {
             match self {
                 AnyBackend::Cpu(b) => b.name(),

@@ -148,6 +148,10 @@ impl Backend for CpuBackend {
     type Kv = CpuKv;
     type Weight = CpuWeight;
 
+    fn run_pass<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.run(f)
+    }
+
     fn name(&self) -> &'static str {
         "cpu"
     }

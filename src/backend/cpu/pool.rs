@@ -46,6 +46,17 @@ impl Pool {
         }
     }
 
+    /// Run `f` on a worker of the pool (on wasm: on the caller): the ops `f` runs then fork
+    /// from inside the pool, which costs far less than entering it from outside per op.
+    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.pool.install(f)
+        }
+        #[cfg(target_arch = "wasm32")]
+        f()
+    }
+
     /// Number of workers.
     pub fn threads(&self) -> usize {
         self.threads
