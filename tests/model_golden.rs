@@ -12,18 +12,15 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
+use common::generation::{
+    argmax, fixture_tolerance, load_cases, load_on, session, softmax, teacher_forced, Case, CLEAR_GAP, REAL_TOL,
+};
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::engine::{EngineError, Session, SessionConfig};
 use tinyllm::gguf::GgufFile;
 use tinyllm::model::Model;
 
-/// Fixtures: argmax agreement is required where the golden top-1 leads top-2 by more than
-/// this.
-const CLEAR_GAP: f64 = 0.05;
-/// Real models: |Δp| tolerance on the golden top-1 entry (README), and the argmax rule's gap
-/// (the README's "about 2·tol").
-const REAL_TOL: f64 = 0.1;
+/// Real models: the argmax rule's gap (the README's "about 2·tol").
 const REAL_CLEAR_GAP: f64 = 2.0 * REAL_TOL;
 /// Real models: llama.cpp's own two attention paths (`-fa off` vs `-fa auto`) differ by up to
 /// 0.16 on the top-1 probability at a few numerically touchy steps (README, Tolerances; the
@@ -58,83 +55,8 @@ struct RealRule {
     max_outliers: usize,
 }
 
-struct Case {
-    name: String,
-    prompt: Vec<u32>,
-    tokens: Vec<u32>,
-    /// Per step: `(id, prob)` x 10, descending.
-    top: Vec<Vec<(u32, f64)>>,
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("id array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn load_cases(path: &Path) -> Vec<Case> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("golden json");
-            let top = v["top"]
-                .as_array()
-                .expect("top")
-                .iter()
-                .map(|step| {
-                    step.as_array()
-                        .expect("step")
-                        .iter()
-                        .map(|p| (p[0].as_u64().expect("id") as u32, p[1].as_f64().expect("prob")))
-                        .collect()
-                })
-                .collect();
-            Case {
-                name: v["name"].as_str().unwrap_or("?").to_string(),
-                prompt: ids(&v["prompt_ids"]),
-                tokens: ids(&v["tokens"]),
-                top,
-            }
-        })
-        .collect()
-}
-
 fn load_model(path: &Path, threads: usize) -> Arc<Model<CpuBackend>> {
-    let file = GgufFile::open(path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    let backend = CpuBackend::new(threads).expect("cpu backend");
-    Arc::new(Model::load(backend, Arc::new(file)).unwrap_or_else(|e| panic!("cannot load {}: {e}", path.display())))
-}
-
-fn session(model: &Arc<Model<CpuBackend>>, n_ctx: usize) -> Session<CpuBackend> {
-    Session::new(
-        Arc::clone(model),
-        SessionConfig {
-            n_ctx,
-            ..SessionConfig::default()
-        },
-    )
-    .expect("session")
-}
-
-/// Softmax over the full vocabulary, in f64.
-fn softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let exps: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
-    let sum: f64 = exps.iter().sum();
-    exps.into_iter().map(|e| e / sum).collect()
-}
-
-fn argmax(xs: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
-            best = i;
-        }
-    }
-    best as u32
+    load_on(CpuBackend::new(threads).expect("cpu backend"), path)
 }
 
 /// Deviation statistics of one golden file.
@@ -152,17 +74,6 @@ struct Stats {
     top1_devs: Vec<f64>,
     argmax_checked: usize,
     failures: Vec<String>,
-}
-
-/// Teacher-forced logits of every golden step: one prefill of prompt + tokens[..n-1].
-fn teacher_forced(sess: &mut Session<CpuBackend>, case: &Case) -> Vec<Vec<f32>> {
-    let n = case.tokens.len();
-    let mut input = case.prompt.clone();
-    input.extend_from_slice(&case.tokens[..n - 1]);
-    sess.reset();
-    let flat = sess.forward_tail(&input, n).expect("forward");
-    let vocab = flat.len() / n;
-    flat.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
 }
 
 /// How a file's distributions are judged.
@@ -235,14 +146,6 @@ fn report(file: &str, st: &Stats) {
         },
         st.worst_at
     );
-}
-
-fn fixture_tolerance(quant: &str) -> f64 {
-    match quant {
-        "F16" => 5e-3,
-        "Q8_0" => 3e-2,
-        _ => 5e-2,
-    }
 }
 
 /// Teacher forcing for every quant of one fixture architecture.

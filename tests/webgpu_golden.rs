@@ -12,21 +12,14 @@
 
 mod common;
 
-use std::path::Path;
-use std::sync::Arc;
-
-use serde_json::Value;
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::webgpu::WebGpuBackend;
 use tinyllm::backend::Backend;
-use tinyllm::engine::{Session, SessionConfig};
-use tinyllm::gguf::GgufFile;
-use tinyllm::model::Model;
+use tinyllm::engine::Session;
 
-/// Fixtures: argmax must agree where the golden top-1 leads top-2 by more than this.
-const CLEAR_GAP: f64 = 0.05;
-/// Real models: the README tolerance on the golden top-1 probability.
-const REAL_TOL: f64 = 0.1;
+use common::generation::{
+    argmax, fixture_tolerance, load_cases, load_on as load, session, softmax, teacher_forced, Case, CLEAR_GAP, REAL_TOL,
+};
 
 fn gpu() -> Option<WebGpuBackend> {
     match WebGpuBackend::new() {
@@ -40,94 +33,6 @@ fn gpu() -> Option<WebGpuBackend> {
             None
         }
     }
-}
-
-struct Case {
-    name: String,
-    prompt: Vec<u32>,
-    tokens: Vec<u32>,
-    /// Per step: `(id, prob)` x 10, descending.
-    top: Vec<Vec<(u32, f64)>>,
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
-fn load_cases(path: &Path) -> Vec<Case> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("golden json");
-            let top = v["top"]
-                .as_array()
-                .expect("top")
-                .iter()
-                .map(|s| {
-                    s.as_array()
-                        .expect("step")
-                        .iter()
-                        .map(|p| (p[0].as_u64().expect("id") as u32, p[1].as_f64().expect("p")))
-                        .collect()
-                })
-                .collect();
-            Case {
-                name: v["name"].as_str().unwrap_or("?").to_string(),
-                prompt: ids(&v["prompt_ids"]),
-                tokens: ids(&v["tokens"]),
-                top,
-            }
-        })
-        .collect()
-}
-
-fn load<B: Backend>(be: B, path: &Path) -> Arc<Model<B>> {
-    let file = GgufFile::open(path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    Arc::new(Model::load(be, Arc::new(file)).unwrap_or_else(|e| panic!("cannot load {}: {e}", path.display())))
-}
-
-fn session<B: Backend>(model: &Arc<Model<B>>, n_ctx: usize) -> Session<B> {
-    Session::new(
-        Arc::clone(model),
-        SessionConfig {
-            n_ctx,
-            ..SessionConfig::default()
-        },
-    )
-    .expect("session")
-}
-
-fn softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let e: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
-    let s: f64 = e.iter().sum();
-    e.into_iter().map(|x| x / s).collect()
-}
-
-fn argmax(xs: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// Teacher-forced logits of every golden step: one prefill of prompt + tokens[..n-1].
-fn teacher_forced<B: Backend>(sess: &mut Session<B>, case: &Case) -> Vec<Vec<f32>> {
-    let n = case.tokens.len();
-    let mut input = case.prompt.clone();
-    input.extend_from_slice(&case.tokens[..n - 1]);
-    sess.reset();
-    let flat = sess.forward_tail(&input, n).expect("forward");
-    let vocab = flat.len() / n;
-    flat.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
 }
 
 /// Deviations of one golden file.
@@ -180,14 +85,6 @@ fn median(v: &[f64]) -> f64 {
     let mut d = v.to_vec();
     d.sort_by(f64::total_cmp);
     d.get(d.len() / 2).copied().unwrap_or(0.0)
-}
-
-fn fixture_tolerance(quant: &str) -> f64 {
-    match quant {
-        "F16" => 5e-3,
-        "Q8_0" => 3e-2,
-        _ => 5e-2,
-    }
 }
 
 fn check_fixtures(arch: &str, quants: &[&str]) {

@@ -2,6 +2,8 @@
 //! that can produce both valid files and precisely corrupted ones.
 #![allow(dead_code)]
 
+pub mod generation;
+
 use std::path::PathBuf;
 
 /// The two real models every test machine has after `scripts/fetch-models.sh`.
