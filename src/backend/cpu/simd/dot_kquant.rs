@@ -288,11 +288,6 @@ unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mu
 // `Σ sc·Σq·q8` (less `32·Σ sc·bsum` for Q6_K) and, for Q4_K, `Σ m·bsum`, converted once, then
 // `acc = fma(isum, d_w·d_a, acc)` and `acc = fnmadd(msum, dmin_w·d_a, acc)`.
 
-/// Activation rows per register tile of the repacked path.
-const LANE_C: usize = 4;
-/// Batches of at least this many activation rows repack each tile of weight rows first.
-pub(super) const REPACK_MIN_ROWS: usize = 3;
-
 /// A tile of eight weight rows unpacked and interleaved, per super-block `b`:
 /// * `u[(64b + g) * 8 + i]`: values `4g..4g + 4` of row `i`, unsigned (Q6_K without its -32);
 /// * `sc[(S·b + j) * 8 + i]`: the scale of sub-block `j` of row `i` as two equal i16 (`S` = 8
@@ -588,38 +583,7 @@ unsafe fn direct<const K: u8>(nb: usize, w: &[u8], nr: usize, act: &Activations,
     store_lanes(acc, nr, w0, a, act.rows, out);
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
-    let rb = nb * block_bytes(K);
-    let rows = act.rows;
-    let batched = rows >= REPACK_MIN_ROWS;
-    let mut packed = Packed::new(if batched { nb } else { 0 }, K);
-    let mut w0 = 0;
-    while w0 < nw {
-        let nr = (nw - w0).min(LANE_ROWS);
-        // The direct path prefetches past its tile, so it sees the rest of the weights.
-        let w = &weights[w0 * rb..];
-        if batched {
-            repack::<K>(w, nr, nb, &mut packed);
-            let mut a0 = 0;
-            while a0 < rows {
-                let c = (rows - a0).min(LANE_C);
-                match c {
-                    LANE_C => gemm::<K, LANE_C>(nb, &packed, act, w0, nr, a0, out),
-                    3 => gemm::<K, 3>(nb, &packed, act, w0, nr, a0, out),
-                    2 => gemm::<K, 2>(nb, &packed, act, w0, nr, a0, out),
-                    _ => gemm::<K, 1>(nb, &packed, act, w0, nr, a0, out),
-                }
-                a0 += c;
-            }
-        } else {
-            for a in 0..rows {
-                direct::<K>(nb, w, nr, act, w0, a, out);
-            }
-        }
-        w0 += nr;
-    }
-}
+lane_driver!();
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -141,12 +141,6 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
     }
 }
 
-/// Activation rows per register tile of the repacked path.
-const C: usize = 4;
-/// Batches of at least this many activation rows repack each tile of weight rows first: the
-/// repacking costs about as much as one pass of the direct path, and every further row gains.
-pub(super) const REPACK_MIN_ROWS: usize = 3;
-
 /// A tile of [`R`] weight rows unpacked and interleaved for the batched path: for block `b` and
 /// group `g` of four values, `u[(8b + g) * R + i]` holds values `4g..4g + 4` of row `i` as four
 /// bytes (the `maddubs` operand of [`unpack`]), `s` likewise the signed values (signed formats
@@ -160,10 +154,10 @@ struct Packed {
 }
 
 impl Packed {
-    fn new(nb: usize, signed: bool) -> Self {
+    fn new(nb: usize, kind: u8) -> Self {
         Packed {
             u: vec![0; nb * 8 * R],
-            s: vec![0; if signed { nb * 8 * R } else { 0 }],
+            s: vec![0; if signed(kind) { nb * 8 * R } else { 0 }],
             d: vec![0.0; nb * R],
             m: vec![0.0; nb * R],
         }
@@ -340,39 +334,12 @@ unsafe fn direct<const K: u8>(nb: usize, w: &[u8], nr: usize, act: &Activations,
     store_lanes(v, nr, w0, a, act.rows, out);
 }
 
+lane_driver!();
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
     let nb = k / 32;
-    let rb = nb * block_bytes(K);
-    let nw = weights.len() / rb;
-    let rows = act.rows;
-    let batched = rows >= REPACK_MIN_ROWS;
-    let mut packed = Packed::new(if batched { nb } else { 0 }, signed(K));
-    let mut w0 = 0;
-    while w0 < nw {
-        let nr = (nw - w0).min(R);
-        // The direct path prefetches past its tile, so it sees the rest of the weights.
-        let w = &weights[w0 * rb..];
-        if batched {
-            repack::<K>(w, nr, nb, &mut packed);
-            let mut a0 = 0;
-            while a0 < rows {
-                let c = (rows - a0).min(C);
-                match c {
-                    C => gemm::<K, C>(nb, &packed, act, w0, nr, a0, out),
-                    3 => gemm::<K, 3>(nb, &packed, act, w0, nr, a0, out),
-                    2 => gemm::<K, 2>(nb, &packed, act, w0, nr, a0, out),
-                    _ => gemm::<K, 1>(nb, &packed, act, w0, nr, a0, out),
-                }
-                a0 += c;
-            }
-        } else {
-            for a in 0..rows {
-                direct::<K>(nb, w, nr, act, w0, a, out);
-            }
-        }
-        w0 += nr;
-    }
+    run_lanes::<K>(nb, weights.len() / (nb * block_bytes(K)), weights, act, out);
 }
 
 /// See [`super::tile`]; lengths were checked there.

@@ -26,6 +26,60 @@
 // loops that the compiler unrolls; iterators would hide that shape.
 #![allow(clippy::needless_range_loop)]
 
+/// Weight rows per tile of the lane-per-row kernels (`dot_legacy`, and `dot_kquant` for Q4_K
+/// and Q6_K): one lane of an i32/f32 vector each.
+pub(super) const LANE_ROWS: usize = 8;
+/// Activation rows per register tile of the lane-per-row kernels' repacked path.
+const LANE_C: usize = 4;
+/// Batches of at least this many activation rows repack each tile of weight rows first: the
+/// repacking costs about as much as one pass of the direct path, and every further row gains.
+const REPACK_MIN_ROWS: usize = 3;
+
+/// Defines `run_lanes::<K>(nb, nw, weights, act, out)`, the driver of a family's lane-per-row
+/// kernels, in the module that invokes it: each tile of [`LANE_ROWS`] weight rows (`nb` blocks
+/// each, `nw` rows in all) meets every activation row, through the repacked path for batches
+/// of at least [`REPACK_MIN_ROWS`] rows (the module's `repack` once per tile into its `Packed`,
+/// then `gemm` over register tiles of up to [`LANE_C`] rows) or else its `direct` per row. A
+/// macro rather than a generic function so that each family's `#[target_feature]` kernels are
+/// called by name from a `#[target_feature]` function of their own module.
+macro_rules! lane_driver {
+    () => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+            use super::{LANE_C, LANE_ROWS, REPACK_MIN_ROWS};
+            let rb = nb * block_bytes(K);
+            let rows = act.rows;
+            let batched = rows >= REPACK_MIN_ROWS;
+            let mut packed = Packed::new(if batched { nb } else { 0 }, K);
+            let mut w0 = 0;
+            while w0 < nw {
+                let nr = (nw - w0).min(LANE_ROWS);
+                // The direct path prefetches past its tile, so it sees the rest of the weights.
+                let w = &weights[w0 * rb..];
+                if batched {
+                    repack::<K>(w, nr, nb, &mut packed);
+                    let mut a0 = 0;
+                    while a0 < rows {
+                        let c = (rows - a0).min(LANE_C);
+                        match c {
+                            LANE_C => gemm::<K, LANE_C>(nb, &packed, act, w0, nr, a0, out),
+                            3 => gemm::<K, 3>(nb, &packed, act, w0, nr, a0, out),
+                            2 => gemm::<K, 2>(nb, &packed, act, w0, nr, a0, out),
+                            _ => gemm::<K, 1>(nb, &packed, act, w0, nr, a0, out),
+                        }
+                        a0 += c;
+                    }
+                } else {
+                    for a in 0..rows {
+                        direct::<K>(nb, w, nr, act, w0, a, out);
+                    }
+                }
+                w0 += nr;
+            }
+        }
+    };
+}
+
 mod dot_float;
 mod dot_kquant;
 mod dot_legacy;
@@ -112,10 +166,6 @@ unsafe fn load_f16(p: *const u8) -> f32 {
     let h = std::ptr::read_unaligned(p as *const u16);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
 }
-
-/// Weight rows per tile of the lane-per-row kernels (`dot_legacy`, and `dot_kquant` for Q4_K
-/// and Q6_K): one lane of an i32/f32 vector each.
-pub(super) const LANE_ROWS: usize = 8;
 
 /// Lane `i` = the sum of the eight lanes of `p[i]`.
 #[inline]
