@@ -4,21 +4,7 @@
 // every WG-th chunk of the row, so one decoded chunk meets R activation rows (matvec is the
 // R = 1 case of the same kernel). Arithmetic in f32; activations are not quantized.
 
-struct Params {
-    n_in: u32,
-    n_out: u32,
-    rows: u32,
-    row_bytes: u32,
-    n_chunks: u32,
-    out_stride: u32,
-    out_off: u32,
-    grid_x: u32,
-}
-
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> W: array<u32>;
-@group(0) @binding(2) var<storage, read> X: array<f32>;
-@group(0) @binding(3) var<storage, read_write> Y: array<f32>;
+//INCLUDE matmul_io.wgsl
 
 const WG: u32 = 32u;
 const R: u32 = 8u;

@@ -28,6 +28,8 @@ pub enum Kernel {
 }
 
 const BYTES: &str = include_str!("../../../shaders/bytes.wgsl");
+/// Parameters and bindings of both matmul variants.
+const MATMUL_IO: &str = include_str!("../../../shaders/matmul_io.wgsl");
 const KSCALE: &str = include_str!("../../../shaders/quant/kscale.wgsl");
 
 /// Block formats the WGSL decoders read, with their `load_chunk` source.
@@ -113,7 +115,9 @@ impl Kernel {
             Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), None),
             Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), None),
         };
-        let mut src = template.replace("//INCLUDE bytes.wgsl", BYTES);
+        let mut src = template
+            .replace("//INCLUDE bytes.wgsl", BYTES)
+            .replace("//INCLUDE matmul_io.wgsl", MATMUL_IO);
         if let Some(t) = quant {
             src = src.replace("//INCLUDE QUANT", &quant_source(t)?);
         }
