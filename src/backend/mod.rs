@@ -15,7 +15,7 @@ pub mod webgpu;
 
 use std::sync::Arc;
 
-use crate::gguf::{GgufError, GgufFile};
+use crate::gguf::{GgufError, GgufFile, TensorView};
 use crate::model::Rope;
 use crate::quant::{GgmlType, QuantError};
 
@@ -216,4 +216,38 @@ pub trait Backend: Send + Sync {
     /// Index of the largest value in each of `rows` rows of `width` (first on ties); waits for
     /// pending work.
     fn argmax(&self, x: &Self::Buffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError>;
+}
+
+/// A weight tensor seen as a matrix for a backend's `load_weight`: `(n_in, n_out)`, `n_out`
+/// rows of `n_in` values (the first GGUF dimension is the row). Rows must be whole blocks of
+/// the tensor's type. For a matrix (2 or more dimensions) `supported` says whether the backend
+/// multiplies its type, and the data must hold exactly the rows.
+pub(crate) fn weight_matrix(
+    name: &str,
+    view: &TensorView<'_>,
+    supported: impl Fn(GgmlType) -> bool,
+    backend: &'static str,
+) -> Result<(usize, usize), BackendError> {
+    let info = view.info;
+    let bad = |problem: String| BackendError::BadTensor {
+        tensor: name.to_string(),
+        problem,
+    };
+    let n_in = usize::try_from(*info.shape.first().unwrap_or(&1)).map_err(|_| bad("row too long".into()))?;
+    let n_out = usize::try_from(info.shape.iter().skip(1).product::<u64>()).map_err(|_| bad("too many rows".into()))?;
+    let ty = info.ty;
+    if n_in == 0 || !n_in.is_multiple_of(ty.block_size()) {
+        return Err(bad(format!("row length {n_in} is not a whole number of {ty} blocks")));
+    }
+    if info.shape.len() > 1 {
+        if !supported(ty) {
+            return Err(BackendError::UnsupportedType {
+                tensor: name.to_string(),
+                ty,
+                backend,
+            });
+        }
+        ty.check_len(view.data.len(), n_in * n_out)?;
+    }
+    Ok((n_in, n_out))
 }

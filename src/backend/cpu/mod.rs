@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use half::f16;
 
-use super::{AttnParams, Backend, BackendError};
+use super::{weight_matrix, AttnParams, Backend, BackendError};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Rope;
 use crate::quant::{self, GgmlType};
@@ -159,30 +159,10 @@ impl Backend for CpuBackend {
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight, BackendError> {
         let view = file.tensor(name)?;
         let info = view.info;
-        let bad = |problem: String| BackendError::BadTensor {
-            tensor: name.to_string(),
-            problem,
-        };
-        let n_in = usize::try_from(*info.shape.first().unwrap_or(&1)).map_err(|_| bad("row too long".into()))?;
-        let n_out =
-            usize::try_from(info.shape.iter().skip(1).product::<u64>()).map_err(|_| bad("too many rows".into()))?;
-        if n_in == 0 || n_in % info.ty.block_size() != 0 {
-            return Err(bad(format!(
-                "row length {n_in} is not a whole number of {} blocks",
-                info.ty
-            )));
-        }
+        let (n_in, n_out) = weight_matrix(name, &view, matmul_supported, "cpu")?;
         let data = if info.shape.len() <= 1 {
             WeightData::Dense(view.to_f32()?)
         } else {
-            if !matmul_supported(info.ty) {
-                return Err(BackendError::UnsupportedType {
-                    tensor: name.to_string(),
-                    ty: info.ty,
-                    backend: "cpu",
-                });
-            }
-            info.ty.check_len(view.data.len(), n_in * n_out)?;
             WeightData::Mapped {
                 file: Arc::clone(file),
                 info: info.clone(),

@@ -26,7 +26,7 @@ use kernels::Kernel;
 pub use recorder::Counters;
 use recorder::{Bind, Recorder};
 
-use super::{AttnParams, Backend, BackendError};
+use super::{weight_matrix, AttnParams, Backend, BackendError};
 use crate::gguf::GgufFile;
 use crate::model::{Rope, RopeKind};
 use crate::quant::GgmlType;
@@ -485,17 +485,12 @@ impl Backend for WebGpuBackend {
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<WebGpuWeight, BackendError> {
         let view = file.tensor(name)?;
         let info = view.info;
+        let (n_in, n_out) = weight_matrix(name, &view, kernels::supports, "webgpu")?;
+        let ty = info.ty;
         let bad = |problem: String| BackendError::BadTensor {
             tensor: name.to_string(),
             problem,
         };
-        let n_in = usize::try_from(*info.shape.first().unwrap_or(&1)).map_err(|_| bad("row too long".into()))?;
-        let n_out =
-            usize::try_from(info.shape.iter().skip(1).product::<u64>()).map_err(|_| bad("too many rows".into()))?;
-        let ty = info.ty;
-        if n_in == 0 || n_in % ty.block_size() != 0 {
-            return Err(bad(format!("row length {n_in} is not a whole number of {ty} blocks")));
-        }
         let row_bytes = n_in / ty.block_size() * ty.block_bytes();
         let mut w = WebGpuWeight {
             name: name.to_string(),
@@ -511,14 +506,6 @@ impl Backend for WebGpuBackend {
             w.dense = Some(self.upload(name, bytemuck::cast_slice(&v))?);
             return Ok(w);
         }
-        if !kernels::supports(ty) {
-            return Err(BackendError::UnsupportedType {
-                tensor: name.to_string(),
-                ty,
-                backend: "webgpu",
-            });
-        }
-        ty.check_len(view.data.len(), n_in * n_out)?;
         let rows_per_part = (self.max_binding as usize / row_bytes).min(n_out);
         if rows_per_part == 0 {
             return Err(bad(format!(
