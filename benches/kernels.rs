@@ -7,7 +7,8 @@
 use std::time::{Duration, Instant};
 
 use half::f16;
-use tinyllm::backend::cpu::kernels::{Kernels, AVX2_TYPES as TYPES};
+use tinyllm::backend::cpu::interleave::{self, TILE_ROWS};
+use tinyllm::backend::cpu::kernels::{Kernels, Layout, AVX2_TYPES as TYPES};
 use tinyllm::quant::GgmlType;
 
 /// Values per row and rows of the matvec matrix.
@@ -77,20 +78,47 @@ fn time(mut f: impl FnMut()) -> f64 {
     best
 }
 
-/// `x` (rows of `k`) times every row of `w`, the weight rows split into `threads` contiguous
-/// parts as the backend splits them; activations converted once.
-fn matmul(kern: Kernels, ty: GgmlType, k: usize, w: &[u8], x: &[f32], out: &mut [f32], threads: usize) {
+/// `w` in the layout the backend would give kernel set `kern`, and that layout.
+fn placed(kern: Kernels, ty: GgmlType, k: usize, w: &[u8]) -> (Vec<u8>, Layout) {
+    match (kern.interleaves)(ty)
+        .then(|| interleave::interleave(ty, k, w))
+        .flatten()
+    {
+        Some(tiles) => (tiles, Layout::Interleaved),
+        None => (w.to_vec(), Layout::Rows),
+    }
+}
+
+/// `x` (rows of `k`) times every one of the `n` rows of `w` (placed by [`placed`]), the weight
+/// rows split into `threads` contiguous parts of whole tiles as the backend splits them;
+/// activations converted once.
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    kern: Kernels,
+    ty: GgmlType,
+    k: usize,
+    n: usize,
+    w: &(Vec<u8>, Layout),
+    x: &[f32],
+    out: &mut [f32],
+    threads: usize,
+) {
     let act = (kern.prepare)(ty, x, k).expect("whole blocks");
     let rows = act.rows();
-    let rb = k / ty.block_size() * ty.block_bytes();
-    let n = w.len() / rb;
-    let per = n.div_ceil(threads);
+    let per = n.div_ceil(threads).next_multiple_of(TILE_ROWS);
+    let (w, layout) = (&w.0, w.1);
     std::thread::scope(|s| {
         for (i, o) in out.chunks_mut(per * rows).enumerate() {
             let nw = o.len() / rows;
-            let wp = &w[i * per * rb..(i * per + nw) * rb];
+            let bytes = match layout {
+                Layout::Rows => {
+                    let rb = k / ty.block_size() * ty.block_bytes();
+                    &w[i * per * rb..(i * per + nw) * rb]
+                }
+                Layout::Interleaved => &w[interleave::span(ty, k, i * per, nw)],
+            };
             let act = &act;
-            s.spawn(move || (kern.tile)(ty, k, wp, act, o));
+            s.spawn(move || (kern.tile)(ty, layout, k, bytes, act, o));
         }
     });
 }
@@ -123,15 +151,17 @@ fn main() {
         }
         let w = weights(&mut rng, ty, K, N);
         let gb = w.len() as f64 / 1e9;
+        let (wb, wf) = (placed(best, ty, K, &w), placed(fast, ty, K, &w));
         let mut out = vec![0f32; N];
-        let mv1 = gb / time(|| matmul(best, ty, K, &w, &x1, &mut out, 1));
-        let mvn = gb / time(|| matmul(best, ty, K, &w, &x1, &mut out, threads));
-        let mvf = gb / time(|| matmul(fast, ty, K, &w, &x1, &mut out, 1));
+        let mv1 = gb / time(|| matmul(best, ty, K, N, &wb, &x1, &mut out, 1));
+        let mvn = gb / time(|| matmul(best, ty, K, N, &wb, &x1, &mut out, threads));
+        let mvf = gb / time(|| matmul(fast, ty, K, N, &wf, &x1, &mut out, 1));
         let wm = &w[..w.len() / N * MM_N];
+        let (wb, wf) = (placed(best, ty, K, wm), placed(fast, ty, K, wm));
         let mut out = vec![0f32; MM_N * MM_ROWS];
         let ops = 2.0 * (MM_N * K * MM_ROWS) as f64 / 1e9;
-        let mm = ops / time(|| matmul(best, ty, K, wm, &xm, &mut out, threads));
-        let mmf = ops / time(|| matmul(fast, ty, K, wm, &xm, &mut out, threads));
+        let mm = ops / time(|| matmul(best, ty, K, MM_N, &wb, &xm, &mut out, threads));
+        let mmf = ops / time(|| matmul(fast, ty, K, MM_N, &wf, &xm, &mut out, threads));
         println!(
             "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>12.2} {:>14.1} {:>14.1}",
             ty.name(),

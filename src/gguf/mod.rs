@@ -300,6 +300,26 @@ impl GgufFile {
         }
     }
 
+    /// Let the OS drop the pages of `bytes` of a tensor's data from this process's memory: for
+    /// a caller that copied them (they are read from the file again if anything touches them
+    /// later). Does nothing for files read into memory or a range past the tensor.
+    pub fn release(&self, info: &TensorInfo, bytes: std::ops::Range<usize>) {
+        let part = &self.parts[info.part];
+        if bytes.start > bytes.end || bytes.end > info.bytes as usize {
+            return;
+        }
+        #[cfg(unix)]
+        if let Source::Mapped(map) = &part.source {
+            let start = (part.data_offset + info.offset) as usize + bytes.start;
+            // SAFETY: the mapping is a read-only map of a file: after MADV_DONTNEED the pages
+            // read back the same bytes from the file, so no reference sees a change. The range
+            // was bounds-checked at parse time. A failure only means the memory stays resident.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, bytes.len()) };
+        }
+        #[cfg(not(unix))]
+        let _ = (part, bytes);
+    }
+
     /// The raw value of a key.
     pub fn get(&self, key: &str) -> Option<&Value> {
         find(&self.metadata, key)

@@ -83,21 +83,34 @@ impl Activations {
     }
 }
 
+/// How a weight's bytes are arranged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// As in the file: whole rows one after the other.
+    Rows,
+    /// Tiles of eight rows sharing each block ([`super::interleave`]), made at load for the
+    /// kernel sets whose `interleaves` says so.
+    Interleaved,
+}
+
 /// Convert `rows` rows of `k` values for weights of type `ty`.
 pub type PrepareFn = fn(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError>;
 
-/// Consecutive weight rows (raw bytes, whole rows of `k` values of `ty`) times every
-/// activation row: `out[a * nw + w]` for weight row `w` of the `nw` rows and activation row `a`
+/// Consecutive weight rows (raw bytes of `k`-value rows of `ty` in `layout`: whole rows, or the
+/// whole tiles holding them) times every activation row: `out[a * nw + w]` for weight row `w`
+/// of the `nw = out.len() / rows` rows and activation row `a`
 /// (activation-row-major, the layout of the matmul's result, so a caller that hands out
 /// tiles of weight rows copies whole runs of a row back). A row
 /// that cannot be computed (never the case for weights validated at load) reads NaN.
-pub type TileFn = fn(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]);
+pub type TileFn = fn(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]);
 
 /// The kernel set of a backend.
 #[derive(Debug, Clone, Copy)]
 pub struct Kernels {
     pub prepare: PrepareFn,
     pub tile: TileFn,
+    /// Whether weights of a type are best interleaved at load ([`Layout::Interleaved`]).
+    pub interleaves: fn(GgmlType) -> bool,
     /// Name of the variant (`avx2`, `fast`, `oracle`).
     pub variant: &'static str,
 }
@@ -116,6 +129,7 @@ impl Kernels {
             return Kernels {
                 prepare: prepare_avx2,
                 tile: tile_avx2,
+                interleaves: super::interleave::supports,
                 variant: "avx2",
             };
         }
@@ -127,6 +141,7 @@ impl Kernels {
         Kernels {
             prepare: prepare_values,
             tile: tile_fast,
+            interleaves: |_| false,
             variant: "fast",
         }
     }
@@ -136,6 +151,7 @@ impl Kernels {
         Kernels {
             prepare: prepare_blocks,
             tile: tile_oracle,
+            interleaves: |_| false,
             variant: "oracle",
         }
     }
@@ -153,16 +169,33 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantE
 }
 
 #[cfg(target_arch = "x86_64")]
-fn tile_avx2(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+fn tile_avx2(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
     // SAFETY: as in `prepare_avx2`.
     if super::simd::supports(ty) {
-        if !unsafe { super::simd::tile(ty, k, w, act, out) } {
+        if !unsafe { super::simd::tile(ty, layout, k, w, act, out) } {
             out.fill(f32::NAN);
         }
         return;
     }
+    let w = file_rows(ty, layout, k, w, act, out);
     let mut scratch = vec![0f32; k];
-    for_rows(k, w, act, out, |wr, o| row_fast_avx2(ty, k, wr, act, &mut scratch, o));
+    for_rows(k, &w, act, out, |wr, o| row_fast_avx2(ty, k, wr, act, &mut scratch, o));
+}
+
+/// The weight rows of a tile in the file layout (copied out of interleaved tiles: the portable
+/// kernels never get those from the backend, which interleaves only for kernel sets that ask).
+fn file_rows<'a>(
+    ty: GgmlType,
+    layout: Layout,
+    k: usize,
+    w: &'a [u8],
+    act: &Activations,
+    out: &[f32],
+) -> std::borrow::Cow<'a, [u8]> {
+    match layout {
+        Layout::Rows => std::borrow::Cow::Borrowed(w),
+        Layout::Interleaved => std::borrow::Cow::Owned(super::interleave::rows(ty, k, w, out.len() / act.rows.max(1))),
+    }
 }
 
 /// Run `row(weight_row, outputs)` for each whole weight row of `w`, `outputs` holding one value
@@ -184,13 +217,15 @@ fn for_rows(k: usize, w: &[u8], act: &Activations, out: &mut [f32], mut row: imp
     }
 }
 
-fn tile_fast(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+fn tile_fast(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+    let w = file_rows(ty, layout, k, w, act, out);
     let mut scratch = vec![0f32; k];
-    for_rows(k, w, act, out, |wr, o| row_fast(ty, k, wr, act, &mut scratch, o));
+    for_rows(k, &w, act, out, |wr, o| row_fast(ty, k, wr, act, &mut scratch, o));
 }
 
-fn tile_oracle(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
-    for_rows(k, w, act, out, |wr, o| row_oracle(ty, k, wr, act, o));
+fn tile_oracle(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+    let w = file_rows(ty, layout, k, w, act, out);
+    for_rows(k, &w, act, out, |wr, o| row_oracle(ty, k, wr, act, o));
 }
 
 fn prepare_values(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {

@@ -1,21 +1,28 @@
-//! The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) against Q8_0 activations.
+//! The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) against Q8_0 activations, on
+//! weights in the interleaved layout of [`crate::backend::cpu::interleave`] (eight rows per
+//! tile, made at load).
 //!
-//! Per block pair: 32 weight bytes meet 32 activation bytes in `maddubs` (unsigned × signed
-//! pairs summed to i16) and `madd` (to eight i32), converted once and scaled by `d_w · d_a`
-//! into an 8-lane f32 accumulator. Signed weights (Q8_0, IQ4_NL) use the sign trick
-//! `|w| · (a · sign w)`. Unsigned weights (the 4/5-bit formats) go in as they are: Q4_0/Q5_0
-//! add the activation block's precomputed `offset · Σq_a` (-8 or -16 times the sum) to the
-//! integer lanes, which makes the sum exactly the oracle's; the `_1` formats add
-//! `m · (d_a · Σq_a)` in f32 as the oracle does.
+//! Per tile block and group `g` of four values, one load and a mask or shift give values
+//! `4g..4g + 4` of all eight rows in one vector, a row per 32-bit lane. A broadcast of the
+//! activation's four bytes meets it in `maddubs` (unsigned × signed pairs summed to i16) and
+//! `madd` (to i32), so after the eight groups each lane holds its row's exact integer block
+//! sum: no sum across lanes. It is converted once and scaled by `d_w · d_a` (eight scales in
+//! one conversion) into an 8-lane f32 accumulator, a lane per output.
 //!
-//! A block's integer sum for eight weight rows lands in one vector, a lane per row, so its
-//! conversion and scaling (`d_w · d_a` as eight lanes) happen once per eight outputs: [`direct`]
-//! sums each row's lanes across (decode), [`gemm`] works from a repacked tile (batches).
+//! Signed weights (Q8_0, IQ4_NL) use the sign trick `|w| · (a · sign w)`. Unsigned weights
+//! (the 4/5-bit formats) go in as they are: Q4_0/Q5_0 add the activation block's precomputed
+//! `offset · Σq_a` (-8 or -16 times the sum) to the integer lanes, which makes the sum exactly
+//! the oracle's; the `_1` formats add `m · (d_a · Σq_a)` in f32 as the oracle does.
+//!
+//! Few activation rows (decode) unpack each tile block in registers and meet it with every row.
+//! Larger batches unpack each tile once into [`Unpacked`] and read the groups from there; both
+//! give the same bits.
 
 use std::arch::x86_64::*;
 
+use super::super::interleave::{self, TILE_ROWS as R};
 use super::super::kernels::Activations;
-use super::{load_f16, store_lanes, transpose_sum, LANE_ROWS as R};
+use super::{store_lanes, LANE_C, REPACK_MIN_ROWS};
 use crate::quant::GgmlType;
 
 const Q4_0: u8 = 0;
@@ -53,19 +60,23 @@ const fn has_min(kind: u8) -> bool {
     matches!(kind, Q4_1 | Q5_1)
 }
 
-/// One unpacked weight block.
-#[derive(Clone, Copy)]
-struct Unpacked {
-    /// Unsigned left operand of `maddubs`: the values, or their magnitudes for signed formats.
-    u: __m256i,
-    /// The signed values (signed formats only).
-    s: __m256i,
-    d: f32,
-    /// The added minimum of the `_1` formats.
-    m: f32,
+const fn five_bit(kind: u8) -> bool {
+    matches!(kind, Q5_0 | Q5_1)
 }
 
-/// 16 bytes of nibbles as 32 values: low nibbles are values 0..16, high nibbles 16..32.
+/// Offsets in a tile block (see the layout in `interleave`): `m`, `qh`, `qs`.
+const fn off_m(_kind: u8) -> usize {
+    2 * R
+}
+const fn off_qh(kind: u8) -> usize {
+    off_m(kind) + if has_min(kind) { 2 * R } else { 0 }
+}
+const fn off_qs(kind: u8) -> usize {
+    off_qh(kind) + if five_bit(kind) { 4 * R } else { 0 }
+}
+
+/// 16 bytes of nibbles as 32 values: low nibbles are values 0..16, high nibbles 16..32 (the
+/// file layout, for IQ4_XS in `dot_kquant`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
@@ -73,143 +84,108 @@ pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F))
 }
 
-/// The fifth bits of Q5_0/Q5_1: 0x10 in byte `i` where bit `i` of the little-endian u32 is set.
+/// Group `g` of the tile block at `p`: lane `i` holds values `4g..4g + 4` of row `i`, as the
+/// unsigned `maddubs` operand (the magnitudes for signed formats) and, for signed formats, the
+/// signed values.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn high_bits(p: *const u8) -> __m256i {
-    let h = std::ptr::read_unaligned(p as *const u32);
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(h as i32),
-        _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-        ),
-    );
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
-    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
-    let d = load_f16(p);
-    let zero = _mm256_setzero_si256();
-    match K {
-        Q4_0 => Unpacked {
-            u: nibbles(p.add(2)),
-            s: zero,
-            d,
-            m: 0.0,
-        },
-        Q4_1 => Unpacked {
-            u: nibbles(p.add(4)),
-            s: zero,
-            d,
-            m: load_f16(p.add(2)),
-        },
-        Q5_0 => Unpacked {
-            u: _mm256_or_si256(nibbles(p.add(6)), high_bits(p.add(2))),
-            s: zero,
-            d,
-            m: 0.0,
-        },
-        Q5_1 => Unpacked {
-            u: _mm256_or_si256(nibbles(p.add(8)), high_bits(p.add(4))),
-            s: zero,
-            d,
-            m: load_f16(p.add(2)),
-        },
-        Q8_0 => {
-            let s = _mm256_loadu_si256(p.add(2) as *const __m256i);
-            Unpacked {
-                u: _mm256_sign_epi8(s, s),
-                s,
-                d,
-                m: 0.0,
-            }
-        }
-        _ => {
-            let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
-            let s = _mm256_shuffle_epi8(lut, nibbles(p.add(2)));
-            Unpacked {
-                u: _mm256_sign_epi8(s, s),
-                s,
-                d,
-                m: 0.0,
-            }
-        }
+unsafe fn group<const K: u8>(p: *const u8, g: usize) -> (__m256i, __m256i) {
+    let low = _mm256_set1_epi8(0x0F);
+    let qs = p.add(off_qs(K));
+    if K == Q8_0 {
+        let s = _mm256_loadu_si256(qs.add(32 * g) as *const __m256i);
+        return (_mm256_sign_epi8(s, s), s);
     }
+    let v = _mm256_loadu_si256(qs.add(32 * (g % 4)) as *const __m256i);
+    let nib = if g < 4 {
+        _mm256_and_si256(v, low)
+    } else {
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
+    };
+    if K == IQ4_NL {
+        let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+        let s = _mm256_shuffle_epi8(lut, nib);
+        return (_mm256_sign_epi8(s, s), s);
+    }
+    if five_bit(K) {
+        // Bit `g` of each `qh` byte holds the fifth bits of this group: shift it to bit 4
+        // (16-bit shifts by at most 4 keep every byte's bit 4 from its own byte).
+        let h = _mm256_loadu_si256(p.add(off_qh(K)) as *const __m256i);
+        let at4 = match g {
+            0 => _mm256_slli_epi16::<4>(h),
+            1 => _mm256_slli_epi16::<3>(h),
+            2 => _mm256_slli_epi16::<2>(h),
+            3 => _mm256_slli_epi16::<1>(h),
+            4 => h,
+            5 => _mm256_srli_epi16::<1>(h),
+            6 => _mm256_srli_epi16::<2>(h),
+            _ => _mm256_srli_epi16::<3>(h),
+        };
+        let hb = _mm256_and_si256(at4, _mm256_set1_epi8(0x10));
+        return (_mm256_or_si256(nib, hb), _mm256_setzero_si256());
+    }
+    (nib, _mm256_setzero_si256())
 }
 
-/// A tile of [`R`] weight rows unpacked and interleaved for the batched path: for block `b` and
-/// group `g` of four values, `u[(8b + g) * R + i]` holds values `4g..4g + 4` of row `i` as four
-/// bytes (the `maddubs` operand of [`unpack`]), `s` likewise the signed values (signed formats
-/// only), and `d[R * b + i]`, `m[R * b + i]` the scale and minimum. Rows past the end of the
-/// tile are zero.
-struct Packed {
-    u: Vec<u32>,
-    s: Vec<u32>,
-    d: Vec<f32>,
-    m: Vec<f32>,
+/// The eight rows' f16 values at `p` as f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn halves(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
-impl Packed {
+/// One tile unpacked for batches: for block `b` and group `g`, `u[8b + g]` is [`group`]'s
+/// unsigned operand and `s[8b + g]` its signed values (signed formats only); `d[b]`, `m[b]` the
+/// scales and minimums as f32.
+struct Unpacked {
+    u: Vec<__m256i>,
+    s: Vec<__m256i>,
+    d: Vec<__m256>,
+    m: Vec<__m256>,
+}
+
+impl Unpacked {
     fn new(nb: usize, kind: u8) -> Self {
-        Packed {
-            u: vec![0; nb * 8 * R],
-            s: vec![0; if signed(kind) { nb * 8 * R } else { 0 }],
-            d: vec![0.0; nb * R],
-            m: vec![0.0; nb * R],
+        // SAFETY: all-zero bytes are valid vectors.
+        let zi = unsafe { _mm256_setzero_si256() };
+        let zf = unsafe { _mm256_setzero_ps() };
+        Unpacked {
+            u: vec![zi; nb * 8],
+            s: vec![zi; if signed(kind) { nb * 8 } else { 0 }],
+            d: vec![zf; nb],
+            m: vec![zf; if has_min(kind) { nb } else { 0 }],
         }
     }
 }
 
-/// Unpack rows `0..nr` of `w` (rows of `nb` blocks) into `p`, zeroing rows `nr..R`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn repack<const K: u8>(w: &[u8], nr: usize, nb: usize, p: &mut Packed) {
-    let wb = block_bytes(K);
-    let rb = nb * wb;
-    let mut lanes = [0u32; 8];
-    for i in 0..R {
-        for b in 0..nb {
-            let x = if i < nr {
-                unpack::<K>(w.as_ptr().add(i * rb + b * wb))
-            } else {
-                let z = _mm256_setzero_si256();
-                Unpacked {
-                    u: z,
-                    s: z,
-                    d: 0.0,
-                    m: 0.0,
-                }
-            };
-            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, x.u);
-            for g in 0..8 {
-                p.u[(8 * b + g) * R + i] = lanes[g];
-            }
+unsafe fn unpack<const K: u8>(tile: *const u8, nb: usize, out: &mut Unpacked) {
+    for b in 0..nb {
+        let p = tile.add(b * R * block_bytes(K));
+        for g in 0..8 {
+            let (u, s) = group::<K>(p, g);
+            out.u[8 * b + g] = u;
             if signed(K) {
-                _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, x.s);
-                for g in 0..8 {
-                    p.s[(8 * b + g) * R + i] = lanes[g];
-                }
+                out.s[8 * b + g] = s;
             }
-            p.d[R * b + i] = x.d;
-            p.m[R * b + i] = x.m;
+        }
+        out.d[b] = halves(p);
+        if has_min(K) {
+            out.m[b] = halves(p.add(off_m(K)));
         }
     }
 }
 
-/// The batched path: outputs `(w0..w0+nr) × (a0..a0+CC)` from a repacked tile. Lane `i` of an
-/// accumulator is weight row `i`: each group of four activation bytes is broadcast and meets
-/// four values of all eight rows in one `maddubs`. Per output and block the arithmetic is that
-/// of [`direct`]: the exact integer sum (plus the offset term), converted once, times
-/// `d_w · d_a`, fused into the f32 accumulator; the `_1` formats add `m · (d_a · Σq_a)` to a
-/// second one.
+/// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` of one tile: lane `i` of an accumulator is weight
+/// row `i`. With `BUF` the groups come from `x`, the unpacked tile, otherwise they are
+/// unpacked from the interleaved bytes at `tile` block by block (`x` unused).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gemm<const K: u8, const CC: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
     nb: usize,
-    p: &Packed,
+    tile: *const u8,
+    x: &Unpacked,
     act: &Activations,
     w0: usize,
     nr: usize,
@@ -221,13 +197,23 @@ unsafe fn gemm<const K: u8, const CC: usize>(
     let da = act.scales.as_ptr().add(a0 * nb);
     let sa = act.dsums.as_ptr().wrapping_add(a0 * nb);
     let oa = act.offsets.as_ptr().wrapping_add(a0 * nb);
-    let (pu, ps) = (p.u.as_ptr(), p.s.as_ptr());
+    let (xu, xs, xd, xm) = (x.u.as_ptr(), x.s.as_ptr(), x.d.as_ptr(), x.m.as_ptr());
     let mut acc = [_mm256_setzero_ps(); CC];
     let mut macc = [_mm256_setzero_ps(); CC];
     for b in 0..nb {
-        let mut isum = [_mm256_setzero_si256(); CC];
-        // Values 4g..4g+4 of activation row c, in every lane (a macro: closures would not
-        // inherit the target features).
+        let p = tile.add(b * R * block_bytes(K));
+        // Macros rather than closures: closures would not inherit the target features.
+        macro_rules! grp {
+            ($g:expr) => {
+                if BUF {
+                    let i = 8 * b + $g;
+                    (*xu.add(i), if signed(K) { *xs.add(i) } else { *xu.add(i) })
+                } else {
+                    group::<K>(p, $g)
+                }
+            };
+        }
+        // Values 4g..4g+4 of activation row c, in every lane.
         macro_rules! y {
             ($c:expr, $g:expr) => {
                 _mm256_set1_epi32(std::ptr::read_unaligned(
@@ -235,11 +221,11 @@ unsafe fn gemm<const K: u8, const CC: usize>(
                 ))
             };
         }
+        let mut isum = [_mm256_setzero_si256(); CC];
         if signed(K) {
             // |w| · |a| can reach 2 · 127 · 127 per i16 lane: widen every product pair.
             for g in 0..8 {
-                let u = _mm256_loadu_si256(pu.add((8 * b + g) * R) as *const __m256i);
-                let s = _mm256_loadu_si256(ps.add((8 * b + g) * R) as *const __m256i);
+                let (u, s) = grp!(g);
                 for c in 0..CC {
                     let prod = _mm256_maddubs_epi16(u, _mm256_sign_epi8(y!(c, g), s));
                     isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(prod, ones));
@@ -249,8 +235,8 @@ unsafe fn gemm<const K: u8, const CC: usize>(
             // Unsigned values below 32: four i16 pair sums stay below 4 · 2 · 31 · 128 < 2^15.
             for half in 0..2 {
                 let mut h = [_mm256_setzero_si256(); CC];
-                for g in 4 * half..4 * half + 4 {
-                    let u = _mm256_loadu_si256(pu.add((8 * b + g) * R) as *const __m256i);
+                for g in [2 * half, 2 * half + 4, 2 * half + 1, 2 * half + 5] {
+                    let (u, _) = grp!(g);
                     for c in 0..CC {
                         h[c] = _mm256_add_epi16(h[c], _mm256_maddubs_epi16(u, y!(c, g)));
                     }
@@ -260,7 +246,7 @@ unsafe fn gemm<const K: u8, const CC: usize>(
                 }
             }
         }
-        let d = _mm256_loadu_ps(p.d.as_ptr().add(R * b));
+        let d = if BUF { *xd.add(b) } else { halves(p) };
         for c in 0..CC {
             if has_offset(K) {
                 isum[c] = _mm256_add_epi32(isum[c], _mm256_set1_epi32(*oa.add(c * nb + b)));
@@ -268,7 +254,7 @@ unsafe fn gemm<const K: u8, const CC: usize>(
             let scale = _mm256_mul_ps(d, _mm256_set1_ps(*da.add(c * nb + b)));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), scale, acc[c]);
             if has_min(K) {
-                let m = _mm256_loadu_ps(p.m.as_ptr().add(R * b));
+                let m = if BUF { *xm.add(b) } else { halves(p.add(off_m(K))) };
                 macc[c] = _mm256_add_ps(macc[c], _mm256_mul_ps(m, _mm256_set1_ps(*sa.add(c * nb + b))));
             }
         }
@@ -283,75 +269,64 @@ unsafe fn gemm<const K: u8, const CC: usize>(
     }
 }
 
-/// The path for few activation rows (decode): weight rows `w0..w0+nr` (`nr` ≤ [`R`], read from
-/// `w`) times activation row `a`, straight from the file layout. Each row's block product is
-/// computed in eight lanes as usual, then the eight rows are summed across lanes into one
-/// vector with a lane per row, and from there the arithmetic is [`gemm`]'s.
-#[inline]
+/// Every tile of `weights` (interleaved, `nw` rows of `nb` blocks) times every activation row,
+/// [`LANE_C`] activation rows at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn direct<const K: u8>(nb: usize, w: &[u8], nr: usize, act: &Activations, w0: usize, a: usize, out: &mut [f32]) {
-    let wb = block_bytes(K);
-    let rb = nb * wb;
-    let wp = w.as_ptr();
-    let y_row = act.bytes.as_ptr().add(a * act.row_bytes + 2);
-    let da = act.scales.as_ptr().add(a * nb);
-    let sa = act.dsums.as_ptr().wrapping_add(a * nb);
-    let oa = act.offsets.as_ptr().wrapping_add(a * nb);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = _mm256_setzero_ps();
-    let mut macc = _mm256_setzero_ps();
-    for b in 0..nb {
-        let y = _mm256_loadu_si256(y_row.add(b * ACT_BLOCK) as *const __m256i);
-        let mut p = [_mm256_setzero_si256(); R];
-        let mut d = [0f32; R];
-        let mut m = [0f32; R];
-        for r in 0..R {
-            if r < nr {
-                // Decode streams each weight once from memory: ask for the same block of the
-                // next tile of rows, so enough lines are in flight.
-                _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add((R + r) * rb + b * wb) as *const i8);
-                let x = unpack::<K>(wp.add(r * rb + b * wb));
-                let yy = if signed(K) { _mm256_sign_epi8(y, x.s) } else { y };
-                p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(x.u, yy), ones);
-                d[r] = x.d;
-                m[r] = x.m;
+unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+    let tb = nb * R * block_bytes(K);
+    let rows = act.rows;
+    let buffered = rows >= REPACK_MIN_ROWS;
+    let mut x = Unpacked::new(if buffered { nb } else { 0 }, K);
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(R);
+        let tile = weights.as_ptr().add(w0 / R * tb);
+        if buffered {
+            unpack::<K>(tile, nb, &mut x);
+        }
+        let mut a0 = 0;
+        while a0 < rows {
+            let c = (rows - a0).min(LANE_C);
+            match (c, buffered) {
+                (LANE_C, true) => dot::<K, LANE_C, true>(nb, tile, &x, act, w0, nr, a0, out),
+                (3, true) => dot::<K, 3, true>(nb, tile, &x, act, w0, nr, a0, out),
+                (2, true) => dot::<K, 2, true>(nb, tile, &x, act, w0, nr, a0, out),
+                (_, true) => dot::<K, 1, true>(nb, tile, &x, act, w0, nr, a0, out),
+                (LANE_C, false) => dot::<K, LANE_C, false>(nb, tile, &x, act, w0, nr, a0, out),
+                (3, false) => dot::<K, 3, false>(nb, tile, &x, act, w0, nr, a0, out),
+                (2, false) => dot::<K, 2, false>(nb, tile, &x, act, w0, nr, a0, out),
+                _ => dot::<K, 1, false>(nb, tile, &x, act, w0, nr, a0, out),
             }
+            a0 += c;
         }
-        let mut isum = transpose_sum(&p);
-        if has_offset(K) {
-            isum = _mm256_add_epi32(isum, _mm256_set1_epi32(*oa.add(b)));
-        }
-        let scale = _mm256_mul_ps(_mm256_loadu_ps(d.as_ptr()), _mm256_set1_ps(*da.add(b)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
-        if has_min(K) {
-            macc = _mm256_add_ps(
-                macc,
-                _mm256_mul_ps(_mm256_loadu_ps(m.as_ptr()), _mm256_set1_ps(*sa.add(b))),
-            );
-        }
+        w0 += nr;
     }
-    let v = if has_min(K) { _mm256_add_ps(acc, macc) } else { acc };
-    store_lanes(v, nr, w0, a, act.rows, out);
 }
 
-lane_driver!();
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
-    let nb = k / 32;
-    run_lanes::<K>(nb, weights.len() / (nb * block_bytes(K)), weights, act, out);
+/// Whether [`tile`] covers `ty`.
+pub(super) fn covers(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL
+    )
 }
 
-/// See [`super::tile`]; lengths were checked there.
+/// See [`super::tile`]; lengths were checked there. `weights` is interleaved: whole tiles
+/// holding the `out.len() / act.rows` rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+    let nb = k / 32;
+    let nw = out.len() / act.rows;
+    if weights.len() != interleave::len(ty, k, nw) {
+        return false;
+    }
     match ty {
-        GgmlType::Q4_0 => run::<Q4_0>(k, weights, act, out),
-        GgmlType::Q4_1 => run::<Q4_1>(k, weights, act, out),
-        GgmlType::Q5_0 => run::<Q5_0>(k, weights, act, out),
-        GgmlType::Q5_1 => run::<Q5_1>(k, weights, act, out),
-        GgmlType::Q8_0 => run::<Q8_0>(k, weights, act, out),
-        GgmlType::IQ4_NL => run::<IQ4_NL>(k, weights, act, out),
+        GgmlType::Q4_0 => run::<Q4_0>(nb, nw, weights, act, out),
+        GgmlType::Q4_1 => run::<Q4_1>(nb, nw, weights, act, out),
+        GgmlType::Q5_0 => run::<Q5_0>(nb, nw, weights, act, out),
+        GgmlType::Q5_1 => run::<Q5_1>(nb, nw, weights, act, out),
+        GgmlType::Q8_0 => run::<Q8_0>(nb, nw, weights, act, out),
+        GgmlType::IQ4_NL => run::<IQ4_NL>(nb, nw, weights, act, out),
         _ => return false,
     }
     true

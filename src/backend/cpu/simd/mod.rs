@@ -12,12 +12,15 @@
 //! operations in the same order whatever the tile shape, so results do not depend on how the
 //! work was split (thread count, tail tiles, batch size).
 //!
-//! The 32-value formats and Q4_K/Q6_K (most of the weights of the common Q4_K_M files) keep one
-//! weight row per lane ([`LANE_ROWS`] rows per tile): a block's integer sum is exact, so it can
-//! be formed either in the file layout and summed across lanes (few activation rows: decode) or,
-//! from batches of a few rows on, from the tile repacked once so that one `maddubs` meets four
-//! values of all eight rows with four broadcast activation bytes (prefill); both give the same
-//! bits. The other formats keep an 8-lane accumulator per output, summed at the end.
+//! The 32-value formats work on weights interleaved at load ([`super::interleave`]): one load
+//! and a mask give four values of eight rows, a row per lane, so a block's exact integer sums
+//! for eight rows land in one vector with no sum across lanes (decode), and batches unpack each
+//! tile once and reuse it for every activation row. Q4_K/Q6_K (most of the other weights of the
+//! common Q4_K_M files) stay in the file layout with one weight row per lane ([`LANE_ROWS`]
+//! rows per tile): each row's block product is summed across lanes (few activation rows), or
+//! from batches of a few rows on, the tile is repacked once so that one `maddubs` meets four
+//! values of all eight rows with four broadcast activation bytes; both give the same bits. The
+//! other formats keep an 8-lane accumulator per output, summed at the end.
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (32-value formats against Q8_0),
 //! `dot_kquant.rs` (256-value formats against Q8_K), `dot_float.rs` (F32/F16/BF16 rows).
@@ -26,13 +29,13 @@
 // loops that the compiler unrolls; iterators would hide that shape.
 #![allow(clippy::needless_range_loop)]
 
-/// Weight rows per tile of the lane-per-row kernels (`dot_legacy`, and `dot_kquant` for Q4_K
-/// and Q6_K): one lane of an i32/f32 vector each.
+/// Weight rows per tile of the lane-per-row kernels (`dot_kquant` for Q4_K and Q6_K; the
+/// interleaved tiles of `dot_legacy` have as many): one lane of an i32/f32 vector each.
 pub(super) const LANE_ROWS: usize = 8;
-/// Activation rows per register tile of the lane-per-row kernels' repacked path.
+/// Activation rows per register tile of the lane-per-row kernels.
 const LANE_C: usize = 4;
-/// Batches of at least this many activation rows repack each tile of weight rows first: the
-/// repacking costs about as much as one pass of the direct path, and every further row gains.
+/// Batches of at least this many activation rows repack (unpack) each tile of weight rows
+/// first: that costs about as much as one pass of the direct path, and every further row gains.
 const REPACK_MIN_ROWS: usize = 3;
 
 /// Defines `run_lanes::<K>(nb, nw, weights, act, out)`, the driver of a family's lane-per-row
@@ -89,7 +92,7 @@ mod tests;
 
 use std::arch::x86_64::*;
 
-use super::kernels::Activations;
+use super::kernels::{Activations, Layout};
 use crate::quant::GgmlType;
 
 /// Whether this CPU has what the kernels use (AVX2 integer ops, FMA, F16C conversions).
@@ -104,19 +107,30 @@ pub fn supports(ty: GgmlType) -> bool {
     super::kernels::AVX2_TYPES.contains(&ty)
 }
 
-/// `out[a * nw + w]` = row `w` of the `nw` rows of `weights` (whole rows of `k` values of `ty`) times row `a` of
-/// `act` (prepared by [`q8::prepare`] for `ty`). Returns false, leaving `out` untouched, when
-/// `ty` is not covered or the lengths do not fit together.
+/// `out[a * nw + w]` = row `w` of the `nw = out.len() / act.rows` rows of `weights` (`k` values
+/// of `ty` per row, in `layout`) times row `a` of `act` (prepared by [`q8::prepare`] for `ty`).
+/// Returns false, leaving `out` untouched, when `ty` is not covered or the lengths do not fit.
+/// The 32-value formats work on interleaved tiles; given file rows, they interleave them first
+/// (the backend interleaves such weights once at load).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
-pub unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+pub unsafe fn tile(ty: GgmlType, layout: Layout, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
     let rows = act.rows;
     if !supports(ty) || k == 0 || !k.is_multiple_of(ty.block_size()) || rows == 0 || act.k != k {
         return false;
     }
+    if !out.len().is_multiple_of(rows) {
+        return false;
+    }
+    let nw = out.len() / rows;
     let row_bytes = k / ty.block_size() * ty.block_bytes();
-    if !weights.len().is_multiple_of(row_bytes) || out.len() != weights.len() / row_bytes * rows {
+    let want = match layout {
+        Layout::Rows => nw * row_bytes,
+        Layout::Interleaved if dot_legacy::covers(ty) => super::interleave::len(ty, k, nw),
+        Layout::Interleaved => return false,
+    };
+    if weights.len() != want {
         return false;
     }
     // The kernels read activations through raw pointers: their layout must be the one
@@ -145,7 +159,13 @@ pub unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, ou
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS => {
             dot_kquant::tile(ty, k, weights, act, out)
         }
-        _ => dot_legacy::tile(ty, k, weights, act, out),
+        _ => match layout {
+            Layout::Interleaved => dot_legacy::tile(ty, k, weights, act, out),
+            Layout::Rows => match super::interleave::interleave(ty, k, weights) {
+                Some(tiles) => dot_legacy::tile(ty, k, &tiles, act, out),
+                None => false,
+            },
+        },
     }
 }
 

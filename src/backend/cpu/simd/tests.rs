@@ -5,7 +5,8 @@ use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::super::kernels::{Activations, Kernels, AVX2_TYPES as TYPES};
+use super::super::interleave;
+use super::super::kernels::{Activations, Kernels, Layout, AVX2_TYPES as TYPES};
 use crate::quant::{self, GgmlType};
 
 fn avx2() -> Kernels {
@@ -111,11 +112,17 @@ fn min_part(ty: GgmlType, w: &[u8], k: usize) -> Vec<f32> {
     out
 }
 
+/// `w` (file rows) times `x` through kernel set `k`, on the layout the backend would give it.
 fn run(k: Kernels, ty: GgmlType, kk: usize, w: &[u8], x: &[f32]) -> Vec<f32> {
     let act: Activations = (k.prepare)(ty, x, kk).unwrap();
     let nw = w.len() / (kk / ty.block_size() * ty.block_bytes());
     let mut out = vec![f32::NAN; nw * act.rows()];
-    (k.tile)(ty, kk, w, &act, &mut out);
+    if (k.interleaves)(ty) {
+        let tiles = interleave::interleave(ty, kk, w).unwrap();
+        (k.tile)(ty, Layout::Interleaved, kk, &tiles, &act, &mut out);
+    } else {
+        (k.tile)(ty, Layout::Rows, kk, w, &act, &mut out);
+    }
     out
 }
 
@@ -268,11 +275,49 @@ fn mismatched_lengths_give_nan_not_a_panic() {
     // Half a row of weights.
     let w = vec![0u8; 72];
     let mut out = vec![0f32; 1];
-    (fast.tile)(GgmlType::Q4_K, 256, &w, &act, &mut out);
+    (fast.tile)(GgmlType::Q4_K, Layout::Rows, 256, &w, &act, &mut out);
     assert!(out[0].is_nan());
     // Activations prepared for a Q8_0 type handed to a Q8_K type.
     let act = (fast.prepare)(GgmlType::Q4_0, &x, 256).unwrap();
     let w = vec![0u8; 144];
-    (fast.tile)(GgmlType::Q4_K, 256, &w, &act, &mut out);
+    (fast.tile)(GgmlType::Q4_K, Layout::Rows, 256, &w, &act, &mut out);
     assert!(out[0].is_nan());
+    // A K-quant has no interleaved layout; a short interleaved tile.
+    (fast.tile)(
+        GgmlType::Q4_K,
+        Layout::Interleaved,
+        256,
+        &vec![0u8; 144 * 8],
+        &act,
+        &mut out,
+    );
+    assert!(out[0].is_nan());
+    let act = (fast.prepare)(GgmlType::Q4_0, &x, 256).unwrap();
+    (fast.tile)(GgmlType::Q4_0, Layout::Interleaved, 256, &w, &act, &mut out);
+    assert!(out[0].is_nan());
+}
+
+#[test]
+fn every_kernel_set_reads_both_layouts() {
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    for ty in [GgmlType::Q5_0, GgmlType::Q8_0] {
+        let (k, nw) = (96, 11);
+        let w = weights(&mut rng, ty, k, nw);
+        let tiles = interleave::interleave(ty, k, &w).unwrap();
+        let x = activations(&mut rng, k * 3);
+        for kern in [avx2(), Kernels::fast(), Kernels::oracle()] {
+            let act = (kern.prepare)(ty, &x, k).unwrap();
+            let mut rows = vec![f32::NAN; nw * 3];
+            let mut inter = vec![f32::NAN; nw * 3];
+            (kern.tile)(ty, Layout::Rows, k, &w, &act, &mut rows);
+            (kern.tile)(ty, Layout::Interleaved, k, &tiles, &act, &mut inter);
+            assert!(rows.iter().all(|v| v.is_finite()), "{} {ty}", kern.variant);
+            assert_eq!(
+                rows.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                inter.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{} {ty}",
+                kern.variant
+            );
+        }
+    }
 }
