@@ -143,19 +143,26 @@ unsafe fn header<const K: u8>(p: *const u8) -> Header {
     }
 }
 
-/// The weighted integer sums of one super-block pair: `(Σ sc·Σq·q8, Σ m·bsum)` in i32 lanes.
+/// The weighted integer sums of one weight super-block with the super-blocks of `CC`
+/// activation rows (`q8[c]`: the values, then the 16 sums): `(Σ sc·Σq·q8, Σ m·bsum)` in i32
+/// lanes per row. The weights are unpacked once for all rows; each row's sum goes through the
+/// same operations whatever `CC`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn body<const K: u8>(p: *const u8, h: &Header, q8: *const u8) -> (__m256i, __m256i) {
+unsafe fn body<const K: u8, const CC: usize>(
+    p: *const u8,
+    h: &Header,
+    q8: [*const u8; CC],
+) -> ([__m256i; CC], [__m256i; CC]) {
     // Closures would not inherit the target features; a macro keeps the loads inline.
     macro_rules! ld {
-        ($o:expr) => {
-            _mm256_loadu_si256(q8.add($o) as *const __m256i)
+        ($c:expr, $o:expr) => {
+            _mm256_loadu_si256(q8[$c].add($o) as *const __m256i)
         };
     }
     let low4 = _mm256_set1_epi8(0x0F);
-    let bsums = _mm256_loadu_si256(q8.add(256) as *const __m256i);
-    let mut isum = _mm256_setzero_si256();
+    let mut isum = [_mm256_setzero_si256(); CC];
+    let mut msum = [_mm256_setzero_si256(); CC];
     match K {
         Q4_K | Q5_K => {
             let qs = p.add(if K == Q4_K { 16 } else { 48 });
@@ -176,15 +183,21 @@ unsafe fn body<const K: u8>(p: *const u8, h: &Header, q8: *const u8) -> (__m256i
                 }
                 let s0 = _mm256_shuffle_epi8(h.scales, mask(&ZEXT[2 * j]));
                 let s1 = _mm256_shuffle_epi8(h.scales, mask(&ZEXT[2 * j + 1]));
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld!(64 * j)), s0);
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld!(64 * j + 32)), s1);
-                isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+                for c in 0..CC {
+                    let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld!(c, 64 * j)), s0);
+                    let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld!(c, 64 * j + 32)), s1);
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(p0, p1));
+                }
             }
-            (isum, _mm256_madd_epi16(h.per16, bsums))
+            for c in 0..CC {
+                msum[c] = _mm256_madd_epi16(h.per16, ld!(c, 256));
+            }
         }
         Q6_K => {
             // Values are q - 32: Σ sc·Σ(q-32)·q8 = Σ sc·Σq·q8 - 32·Σ sc·bsum.
-            isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(h.per16, bsums), 5));
+            for c in 0..CC {
+                isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(_mm256_madd_epi16(h.per16, ld!(c, 256)), 5));
+            }
             let three = _mm256_set1_epi8(3);
             for n in 0..2 {
                 let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
@@ -204,22 +217,27 @@ unsafe fn body<const K: u8>(p: *const u8, h: &Header, q8: *const u8) -> (__m256i
                 for (g, &qg) in q.iter().enumerate() {
                     let t = 4 * n + g;
                     let sc = _mm256_srai_epi16(_mm256_shuffle_epi8(h.scales, mask(&PAIRS[t])), 8);
-                    let prod = _mm256_maddubs_epi16(qg, ld!(32 * t));
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, sc));
+                    for c in 0..CC {
+                        let prod = _mm256_maddubs_epi16(qg, ld!(c, 32 * t));
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(prod, sc));
+                    }
                 }
             }
-            (isum, _mm256_setzero_si256())
         }
         _ => {
             let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
             for ib in 0..8 {
                 let w = _mm256_shuffle_epi8(lut, nibbles(p.add(8 + 16 * ib)));
-                let prod = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(ld!(32 * ib), w));
-                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, _mm256_set1_epi16(h.ls[ib])));
+                let wabs = _mm256_sign_epi8(w, w);
+                let ls = _mm256_set1_epi16(h.ls[ib]);
+                for c in 0..CC {
+                    let prod = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(ld!(c, 32 * ib), w));
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(prod, ls));
+                }
             }
-            (isum, _mm256_setzero_si256())
         }
     }
+    (isum, msum)
 }
 
 /// Outputs `(w0..w0+RR) × (a0..a0+CC)` into `out[a * nw + w]`.
@@ -250,7 +268,7 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
             for c in 0..CC {
                 let y = a.add(c * act.row_bytes + b * ACT_BLOCK);
                 let dy = std::ptr::read_unaligned(y as *const f32);
-                let (isum, msum) = body::<K>(p, &h, y.add(4));
+                let ([isum], [msum]) = body::<K, 1>(p, &h, [y.add(4)]);
                 let mut v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h.d * dy), acc[r][c]);
                 if matches!(K, Q4_K | Q5_K) {
                     v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(h.dmin * dy), v);
@@ -533,54 +551,72 @@ unsafe fn gemm<const K: u8, const CC: usize>(
 }
 
 /// The path for few activation rows (decode): weight rows `w0..w0+nr` (read from `w`) times
-/// activation row `a`, straight from the file layout with [`body`], the eight rows' sums then
-/// gathered into a lane each; from there the arithmetic is [`gemm`]'s.
+/// activation rows `a0..a0 + CC`, straight from the file layout with [`body`] (each weight
+/// super-block unpacked once for the `CC` rows), the eight rows' sums then gathered into a lane
+/// each; from there the arithmetic is [`gemm`]'s.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn direct<const K: u8>(nb: usize, w: &[u8], nr: usize, act: &Activations, w0: usize, a: usize, out: &mut [f32]) {
+unsafe fn direct<const K: u8, const CC: usize>(
+    nb: usize,
+    w: &[u8],
+    nr: usize,
+    act: &Activations,
+    w0: usize,
+    a0: usize,
+    out: &mut [f32],
+) {
     const L: usize = LANE_ROWS;
     let wb = block_bytes(K);
     let rb = nb * wb;
     let wp = w.as_ptr();
-    let y_row = act.bytes.as_ptr().add(a * act.row_bytes);
-    let mut acc = _mm256_setzero_ps();
+    let y_row = act.bytes.as_ptr().add(a0 * act.row_bytes);
+    let mut acc = [_mm256_setzero_ps(); CC];
     for b in 0..nb {
-        let y = y_row.add(b * ACT_BLOCK);
-        let dy = _mm256_set1_ps(std::ptr::read_unaligned(y as *const f32));
-        let mut isum = [_mm256_setzero_si256(); L];
-        let mut msum = [_mm256_setzero_si256(); L];
+        let y: [*const u8; CC] = std::array::from_fn(|c| y_row.add(c * act.row_bytes + b * ACT_BLOCK));
+        let mut isum = [[_mm256_setzero_si256(); L]; CC];
+        let mut msum = [[_mm256_setzero_si256(); L]; CC];
         let mut d = [0f32; L];
         let mut dmin = [0f32; L];
         for r in 0..L {
             if r < nr {
                 let q = wp.add(r * rb + b * wb);
-                // As in `dot_legacy`: fetch the same super-block of the next tile of rows.
+                // Decode streams each weight once from memory: ask for the same super-block of
+                // the next tile of rows, so enough lines are in flight.
                 let ahead = wp.wrapping_add((L + r) * rb + b * wb);
                 for line in (0..wb).step_by(64) {
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
                 }
                 let h = header::<K>(q);
-                (isum[r], msum[r]) = body::<K>(q, &h, y.add(4));
+                let (is, ms) = body::<K, CC>(q, &h, y.map(|p| p.add(4)));
+                for c in 0..CC {
+                    isum[c][r] = is[c];
+                    msum[c][r] = ms[c];
+                }
                 d[r] = h.d;
                 dmin[r] = h.dmin;
             }
         }
-        let is = transpose_sum(&isum);
-        acc = _mm256_fmadd_ps(
-            _mm256_cvtepi32_ps(is),
-            _mm256_mul_ps(_mm256_loadu_ps(d.as_ptr()), dy),
-            acc,
-        );
-        if K == Q4_K {
-            let ms = transpose_sum(&msum);
-            acc = _mm256_fnmadd_ps(
-                _mm256_cvtepi32_ps(ms),
-                _mm256_mul_ps(_mm256_loadu_ps(dmin.as_ptr()), dy),
-                acc,
+        for c in 0..CC {
+            let dy = _mm256_set1_ps(std::ptr::read_unaligned(y[c] as *const f32));
+            let is = transpose_sum(&isum[c]);
+            acc[c] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(is),
+                _mm256_mul_ps(_mm256_loadu_ps(d.as_ptr()), dy),
+                acc[c],
             );
+            if K == Q4_K {
+                let ms = transpose_sum(&msum[c]);
+                acc[c] = _mm256_fnmadd_ps(
+                    _mm256_cvtepi32_ps(ms),
+                    _mm256_mul_ps(_mm256_loadu_ps(dmin.as_ptr()), dy),
+                    acc[c],
+                );
+            }
         }
     }
-    store_lanes(acc, nr, w0, a, act.rows, out);
+    for c in 0..CC {
+        store_lanes(acc[c], nr, w0, a0 + c, act.rows, out);
+    }
 }
 
 lane_driver!();

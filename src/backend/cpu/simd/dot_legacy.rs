@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 
 use super::super::interleave::{self, TILE_ROWS as R};
 use super::super::kernels::Activations;
-use super::{store_lanes, LANE_C, REPACK_MIN_ROWS};
+use super::{store_lanes, LANE_C};
 use crate::quant::GgmlType;
 
 const Q4_0: u8 = 0;
@@ -269,13 +269,17 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
     }
 }
 
+/// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;
+/// smaller ones unpack it in registers for every group of [`LANE_C`] rows.
+const UNPACK_MIN_ROWS: usize = 8;
+
 /// Every tile of `weights` (interleaved, `nw` rows of `nb` blocks) times every activation row,
 /// [`LANE_C`] activation rows at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
     let tb = nb * R * block_bytes(K);
     let rows = act.rows;
-    let buffered = rows >= REPACK_MIN_ROWS;
+    let buffered = rows >= UNPACK_MIN_ROWS;
     let mut x = Unpacked::new(if buffered { nb } else { 0 }, K);
     let mut w0 = 0;
     while w0 < nw {

@@ -36,13 +36,13 @@ pub(super) const LANE_ROWS: usize = 8;
 const LANE_C: usize = 4;
 /// Batches of at least this many activation rows repack (unpack) each tile of weight rows
 /// first: that costs about as much as one pass of the direct path, and every further row gains.
-const REPACK_MIN_ROWS: usize = 3;
+const REPACK_MIN_ROWS: usize = 8;
 
 /// Defines `run_lanes::<K>(nb, nw, weights, act, out)`, the driver of a family's lane-per-row
 /// kernels, in the module that invokes it: each tile of [`LANE_ROWS`] weight rows (`nb` blocks
 /// each, `nw` rows in all) meets every activation row, through the repacked path for batches
 /// of at least [`REPACK_MIN_ROWS`] rows (the module's `repack` once per tile into its `Packed`,
-/// then `gemm` over register tiles of up to [`LANE_C`] rows) or else its `direct` per row. A
+/// then `gemm` over register tiles of up to [`LANE_C`] rows) or else its `direct` over groups of up to [`LANE_C`] rows. A
 /// macro rather than a generic function so that each family's `#[target_feature]` kernels are
 /// called by name from a `#[target_feature]` function of their own module.
 macro_rules! lane_driver {
@@ -73,8 +73,16 @@ macro_rules! lane_driver {
                         a0 += c;
                     }
                 } else {
-                    for a in 0..rows {
-                        direct::<K>(nb, w, nr, act, w0, a, out);
+                    let mut a0 = 0;
+                    while a0 < rows {
+                        let c = (rows - a0).min(LANE_C);
+                        match c {
+                            LANE_C => direct::<K, LANE_C>(nb, w, nr, act, w0, a0, out),
+                            3 => direct::<K, 3>(nb, w, nr, act, w0, a0, out),
+                            2 => direct::<K, 2>(nb, w, nr, act, w0, a0, out),
+                            _ => direct::<K, 1>(nb, w, nr, act, w0, a0, out),
+                        }
+                        a0 += c;
                     }
                 }
                 w0 += nr;
