@@ -747,3 +747,33 @@ fn openai_python_client() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `serve --backend webgpu` (lavapipe in CI) answers like the CPU server: the same greedy
+/// completions of llama.cpp's prompts, and a streamed chat answer with the same text. Without an
+/// adapter the test says why and passes, unless `TINYLLM_REQUIRE_GPU=1`.
+#[test]
+fn webgpu_server_answers_like_the_cpu_server() {
+    if let Err(e) = tinyllm::backend::webgpu::WebGpuBackend::new() {
+        assert!(
+            std::env::var("TINYLLM_REQUIRE_GPU").as_deref() != Ok("1"),
+            "TINYLLM_REQUIRE_GPU=1 but the WebGPU backend cannot start: {e}"
+        );
+        eprintln!("skipping: {e}");
+        return;
+    }
+    let cpu = fixture(&[]);
+    let gpu = fixture(&["--backend", "webgpu"]);
+    assert!(gpu.log().contains("backend webgpu"), "{}", gpu.log());
+    let rows = std::fs::read_to_string(golden("fixtures/qwen2.Q8_0.golden.jsonl")).unwrap();
+    for row in rows.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+        let body = json!({"prompt": row["prompt_ids"], "max_tokens": row["n_predict"], "temperature": 0});
+        let (a, b) = (cpu.ok("/v1/completions", &body), gpu.ok("/v1/completions", &body));
+        assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"], "{}", row["name"]);
+        assert_eq!(b["choices"][0]["finish_reason"], "length");
+    }
+    let body = chat_body("Hello there", json!({"stream": true}));
+    let (a, _) = stream_content(&cpu.stream("/v1/chat/completions", &body));
+    let (b, chunks) = stream_content(&gpu.stream("/v1/chat/completions", &body));
+    assert_eq!(a, b);
+    assert!(chunks.len() > 2, "{chunks:?}");
+}

@@ -2,7 +2,7 @@
 //! synthetic prompt of exactly N tokens, then greedy single-token steps), so the numbers can
 //! be set side by side with llama.cpp's `pp`/`tg` results.
 
-use super::engine::{load_any as load, AnyBackend, Loaded, ModelArgs};
+use super::engine::{load, AnyBackend, Loaded, ModelArgs};
 use super::InputError;
 use serde_json::json;
 use std::io::Write;

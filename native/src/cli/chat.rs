@@ -2,7 +2,7 @@
 //! template; the session's prefix reuse means only the new turn is computed. Ctrl-C stops the
 //! current answer, not the program.
 
-use super::engine::{load_any as load, ModelArgs, SamplerArgs};
+use super::engine::{load, ModelArgs, SamplerArgs};
 use super::InputError;
 use serde_json::json;
 use std::io::{BufRead, IsTerminal, Write};

@@ -1,9 +1,8 @@
-//! What `run`, `chat` (and later `serve`, `bench`) share: the model/backend/threads/context
-//! flags, the sampler flags, and loading a model with its tokenizer and chat template.
+//! What `run`, `chat`, `serve` and `bench` share: the model/backend/threads/context flags, the
+//! sampler flags, and loading a model with its tokenizer and chat template.
 //!
-//! `run`, `chat` and `bench` load through [`load_any`], whose model runs on [`AnyBackend`]
-//! (the CPU or the WebGPU backend, picked by `--backend`); `serve` still loads a CPU model
-//! through [`load`].
+//! Every command loads through [`load`], whose model runs on [`AnyBackend`] (the CPU or the
+//! WebGPU backend, picked by `--backend`).
 
 use super::InputError;
 pub use any_backend::AnyBackend;
@@ -99,7 +98,7 @@ impl SamplerArgs {
 }
 
 /// A loaded model with everything needed to talk to it.
-pub struct Loaded<B: Backend = CpuBackend> {
+pub struct Loaded<B: Backend = AnyBackend> {
     pub model: Arc<Model<B>>,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
@@ -124,22 +123,9 @@ impl<B: Backend> Loaded<B> {
     }
 }
 
-/// Resolve (fetching an alias on first use), open and load the model on the CPU (the backends
-/// `serve` supports).
-pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
-    if args.backend != BackendKind::Cpu {
-        return Err(InputError(format!(
-            "backend '{}' is not available for this command yet (available: cpu)",
-            format!("{:?}", args.backend).to_lowercase()
-        ))
-        .into());
-    }
-    let threads = threads(args)?;
-    load_on(args, CpuBackend::new(threads)?, threads)
-}
-
-/// [`load`] on the backend `--backend` picks (cpu or webgpu).
-pub fn load_any(args: &ModelArgs) -> anyhow::Result<Loaded<AnyBackend>> {
+/// Resolve (fetching an alias on first use), open and load the model on the backend
+/// `--backend` picks (cpu or webgpu).
+pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded<AnyBackend>> {
     let threads = threads(args)?;
     let backend = match args.backend {
         BackendKind::Cpu => AnyBackend::Cpu(CpuBackend::new(threads)?),

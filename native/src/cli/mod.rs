@@ -2,7 +2,7 @@
 
 mod bench;
 mod chat;
-mod engine;
+pub(crate) mod engine;
 mod inspect;
 mod pull;
 mod run;

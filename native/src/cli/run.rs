@@ -1,6 +1,6 @@
 //! `run`: generate from one prompt and stream the text (or print one JSON object).
 
-use super::engine::{load_any as load, ModelArgs, SamplerArgs};
+use super::engine::{load, ModelArgs, SamplerArgs};
 use super::tokenize::parse_ids;
 use super::{text_or_stdin, InputError};
 use serde_json::json;

@@ -3,6 +3,7 @@
 use super::engine::{load, ModelArgs};
 use super::InputError;
 use crate::server;
+use tinyllm::backend::Backend;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -51,7 +52,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     });
     let loaded = load(&a.model)?;
-    eprintln!("model {model_name}: {} threads", loaded.threads);
+    eprintln!(
+        "model {model_name}: backend {} ({}), {} threads",
+        loaded.model.backend().name(),
+        loaded.model.backend().detail(),
+        loaded.threads
+    );
     let app = server::app(
         loaded.model,
         loaded.tokenizer,

@@ -14,6 +14,7 @@ mod sse;
 mod stop;
 mod types;
 
+use crate::cli::engine::AnyBackend;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method};
 use axum::middleware::{self, Next};
@@ -24,7 +25,6 @@ use errors::ApiError;
 use metrics::Metrics;
 use scheduler::Scheduler;
 use std::sync::Arc;
-use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::chat::router::ToolFormat;
 use tinyllm::chat::ChatTemplate;
 use tinyllm::model::Model;
@@ -71,7 +71,7 @@ impl AppState {
 
 /// Start the engine and build the application (routes, auth, CORS).
 pub fn app(
-    model: Arc<Model<CpuBackend>>,
+    model: Arc<Model<AnyBackend>>,
     tokenizer: Tokenizer,
     template: ChatTemplate,
     opts: Options,

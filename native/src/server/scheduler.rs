@@ -15,10 +15,10 @@
 use super::errors::ApiError;
 use super::metrics::Metrics;
 use super::stop::StopMatcher;
+use crate::cli::engine::AnyBackend;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::engine::{forward_batch, BatchItem, Session, SessionConfig};
 use tinyllm::model::{Model, Scratch};
 use tinyllm::sample::{log_softmax_top_k, Sampler, SamplerConfig};
@@ -117,7 +117,7 @@ impl Scheduler {
     /// Allocate the slots' sessions (so a context too big for memory fails at startup) and
     /// start the engine thread.
     pub fn start(
-        model: Arc<Model<CpuBackend>>,
+        model: Arc<Model<AnyBackend>>,
         tokenizer: Arc<Tokenizer>,
         slots: usize,
         n_ctx: usize,
@@ -217,7 +217,7 @@ impl Drop for CancelGuard {
 }
 
 struct Slot<'t> {
-    session: Session<CpuBackend>,
+    session: Session<AnyBackend>,
     active: Option<Active<'t>>,
     /// Engine clock at the last assignment (least recently used wins ties; oldest job
     /// prefills first).
@@ -256,7 +256,7 @@ struct Engine<'t> {
     metrics: Arc<Metrics>,
     clock: u64,
     /// Activations of one batched pass: `slots + prefill_chunk` rows.
-    scratch: Scratch<CpuBackend>,
+    scratch: Scratch<AnyBackend>,
     /// Most prompt tokens evaluated per pass.
     prefill_chunk: usize,
 }
@@ -390,9 +390,9 @@ impl<'t> Engine<'t> {
         Metrics::add(&self.metrics.pass_sequences, feeds.len() as u64);
         Metrics::max(&self.metrics.pass_sequences_max, feeds.len() as u64);
         let result = {
-            let mut sessions: Vec<Option<&mut Session<CpuBackend>>> =
+            let mut sessions: Vec<Option<&mut Session<AnyBackend>>> =
                 self.slots.iter_mut().map(|s| Some(&mut s.session)).collect();
-            let mut items: Vec<BatchItem<'_, CpuBackend>> = feeds
+            let mut items: Vec<BatchItem<'_, AnyBackend>> = feeds
                 .iter()
                 .filter_map(|f| {
                     Some(BatchItem {
@@ -490,7 +490,7 @@ impl<'t> Engine<'t> {
 /// length; otherwise an empty slot, so a new conversation does not evict one that may come
 /// back; otherwise the longest shared prefix, then the least recently used.
 fn slot_preference(
-    session: &Session<CpuBackend>,
+    session: &Session<AnyBackend>,
     prompt: &[u32],
     last_used: u64,
 ) -> (bool, usize, bool, usize, std::cmp::Reverse<u64>) {
@@ -508,7 +508,7 @@ fn slot_preference(
 
 /// Sample the next token of a decoding job and report it: the token to evaluate next, or why
 /// the job ends.
-fn sample(a: &mut Active, session: &Session<CpuBackend>, tok: &Tokenizer) -> Result<u32, Finish> {
+fn sample(a: &mut Active, session: &Session<AnyBackend>, tok: &Tokenizer) -> Result<u32, Finish> {
     if a.job.cancel.load(Ordering::Relaxed) {
         return Err(Finish::Cancelled);
     }
