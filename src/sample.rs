@@ -187,6 +187,11 @@ impl Sampler {
     /// the penalties. Never panics, whatever the logits hold: NaN is treated as -inf, and all
     /// -inf/NaN logits give id 0.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        if self.greedy() && !self.cfg.penalties_enabled() {
+            // The same pick as below without building a candidate per vocabulary entry (a
+            // batched server step samples every stream on one thread).
+            return greedy_pick(logits);
+        }
         self.prepare(logits, history);
         if self.cand.is_empty() {
             return argmax(logits);
@@ -345,6 +350,19 @@ pub fn apply_penalties(cfg: &SamplerConfig, logits: &mut [f32], history: &[u32])
 
 /// The id of the largest logit, the lowest id among equals; NaN never wins; 0 for an empty
 /// or all-NaN slice.
+/// What greedy sampling picks without penalties: the largest sanitized logit, the lowest id
+/// among equals; [`argmax`] when every logit is -inf or NaN.
+fn greedy_pick(logits: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        let v = sanitize(l);
+        if v > f32::NEG_INFINITY && best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map_or_else(|| argmax(logits), |(i, _)| i as u32)
+}
+
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best: Option<(usize, f32)> = None;
     for (i, &l) in logits.iter().enumerate() {

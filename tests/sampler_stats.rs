@@ -142,6 +142,15 @@ fn zero_temperature_is_argmax_with_lowest_id_on_ties() {
         let best = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
         assert_eq!(s.sample(&logits, &[]), best);
         assert_eq!(argmax(&logits), best);
+        // Greedy sampling skips the candidate chain; `distribution` still runs it.
+        let mut odd = logits.clone();
+        odd[rng.random_range(0..1000)] = f32::NAN;
+        odd[rng.random_range(0..1000)] = f32::NEG_INFINITY;
+        let (a, b) = (rng.random_range(0..1000), rng.random_range(0..1000));
+        odd[a] = 20.0;
+        odd[b] = 20.0;
+        assert_eq!(s.sample(&odd, &[]), s.distribution(&odd, &[])[0].0);
+        assert_eq!(s.sample(&odd, &[]), a.min(b) as u32);
         // At T = 1e-4 a runner-up 0.01 behind has probability below e^-100.
         let runner_up = logits
             .iter()

@@ -198,14 +198,9 @@ mod tests {
     #[test]
     fn interleaving_round_trips_every_row() {
         let mut state = 0x1234_5678_9abc_def0u64;
-        for ty in [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::IQ4_NL,
-        ] {
+        let types: Vec<GgmlType> = GgmlType::ALL.iter().copied().filter(|&t| supports(t)).collect();
+        assert_eq!(types.len(), 6);
+        for ty in types {
             for (k, n) in [(32, 1), (64, 7), (96, 8), (32, 9), (128, 17)] {
                 let bytes = n * k / 32 * ty.block_bytes();
                 let rows_in: Vec<u8> = (0..bytes)
