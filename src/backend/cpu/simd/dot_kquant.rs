@@ -619,7 +619,33 @@ unsafe fn direct<const K: u8, const CC: usize>(
     }
 }
 
-lane_driver!();
+/// Batches of at least this many activation rows repack each tile of weight rows first: that
+/// costs about as much as one pass of the direct path, and every further row gains.
+const REPACK_MIN_ROWS: usize = 8;
+
+/// The lane-per-row kernels' driver: each tile of [`LANE_ROWS`] weight rows (`nb` super-blocks
+/// each, `nw` rows in all) meets every activation row, through the repacked path for batches of
+/// at least [`REPACK_MIN_ROWS`] rows ([`repack`] once per tile, then [`gemm`] over register tiles
+/// of up to four rows) or else [`direct`] over such groups.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+    let rb = nb * block_bytes(K);
+    let batched = act.rows >= REPACK_MIN_ROWS;
+    let mut packed = Packed::new(if batched { nb } else { 0 }, K);
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(LANE_ROWS);
+        // The direct path prefetches past its tile, so it sees the rest of the weights.
+        let w = &weights[w0 * rb..];
+        if batched {
+            repack::<K>(w, nr, nb, &mut packed);
+            for_row_groups!(act.rows, |a0, CC| gemm::<K, CC>(nb, &packed, act, w0, nr, a0, out));
+        } else {
+            for_row_groups!(act.rows, |a0, CC| direct::<K, CC>(nb, w, nr, act, w0, a0, out));
+        }
+        w0 += nr;
+    }
+}
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]

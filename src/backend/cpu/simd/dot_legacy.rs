@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 
 use super::super::interleave::{self, TILE_ROWS as R};
 use super::super::kernels::Activations;
-use super::{store_lanes, LANE_C};
+use super::store_lanes;
 use crate::quant::GgmlType;
 
 const Q4_0: u8 = 0;
@@ -275,11 +275,11 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
 }
 
 /// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;
-/// smaller ones unpack it in registers for every group of [`LANE_C`] rows.
+/// smaller ones unpack it block by block for every group of up to four rows.
 const UNPACK_MIN_ROWS: usize = 8;
 
 /// Every tile of `weights` (interleaved, `nw` rows of `nb` blocks) times every activation row,
-/// [`LANE_C`] activation rows at a time.
+/// up to four activation rows at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
     let tb = nb * R * block_bytes(K);
@@ -293,20 +293,10 @@ unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activatio
         if buffered {
             unpack::<K>(tile, nb, &mut x);
         }
-        let mut a0 = 0;
-        while a0 < rows {
-            let c = (rows - a0).min(LANE_C);
-            match (c, buffered) {
-                (LANE_C, true) => dot::<K, LANE_C, true>(nb, tile, &x, act, w0, nr, a0, out),
-                (3, true) => dot::<K, 3, true>(nb, tile, &x, act, w0, nr, a0, out),
-                (2, true) => dot::<K, 2, true>(nb, tile, &x, act, w0, nr, a0, out),
-                (_, true) => dot::<K, 1, true>(nb, tile, &x, act, w0, nr, a0, out),
-                (LANE_C, false) => dot::<K, LANE_C, false>(nb, tile, &x, act, w0, nr, a0, out),
-                (3, false) => dot::<K, 3, false>(nb, tile, &x, act, w0, nr, a0, out),
-                (2, false) => dot::<K, 2, false>(nb, tile, &x, act, w0, nr, a0, out),
-                _ => dot::<K, 1, false>(nb, tile, &x, act, w0, nr, a0, out),
-            }
-            a0 += c;
+        if buffered {
+            for_row_groups!(rows, |a0, CC| dot::<K, CC, true>(nb, tile, &x, act, w0, nr, a0, out));
+        } else {
+            for_row_groups!(rows, |a0, CC| dot::<K, CC, false>(nb, tile, &x, act, w0, nr, a0, out));
         }
         w0 += nr;
     }

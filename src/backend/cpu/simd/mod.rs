@@ -32,63 +32,40 @@
 /// Weight rows per tile of the lane-per-row kernels (`dot_kquant` for Q4_K and Q6_K; the
 /// interleaved tiles of `dot_legacy` have as many): one lane of an i32/f32 vector each.
 pub(super) const LANE_ROWS: usize = 8;
-/// Activation rows per register tile of the lane-per-row kernels.
+/// Activation rows per register tile of the lane-per-row kernels (the widths
+/// [`for_row_groups`] instantiates).
 const LANE_C: usize = 4;
-/// Batches of at least this many activation rows repack (unpack) each tile of weight rows
-/// first: that costs about as much as one pass of the direct path, and every further row gains.
-const REPACK_MIN_ROWS: usize = 8;
+const _: () = assert!(LANE_C == 4, "for_row_groups! spells out the widths 1..=4");
 
-/// Defines `run_lanes::<K>(nb, nw, weights, act, out)`, the driver of a family's lane-per-row
-/// kernels, in the module that invokes it: each tile of [`LANE_ROWS`] weight rows (`nb` blocks
-/// each, `nw` rows in all) meets every activation row, through the repacked path for batches
-/// of at least [`REPACK_MIN_ROWS`] rows (the module's `repack` once per tile into its `Packed`,
-/// then `gemm` over register tiles of up to [`LANE_C`] rows) or else its `direct` over groups of up to [`LANE_C`] rows. A
-/// macro rather than a generic function so that each family's `#[target_feature]` kernels are
-/// called by name from a `#[target_feature]` function of their own module.
-macro_rules! lane_driver {
-    () => {
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
-            use super::{LANE_C, LANE_ROWS, REPACK_MIN_ROWS};
-            let rb = nb * block_bytes(K);
-            let rows = act.rows;
-            let batched = rows >= REPACK_MIN_ROWS;
-            let mut packed = Packed::new(if batched { nb } else { 0 }, K);
-            let mut w0 = 0;
-            while w0 < nw {
-                let nr = (nw - w0).min(LANE_ROWS);
-                // The direct path prefetches past its tile, so it sees the rest of the weights.
-                let w = &weights[w0 * rb..];
-                if batched {
-                    repack::<K>(w, nr, nb, &mut packed);
-                    let mut a0 = 0;
-                    while a0 < rows {
-                        let c = (rows - a0).min(LANE_C);
-                        match c {
-                            LANE_C => gemm::<K, LANE_C>(nb, &packed, act, w0, nr, a0, out),
-                            3 => gemm::<K, 3>(nb, &packed, act, w0, nr, a0, out),
-                            2 => gemm::<K, 2>(nb, &packed, act, w0, nr, a0, out),
-                            _ => gemm::<K, 1>(nb, &packed, act, w0, nr, a0, out),
-                        }
-                        a0 += c;
-                    }
-                } else {
-                    let mut a0 = 0;
-                    while a0 < rows {
-                        let c = (rows - a0).min(LANE_C);
-                        match c {
-                            LANE_C => direct::<K, LANE_C>(nb, w, nr, act, w0, a0, out),
-                            3 => direct::<K, 3>(nb, w, nr, act, w0, a0, out),
-                            2 => direct::<K, 2>(nb, w, nr, act, w0, a0, out),
-                            _ => direct::<K, 1>(nb, w, nr, act, w0, a0, out),
-                        }
-                        a0 += c;
-                    }
+/// Run `$call` for each group of up to [`LANE_C`] activation rows of `$rows`, with `$a0` the
+/// group's first row and `$cc` its width as a constant (the register tile's shape).
+macro_rules! for_row_groups {
+    ($rows:expr, |$a0:ident, $cc:ident| $call:expr) => {{
+        let rows: usize = $rows;
+        let mut $a0 = 0;
+        while $a0 < rows {
+            let c = (rows - $a0).min(super::LANE_C);
+            match c {
+                4 => {
+                    const $cc: usize = 4;
+                    $call
                 }
-                w0 += nr;
+                3 => {
+                    const $cc: usize = 3;
+                    $call
+                }
+                2 => {
+                    const $cc: usize = 2;
+                    $call
+                }
+                _ => {
+                    const $cc: usize = 1;
+                    $call
+                }
             }
+            $a0 += c;
         }
-    };
+    }};
 }
 
 mod dot_float;
