@@ -1,5 +1,9 @@
 // Byte access to GGUF blocks kept verbatim in `W: array<u32>` (blocks are 18, 22, 34, 144,
 // 210... bytes long, so fields are not 4-byte aligned). Little-endian, as in GGUF files.
+// bytes_tex.wgsl has the same helpers over a texture.
+
+@group(0) @binding(1) var<storage, read> W: array<u32>;
+
 fn b8(o: u32) -> u32 {
     return (W[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
 }

@@ -14,7 +14,6 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> W: array<u32>;
 @group(0) @binding(2) var<storage, read> T: array<u32>;
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;
 

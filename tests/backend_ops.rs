@@ -195,6 +195,20 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
     }) else {
         return;
     };
+    let Some(g_tex) = gpu_with(WebGpuOptions {
+        matmul: Some(MatmulVariant::Texture),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    // The texture kernel without subgroups (the same as g_tex where the device has none).
+    let Some(g_lane) = gpu_with(WebGpuOptions {
+        matmul: Some(MatmulVariant::Texture),
+        no_subgroups: true,
+        ..Default::default()
+    }) else {
+        return;
+    };
     let cpu = CpuBackend::new(2).expect("cpu");
     let mut rng = Rng(0x1234_5678_9abc_def1);
     let n_out = 37;
@@ -213,7 +227,7 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
     for &ty in &kernels::QUANT_TYPES {
         let (name, k) = (ty.name(), odd_width(ty));
         let wd = dequantized(&file, name);
-        for rows in [1usize, 5, 13] {
+        for rows in [1usize, 5, 13, 35] {
             let x = rng.vec(rows * k, 1.0);
             let want: Vec<f64> = (0..rows)
                 .flat_map(|r| {
@@ -228,15 +242,17 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
             let got = run_matmul(&g, &file, name, &x, rows, n_out);
             let e_gpu = nmse(&got, &want);
             let e_rows = nmse(&run_matmul(&g_rows, &file, name, &x, rows, n_out), &want);
+            let e_tex = nmse(&run_matmul(&g_tex, &file, name, &x, rows, n_out), &want);
+            let e_lane = nmse(&run_matmul(&g_lane, &file, name, &x, rows, n_out), &want);
             // The CPU backend quantizes activations to Q8 first: shown for scale, not asserted.
             let e_cpu = match try_matmul(&cpu, &file, name, &x, rows, n_out) {
                 Ok(c) => format!("{:.1e}", nmse(&c, &want)),
                 Err(e) => format!("n/a: {e}"),
             };
             println!(
-                "[ops] matmul {name:>6} {n_out}x{k} rows {rows:>2}: NMSE webgpu workgroup {e_gpu:.1e}, rows {e_rows:.1e} (cpu {e_cpu})"
+                "[ops] matmul {name:>6} {n_out}x{k} rows {rows:>2}: NMSE webgpu workgroup {e_gpu:.1e}, rows {e_rows:.1e}, texture {e_tex:.1e}, without subgroups {e_lane:.1e} (cpu {e_cpu})"
             );
-            for e in [e_gpu, e_rows] {
+            for e in [e_gpu, e_rows, e_tex, e_lane] {
                 if e.is_nan() || e > NMSE_F32 {
                     failures.push(format!("matmul {name} rows {rows}: NMSE {e:.2e}"));
                 }
@@ -251,11 +267,13 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
                     .map(|&v| f64::from(v * 0.75))
             })
             .collect();
-        let got = run_embed(&g, &file, name, &tokens, k);
-        let e = nmse(&got, &want);
-        println!("[ops] embed  {name:>6} width {k}: NMSE webgpu {e:.1e}");
-        if e.is_nan() || e > 1e-12 {
-            failures.push(format!("embed {name}: NMSE {e:.2e}"));
+        for (variant, be) in [("workgroup", &g), ("texture", &g_tex)] {
+            let got = run_embed(be, &file, name, &tokens, k);
+            let e = nmse(&got, &want);
+            println!("[ops] embed  {name:>6} width {k}: NMSE webgpu {variant} {e:.1e}");
+            if e.is_nan() || e > 1e-12 {
+                failures.push(format!("embed {name} ({variant}): NMSE {e:.2e}"));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -313,6 +331,59 @@ fn split_weights_match_unsplit() {
         .collect();
     let e = nmse(&run_embed(&g, &file, "w", &tokens, k), &want);
     assert!(e < 1e-12, "split embed NMSE {e:.2e}");
+}
+
+/// The texture matmul's edges: rows too long for its activation window or not a whole number of
+/// vec4s go to the buffer kernel instead, and rows long enough that fewer than 8 fit the
+/// window pass through it in smaller tiles. Each against the oracle.
+#[test]
+fn texture_matmul_edges_match_the_oracle() {
+    let Some(g) = gpu_with(WebGpuOptions {
+        matmul: Some(MatmulVariant::Texture),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let mut rng = Rng(4242);
+    let n_out = 19;
+    // (type, row length, activation rows): 99 is not a multiple of 4, 16416 exceeds the 16384
+    // values of the window, 3072 fits 5 rows per tile (13 rows: tiles of 5, 5 and 3).
+    let cases = [
+        (GgmlType::F32, 99, 3),
+        (GgmlType::Q8_0, 16416, 2),
+        (GgmlType::Q5_0, 3072, 13),
+    ];
+    let tensors: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, &(ty, k, _))| {
+            (
+                format!("w{i}"),
+                vec![k as u64, n_out as u64],
+                ty,
+                random_matrix(&mut rng, ty, k, n_out),
+            )
+        })
+        .collect();
+    let file = gguf(&tensors);
+    for (i, &(ty, k, rows)) in cases.iter().enumerate() {
+        let name = format!("w{i}");
+        let wd = dequantized(&file, &name);
+        let x = rng.vec(rows * k, 1.0);
+        let want: Vec<f64> = (0..rows)
+            .flat_map(|r| {
+                let (x, wd) = (&x, &wd);
+                (0..n_out).map(move |o| {
+                    (0..k)
+                        .map(|i| f64::from(wd[o * k + i]) * f64::from(x[r * k + i]))
+                        .sum::<f64>()
+                })
+            })
+            .collect();
+        let e = nmse(&run_matmul(&g, &file, &name, &x, rows, n_out), &want);
+        println!("[ops] texture-variant matmul {ty} {n_out}x{k} rows {rows}: NMSE {e:.1e}");
+        assert!(e < NMSE_F32, "{ty} {k} wide, {rows} rows: NMSE {e:.2e}");
+    }
 }
 
 /// Vectors for the element-wise ops.

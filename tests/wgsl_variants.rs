@@ -20,8 +20,11 @@ fn every_kernel_variant_parses_and_validates() {
         };
         let mut v = naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(), // unpack2x16float / pack2x16float (f16 storage, f32 arithmetic), which wgpu grants.
-            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
+            // Subgroup operations: the `_subgroup` matmul variants, built where the device has them.
+            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32 | naga::valid::Capabilities::SUBGROUP,
         );
+        v.subgroup_stages(naga::valid::ShaderStages::COMPUTE)
+            .subgroup_operations(naga::valid::SubgroupOperationSet::all());
         if let Err(e) = v.validate(&module) {
             failures.push(format!("{}: {}", k.label(), e.emit_to_string(&src)));
             continue;

@@ -139,6 +139,8 @@ pub struct Context {
     pub queue: wgpu::Queue,
     pub adapter: AdapterReport,
     pub limits: wgpu::Limits,
+    /// Smallest and largest subgroup size of the adapter.
+    pub subgroup_sizes: (u32, u32),
 }
 
 impl Context {
@@ -153,6 +155,8 @@ impl Context {
             None => list.swap_remove(0),
         };
         let rep = report(&adapter);
+        let info = adapter.get_info();
+        let subgroup_sizes = (info.subgroup_min_size, info.subgroup_max_size);
         let have = rep.limits.clone();
         for (limit, need) in REQUIRED {
             let v = have.iter().find(|(k, _)| *k == limit).map_or(0, |(_, v)| *v);
@@ -169,7 +173,8 @@ impl Context {
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tinyllm"),
-            required_features: wgpu::Features::empty(),
+            // Subgroup operations let the CPU-adapter matmul share activation loads across lanes.
+            required_features: adapter.features() & wgpu::Features::SUBGROUP,
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -182,6 +187,7 @@ impl Context {
             queue,
             adapter: rep,
             limits,
+            subgroup_sizes,
         })
     }
 }

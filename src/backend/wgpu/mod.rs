@@ -3,10 +3,17 @@
 //!
 //! Weights stay in their GGUF block format in storage buffers, decoded inside the kernels;
 //! tensors larger than the device's largest storage binding are split by rows into several
-//! buffers (one dispatch each). Activations and the KV cache are f32 buffers in device memory;
-//! the cache holds values rounded to f16 and attention rounds q and the probabilities to f16,
-//! as the CPU backend (and ggml) do, but matmuls multiply f32 activations (the CPU quantizes
-//! them to Q8 first), so the two backends agree to within activation quantization.
+//! buffers (one dispatch each). On CPU adapters (Mesa lavapipe) matrices live in textures
+//! instead and matmuls read their activations from a uniform buffer
+//! ([`MatmulVariant::Texture`]): lavapipe runs each invocation as a SIMD lane and loads a
+//! storage buffer one lane at a time, about 7.5 ns per 32-bit word and invocation on the CI
+//! machine against about 1 ns per word for a texel fetch and 0.6 ns for a uniform load, which
+//! made matmuls cost about 20 ns per multiply-add there.
+//!
+//! Activations and the KV cache are f32 buffers in device memory; the cache holds values
+//! rounded to f16 and attention rounds q and the probabilities to f16, as the CPU backend (and
+//! ggml) do, but matmuls multiply f32 activations (the CPU quantizes them to Q8 first), so the
+//! two backends agree to within activation quantization.
 //!
 //! Ops are recorded into one pending command encoder ([`recorder`]) and submitted when data
 //! must come back ([`Backend::read`], [`Backend::argmax`]) or [`WebGpuBackend::flush`] is
@@ -16,6 +23,7 @@
 mod context;
 pub mod kernels;
 mod recorder;
+mod texlayout;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,6 +45,10 @@ const MAX_GRID: u32 = 65535;
 const MATMUL_ROWS: usize = 8;
 /// Largest head size attention.wgsl holds in registers.
 const MAX_HEAD_DIM: usize = 256;
+/// Bytes per texture row of texture-held weights (4096 Rgba32Uint texels; bytes_tex.wgsl).
+const TEX_ROW_BYTES: u64 = 4096 * 16;
+/// Bytes of the uniform window matmul_tex.wgsl reads its activation tile from.
+const X_WINDOW_BYTES: usize = 65536;
 
 /// Options of [`WebGpuBackend::with_options`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,9 +58,12 @@ pub struct WebGpuOptions {
     /// Split weights into buffers of at most this many bytes even when the device allows larger
     /// bindings (tests use it to exercise split tensors on small ones).
     pub max_binding: Option<u64>,
-    /// Matmul variant; default: [`MatmulVariant::Rows`] on CPU adapters, else
+    /// Matmul variant; default: [`MatmulVariant::Texture`] on CPU adapters, else
     /// [`MatmulVariant::Workgroup`].
     pub matmul: Option<MatmulVariant>,
+    /// Keep [`MatmulVariant::Texture`] from sharing activation loads through subgroups even
+    /// where the device has them (tests run both kernels).
+    pub no_subgroups: bool,
 }
 
 /// How a matmul spreads over invocations (both compute the same sums in f32).
@@ -56,9 +71,13 @@ pub struct WebGpuOptions {
 pub enum MatmulVariant {
     /// A workgroup per weight row, chunks reduced in workgroup memory (GPUs).
     Workgroup,
-    /// An invocation per weight row, no workgroup memory or barriers (CPU adapters such as
-    /// lavapipe, where each workgroup is expensive).
+    /// An invocation per weight row, no workgroup memory or barriers.
     Rows,
+    /// [`MatmulVariant::Rows`] with the weights in textures and the activations in a uniform
+    /// buffer: CPU adapters (Mesa lavapipe), which load storage buffers one SIMD lane at a time
+    /// but fetch texels and uniforms with vector code (see matmul_tex.wgsl). Matrices whose rows
+    /// do not fit its layout (a row length not a multiple of 4 or above 16384) use `Rows`.
+    Texture,
 }
 
 struct Pipe {
@@ -78,6 +97,10 @@ pub struct WebGpuBackend {
     /// Bound where a kernel's optional input is absent (rope without factors).
     dummy: wgpu::Buffer,
     matmul: MatmulVariant,
+    /// The uniform window matmul_tex.wgsl reads activations from ([`X_WINDOW_BYTES`]).
+    x_window: wgpu::Buffer,
+    /// Whether matmul_tex.wgsl shares activation loads through subgroups (of 8 to 64 lanes).
+    subgroups: bool,
 }
 
 impl std::fmt::Debug for WebGpuBackend {
@@ -101,12 +124,22 @@ pub struct WebGpuBuffer {
 #[derive(Debug)]
 pub struct WebGpuKv(WebGpuBuffer);
 
-/// One buffer of a weight matrix: rows `row0..row0 + rows`, raw GGUF blocks.
+/// One buffer or texture of a weight matrix: rows `row0..row0 + rows`, raw GGUF blocks.
 #[derive(Debug)]
 struct Part {
     row0: usize,
     rows: usize,
-    buf: wgpu::Buffer,
+    store: Store,
+}
+
+/// Where a part's bytes live.
+#[derive(Debug)]
+enum Store {
+    /// Rows of `row_bytes` bytes back to back.
+    Buffer(wgpu::Buffer),
+    /// Rows of `stride` bytes laid out by texlayout.rs, filling texture rows of
+    /// [`TEX_ROW_BYTES`] in order (bytes_tex.wgsl). The texture stays alive with its view.
+    Texture(#[allow(dead_code)] wgpu::Texture, wgpu::TextureView),
 }
 
 /// A weight on the device.
@@ -119,6 +152,8 @@ pub struct WebGpuWeight {
     /// Rows (product of the other dimensions).
     n_out: usize,
     row_bytes: usize,
+    /// Bytes from one row to the next in a texture part (a multiple of 16; texlayout.rs).
+    stride: usize,
     /// Matrices: raw blocks, split by rows into parts that fit one binding.
     parts: Vec<Part>,
     /// Vectors (norms, biases, rope factors): f32 values, `n_in` of them.
@@ -175,7 +210,7 @@ impl WebGpuBackend {
     pub fn with_options(opts: WebGpuOptions) -> Result<Self, WebGpuError> {
         let ctx = Context::open(opts.adapter)?;
         let default_matmul = if ctx.adapter.device_type == "Cpu" {
-            MatmulVariant::Rows
+            MatmulVariant::Texture
         } else {
             MatmulVariant::Workgroup
         };
@@ -191,6 +226,16 @@ impl WebGpuBackend {
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
+        let x_window = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("activation window"),
+            size: X_WINDOW_BYTES as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let subgroups = !opts.no_subgroups
+            && ctx.device.features().contains(wgpu::Features::SUBGROUP)
+            && ctx.subgroup_sizes.0 >= 8
+            && ctx.subgroup_sizes.1 <= 64;
         let be = WebGpuBackend {
             ctx,
             pipes: Arc::new(Mutex::new(HashMap::new())),
@@ -198,10 +243,19 @@ impl WebGpuBackend {
             max_binding,
             dummy,
             matmul: opts.matmul.unwrap_or(default_matmul),
+            x_window,
+            subgroups,
         };
         // Compile the fixed kernels now (weight kernels compile when a weight of the type loads).
         for k in kernels::all_variants() {
-            if !matches!(k, Kernel::Matmul(_) | Kernel::MatmulRows(_) | Kernel::Embed(_)) {
+            if !matches!(
+                k,
+                Kernel::Matmul(_)
+                    | Kernel::MatmulRows(_)
+                    | Kernel::MatmulTex(..)
+                    | Kernel::Embed(_)
+                    | Kernel::EmbedTex(_)
+            ) {
                 be.pipe(k)?;
             }
         }
@@ -223,11 +277,65 @@ impl WebGpuBackend {
         self.matmul
     }
 
+    /// The buffer-weight matmul kernel of this variant.
     fn matmul_kernel(&self, ty: GgmlType) -> Kernel {
         match self.matmul {
             MatmulVariant::Workgroup => Kernel::Matmul(ty),
-            MatmulVariant::Rows => Kernel::MatmulRows(ty),
+            MatmulVariant::Rows | MatmulVariant::Texture => Kernel::MatmulRows(ty),
         }
+    }
+
+    /// Whether a matrix of rows of `n_in` values goes into textures (matmul_tex.wgsl needs
+    /// whole vec4s per row and at least one row in the uniform window).
+    fn textured(&self, n_in: usize) -> bool {
+        self.matmul == MatmulVariant::Texture && n_in.is_multiple_of(4) && n_in * 4 <= X_WINDOW_BYTES
+    }
+
+    /// A texture holding `rows` rows of GGUF blocks of type `ty` from `data`, laid out by
+    /// texlayout.rs.
+    fn upload_texture(
+        &self,
+        label: &str,
+        ty: GgmlType,
+        n_in: usize,
+        data: &[u8],
+        rows: usize,
+    ) -> (wgpu::Texture, wgpu::TextureView) {
+        let bytes = (rows * texlayout::stride(ty, n_in)) as u64;
+        let height = bytes.div_ceil(TEX_ROW_BYTES).max(1);
+        let padded = texlayout::lay_out(ty, n_in, data, rows, (height * TEX_ROW_BYTES) as usize);
+        let size = wgpu::Extent3d {
+            width: (TEX_ROW_BYTES / 16) as u32,
+            height: height as u32,
+            depth_or_array_layers: 1,
+        };
+        let tex = self.ctx.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some(label),
+            size,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba32Uint,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        self.ctx.queue.write_texture(
+            wgpu::TexelCopyTextureInfo {
+                texture: &tex,
+                mip_level: 0,
+                origin: wgpu::Origin3d::ZERO,
+                aspect: wgpu::TextureAspect::All,
+            },
+            &padded,
+            wgpu::TexelCopyBufferLayout {
+                offset: 0,
+                bytes_per_row: Some(TEX_ROW_BYTES as u32),
+                rows_per_image: None,
+            },
+            size,
+        );
+        let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
+        (tex, view)
     }
 
     /// Submissions, readbacks and dispatches so far.
@@ -308,6 +416,20 @@ impl WebGpuBackend {
         binds: &[(u32, &wgpu::Buffer)],
         groups: (u32, u32, u32),
     ) -> Result<(), BackendError> {
+        let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|(i, b)| (*i, Bind::Buffer(b))).collect();
+        self.run_with(op, k, params, extra, binds, groups)
+    }
+
+    /// [`Self::run`] with any kind of binding.
+    fn run_with(
+        &self,
+        op: &'static str,
+        k: Kernel,
+        params: &[u8],
+        extra: Option<(u32, &[u8])>,
+        binds: Vec<(u32, Bind<'_>)>,
+        groups: (u32, u32, u32),
+    ) -> Result<(), BackendError> {
         let pipe = self.pipe_op(op, k)?;
         let mut rec = self.lock();
         let extra_len = extra.map_or(0, |(_, d)| d.len());
@@ -335,7 +457,7 @@ impl WebGpuBackend {
                 },
             ));
         }
-        all.extend(binds.iter().map(|(i, b)| (*i, Bind::Buffer(b))));
+        all.extend(binds);
         rec.dispatch(&self.ctx.device, &pipe.pipeline, &pipe.layout, &all, groups);
         Ok(())
     }
@@ -460,6 +582,68 @@ impl WebGpuBackend {
         self.run("rmsnorm", k, &params, None, &binds, (gx, gy, 1))
     }
 
+    /// [`Backend::matmul`] over texture parts (matmul_tex.wgsl): the activation rows pass
+    /// through the uniform window in tiles of up to 8 rows (fewer when rows are long); each tile
+    /// is copied there, then met by every part. Shapes are checked by the caller.
+    fn matmul_tex(
+        &self,
+        w: &WebGpuWeight,
+        x: &WebGpuBuffer,
+        rows: usize,
+        out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        let k = w.n_in;
+        // At least one row fits: `textured` admits no longer rows.
+        let max_tile = (X_WINDOW_BYTES / (k * 4)).clamp(1, MATMUL_ROWS);
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = max_tile.min(rows - r0);
+            // The variant with the fewest row slots that holds the tile (1, 2, 4 or 8).
+            let slots = n.next_power_of_two() as u8;
+            self.lock().encoder(&self.ctx.device).copy_buffer_to_buffer(
+                &x.buf,
+                (r0 * k * 4) as u64,
+                &self.x_window,
+                0,
+                (n * k * 4) as u64,
+            );
+            for part in &w.parts {
+                let Store::Texture(_, view) = &part.store else {
+                    return Err(shape("matmul", format!("'{}' mixes buffer and texture parts", w.name)));
+                };
+                let (gx, gy) = grid(part.rows.div_ceil(64));
+                let params = words(&[
+                    u("matmul", k)?,
+                    u("matmul", part.rows)?,
+                    u("matmul", n)?,
+                    u("matmul", w.stride)?,
+                    u("matmul", k.div_ceil(32))?,
+                    u("matmul", w.n_out)?,
+                    u("matmul", part.row0)?,
+                    gx,
+                    u("matmul", r0)?,
+                    0,
+                    0,
+                    0,
+                ]);
+                self.run_with(
+                    "matmul",
+                    Kernel::MatmulTex(w.ty, slots, self.subgroups),
+                    &params,
+                    None,
+                    vec![
+                        (1, Bind::Texture(view)),
+                        (2, Bind::Head(&self.x_window, X_WINDOW_BYTES as u64)),
+                        (3, Bind::Buffer(&out.buf)),
+                    ],
+                    (gx, gy, 1),
+                )?;
+            }
+            r0 += n;
+        }
+        Ok(())
+    }
+
     fn gated(
         &self,
         op: &'static str,
@@ -498,6 +682,7 @@ impl Backend for WebGpuBackend {
             n_in,
             n_out,
             row_bytes,
+            stride: texlayout::stride(ty, n_in),
             parts: Vec::new(),
             dense: None,
         };
@@ -506,24 +691,38 @@ impl Backend for WebGpuBackend {
             w.dense = Some(self.upload(name, bytemuck::cast_slice(&v))?);
             return Ok(w);
         }
-        let rows_per_part = (self.max_binding as usize / row_bytes).min(n_out);
+        let textured = self.textured(n_in);
+        // Parts hold at most `max_binding` bytes of blocks (the option splits texture parts as it
+        // splits buffers); a texture part also at most as many rows as the device's textures.
+        let mut rows_per_part = (self.max_binding as usize / row_bytes).min(n_out);
+        if textured {
+            let tex_bytes = TEX_ROW_BYTES * u64::from(self.ctx.limits.max_texture_dimension_2d);
+            rows_per_part = rows_per_part.min(tex_bytes as usize / w.stride);
+        }
         if rows_per_part == 0 {
             return Err(bad(format!(
-                "one row ({row_bytes} bytes) exceeds the device's largest storage binding ({} bytes)",
+                "one row ({row_bytes} bytes) exceeds the device's largest weight binding ({} bytes)",
                 self.max_binding
             )));
         }
-        self.pipe_op("load_weight", self.matmul_kernel(ty))?;
-        self.pipe_op("load_weight", Kernel::Embed(ty))?;
+        if textured {
+            self.pipe_op("load_weight", Kernel::MatmulTex(ty, 1, self.subgroups))?;
+            self.pipe_op("load_weight", Kernel::EmbedTex(ty))?;
+        } else {
+            self.pipe_op("load_weight", self.matmul_kernel(ty))?;
+            self.pipe_op("load_weight", Kernel::Embed(ty))?;
+        }
         let mut row0 = 0;
         while row0 < n_out {
             let rows = rows_per_part.min(n_out - row0);
             let bytes = &view.data[row0 * row_bytes..(row0 + rows) * row_bytes];
-            w.parts.push(Part {
-                row0,
-                rows,
-                buf: self.upload(name, bytes)?,
-            });
+            let store = if textured {
+                let (tex, view) = self.upload_texture(name, ty, n_in, bytes, rows);
+                Store::Texture(tex, view)
+            } else {
+                Store::Buffer(self.upload(name, bytes)?)
+            };
+            w.parts.push(Part { row0, rows, store });
             row0 += rows;
         }
         Ok(w)
@@ -597,22 +796,26 @@ impl Backend for WebGpuBackend {
         let n_chunks = width.div_ceil(32);
         let (gx, gy) = grid((tokens.len() * n_chunks).div_ceil(64));
         for part in &table.parts {
+            let (kernel, row_bytes, weights) = match &part.store {
+                Store::Buffer(b) => (Kernel::Embed(table.ty), table.row_bytes, Bind::Buffer(b)),
+                Store::Texture(_, v) => (Kernel::EmbedTex(table.ty), table.stride, Bind::Texture(v)),
+            };
             let params = words(&[
                 u("embed", width)?,
                 u("embed", n_chunks)?,
-                u("embed", table.row_bytes)?,
+                u("embed", row_bytes)?,
                 u("embed", tokens.len())?,
                 u("embed", part.row0)?,
                 u("embed", part.rows)?,
                 scale.to_bits(),
                 gx,
             ]);
-            self.run(
+            self.run_with(
                 "embed",
-                Kernel::Embed(table.ty),
+                kernel,
                 &params,
                 Some((2, bytemuck::cast_slice(tokens))),
-                &[(1, &part.buf), (3, &out.buf)],
+                vec![(1, weights), (3, Bind::Buffer(&out.buf))],
                 (gx, gy, 1),
             )?;
         }
@@ -635,6 +838,9 @@ impl Backend for WebGpuBackend {
         if rows == 0 {
             return Ok(());
         }
+        if matches!(w.parts[0].store, Store::Texture(..)) {
+            return self.matmul_tex(w, x, rows, out);
+        }
         let tiles = rows.div_ceil(MATMUL_ROWS);
         if tiles > MAX_GRID as usize {
             return Err(shape("matmul", format!("{rows} rows exceed one dispatch")));
@@ -645,10 +851,13 @@ impl Backend for WebGpuBackend {
                     let (x, y) = grid(part.rows);
                     (x, y, tiles as u32)
                 }
-                MatmulVariant::Rows => {
+                MatmulVariant::Rows | MatmulVariant::Texture => {
                     let (x, y) = grid((part.rows * tiles).div_ceil(64));
                     (x, y, 1)
                 }
+            };
+            let Store::Buffer(buf) = &part.store else {
+                return Err(shape("matmul", format!("'{}' mixes buffer and texture parts", w.name)));
             };
             let params = words(&[
                 u("matmul", k)?,
@@ -665,7 +874,7 @@ impl Backend for WebGpuBackend {
                 self.matmul_kernel(w.ty),
                 &params,
                 None,
-                &[(1, &part.buf), (2, &x.buf), (3, &out.buf)],
+                &[(1, buf), (2, &x.buf), (3, &out.buf)],
                 (gx, gy, gz),
             )?;
         }

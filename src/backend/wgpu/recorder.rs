@@ -10,9 +10,13 @@ use std::num::NonZeroU64;
 /// Bytes of parameter arena per submission; a pass that needs more is split into submissions.
 pub const ARENA_BYTES: u64 = 1 << 20;
 
-/// One binding of a dispatch: a whole buffer, or the op's own slice of the arena.
+/// One binding of a dispatch: a whole buffer, the first bytes of one, a texture, or the op's own
+/// slice of the arena.
 pub enum Bind<'a> {
     Buffer(&'a wgpu::Buffer),
+    /// The first `.1` bytes of a buffer (a uniform binding of a fixed size).
+    Head(&'a wgpu::Buffer, u64),
+    Texture(&'a wgpu::TextureView),
     /// Offset into the arena returned by [`Recorder::push`].
     Arena {
         offset: u64,
@@ -96,6 +100,12 @@ impl Recorder {
                 binding: *binding,
                 resource: match b {
                     Bind::Buffer(buf) => buf.as_entire_binding(),
+                    Bind::Head(buf, size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: buf,
+                        offset: 0,
+                        size: NonZeroU64::new(*size),
+                    }),
+                    Bind::Texture(view) => wgpu::BindingResource::TextureView(view),
                     Bind::Arena { offset, size } => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                         buffer: &self.arena,
                         offset: *offset,
