@@ -40,6 +40,10 @@ pub enum BackendError {
     TokenOutOfRange { token: u32, n_vocab: usize },
     #[error("cannot start the thread pool: {0}")]
     ThreadPool(String),
+    /// The device failed (a GPU backend: a shader that does not build, a lost device, a
+    /// mapping that fails), as opposed to arguments that do not fit ([`Self::Shape`]).
+    #[error("{op}: the device failed: {problem}")]
+    Device { op: &'static str, problem: String },
 }
 
 /// Attention of `rows` consecutive query positions starting at `pos0` over the KV cache

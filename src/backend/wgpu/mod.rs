@@ -177,6 +177,10 @@ fn shape(op: &'static str, problem: String) -> BackendError {
     BackendError::Shape { op, problem }
 }
 
+fn device(op: &'static str, problem: String) -> BackendError {
+    BackendError::Device { op, problem }
+}
+
 fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
     if have < need {
         return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
@@ -402,7 +406,7 @@ impl WebGpuBackend {
     }
 
     fn pipe_op(&self, op: &'static str, k: Kernel) -> Result<Arc<Pipe>, BackendError> {
-        self.pipe(k).map_err(|e| shape(op, e.to_string()))
+        self.pipe(k).map_err(|e| device(op, e.to_string()))
     }
 
     /// Record one dispatch: `params` go to binding 0 (uniform), `extra` (if any) to binding
@@ -482,7 +486,7 @@ impl WebGpuBackend {
         });
         buf.slice(..)
             .get_mapped_range_mut()
-            .map_err(|e| shape("upload", format!("'{label}': {e}")))?
+            .map_err(|e| device("upload", format!("'{label}': {e}")))?
             .slice(..data.len())
             .copy_from_slice(data);
         buf.unmap();
@@ -516,16 +520,16 @@ impl WebGpuBackend {
                 submission_index: None,
                 timeout: None,
             })
-            .map_err(|e| shape(op, format!("waiting for the device failed: {e}")))?;
+            .map_err(|e| device(op, format!("waiting for it: {e}")))?;
         match rx.recv() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(shape(op, format!("mapping the result failed: {e}"))),
-            Err(_) => return Err(shape(op, "the device dropped the readback".into())),
+            Ok(Err(e)) => return Err(device(op, format!("mapping the result: {e}"))),
+            Err(_) => return Err(device(op, "it dropped the readback".into())),
         }
         let data = staging
             .slice(..)
             .get_mapped_range()
-            .map_err(|e| shape(op, format!("reading the result failed: {e}")))?[..bytes as usize]
+            .map_err(|e| device(op, format!("reading the result: {e}")))?[..bytes as usize]
             .to_vec();
         staging.unmap();
         Ok(data)
