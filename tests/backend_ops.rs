@@ -128,6 +128,20 @@ fn gguf(tensors: &[(String, Vec<u64>, GgmlType, Vec<u8>)]) -> Arc<GgufFile> {
 }
 
 /// The oracle: rows of tensor `name` dequantized by `tinyllm::quant`.
+/// `x` (`rows` × `k`) times the dequantized weight `wd` (`n_out` × `k`), `[rows][n_out]`, in
+/// f64 products and sums.
+fn reference_matmul(wd: &[f32], x: &[f32], rows: usize, n_out: usize, k: usize) -> Vec<f64> {
+    (0..rows)
+        .flat_map(|r| {
+            (0..n_out).map(move |o| {
+                (0..k)
+                    .map(|i| f64::from(wd[o * k + i]) * f64::from(x[r * k + i]))
+                    .sum::<f64>()
+            })
+        })
+        .collect()
+}
+
 fn dequantized(file: &GgufFile, name: &str) -> Vec<f32> {
     file.tensor(name).expect("tensor").to_f32().expect("dequantize")
 }
@@ -229,16 +243,7 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
         let wd = dequantized(&file, name);
         for rows in [1usize, 5, 13, 35] {
             let x = rng.vec(rows * k, 1.0);
-            let want: Vec<f64> = (0..rows)
-                .flat_map(|r| {
-                    let (x, wd) = (&x, &wd);
-                    (0..n_out).map(move |o| {
-                        (0..k)
-                            .map(|i| f64::from(wd[o * k + i]) * f64::from(x[r * k + i]))
-                            .sum::<f64>()
-                    })
-                })
-                .collect();
+            let want = reference_matmul(&wd, &x, rows, n_out, k);
             let got = run_matmul(&g, &file, name, &x, rows, n_out);
             let e_gpu = nmse(&got, &want);
             let e_rows = nmse(&run_matmul(&g_rows, &file, name, &x, rows, n_out), &want);
@@ -307,16 +312,7 @@ fn split_weights_match_unsplit() {
     let wd = dequantized(&file, "w");
     let rows = 3;
     let x = rng.vec(rows * k, 1.0);
-    let want: Vec<f64> = (0..rows)
-        .flat_map(|r| {
-            let (x, wd) = (&x, &wd);
-            (0..n_out).map(move |o| {
-                (0..k)
-                    .map(|i| f64::from(wd[o * k + i]) * f64::from(x[r * k + i]))
-                    .sum::<f64>()
-            })
-        })
-        .collect();
+    let want = reference_matmul(&wd, &x, rows, n_out, k);
     let e = nmse(&run_matmul(&g, &file, "w", &x, rows, n_out), &want);
     println!("[ops] split matmul ({} parts): NMSE {e:.1e}", w.parts());
     assert!(e < NMSE_F32, "split matmul NMSE {e:.2e}");
@@ -370,16 +366,7 @@ fn texture_matmul_edges_match_the_oracle() {
         let name = format!("w{i}");
         let wd = dequantized(&file, &name);
         let x = rng.vec(rows * k, 1.0);
-        let want: Vec<f64> = (0..rows)
-            .flat_map(|r| {
-                let (x, wd) = (&x, &wd);
-                (0..n_out).map(move |o| {
-                    (0..k)
-                        .map(|i| f64::from(wd[o * k + i]) * f64::from(x[r * k + i]))
-                        .sum::<f64>()
-                })
-            })
-            .collect();
+        let want = reference_matmul(&wd, &x, rows, n_out, k);
         let e = nmse(&run_matmul(&g, &file, &name, &x, rows, n_out), &want);
         println!("[ops] texture-variant matmul {ty} {n_out}x{k} rows {rows}: NMSE {e:.1e}");
         assert!(e < NMSE_F32, "{ty} {k} wide, {rows} rows: NMSE {e:.2e}");
