@@ -61,6 +61,39 @@ pub struct AttnParams {
     pub window: Option<usize>,
 }
 
+impl AttnParams {
+    /// Error unless the head layout is whole (query heads in groups per KV head, non-empty
+    /// heads) and the buffers hold what the call reads and writes: `q` and `out` `rows` rows of
+    /// `n_head * head_dim`, each cache `pos0 + rows` rows of `n_head_kv * head_dim`.
+    pub(crate) fn check(&self, q: usize, out: usize, k_cache: usize, v_cache: usize) -> Result<(), BackendError> {
+        if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) || self.head_dim == 0 {
+            return Err(shape(
+                "attention",
+                format!("{} heads over {} kv heads", self.n_head, self.n_head_kv),
+            ));
+        }
+        let q_dim = self.n_head * self.head_dim;
+        let kv_rows = (self.pos0 + self.rows) * self.n_head_kv * self.head_dim;
+        need("attention", "q", q, self.rows * q_dim)?;
+        need("attention", "output", out, self.rows * q_dim)?;
+        need("attention", "k cache", k_cache, kv_rows)?;
+        need("attention", "v cache", v_cache, kv_rows)
+    }
+}
+
+/// A [`BackendError::Shape`] of `op`.
+fn shape(op: &'static str, problem: String) -> BackendError {
+    BackendError::Shape { op, problem }
+}
+
+/// Error unless a buffer (`what` of `op`) holds at least `need` values.
+fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
+    if have < need {
+        return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
+    }
+    Ok(())
+}
+
 /// A compute device. See the module docs for the execution model.
 pub trait Backend: Send + Sync {
     /// An f32 activation buffer.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use half::f16;
 
-use super::{weight_matrix, AttnParams, Backend, BackendError};
+use super::{need, shape, weight_matrix, AttnParams, Backend, BackendError};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Rope;
 use crate::quant::{self, GgmlType};
@@ -184,18 +184,6 @@ impl CpuWeight {
     fn row_bytes(&self) -> usize {
         self.n_in / self.ty.block_size() * self.ty.block_bytes()
     }
-}
-
-fn shape(op: &'static str, problem: String) -> BackendError {
-    BackendError::Shape { op, problem }
-}
-
-/// Error unless `buf` holds at least `need` values.
-fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
-    if have < need {
-        return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
-    }
-    Ok(())
 }
 
 /// Types whose rows [`Kernels`] can multiply.
@@ -464,20 +452,8 @@ impl Backend for CpuBackend {
         p: &AttnParams,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        let hd = p.head_dim;
-        if p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) || hd == 0 {
-            return Err(shape(
-                "attention",
-                format!("{} heads over {} kv heads", p.n_head, p.n_head_kv),
-            ));
-        }
-        let q_dim = p.n_head * hd;
-        let kv_dim = p.n_head_kv * hd;
-        let n_kv = p.pos0 + p.rows;
-        need("attention", "q", q.0.len(), p.rows * q_dim)?;
-        need("attention", "output", out.0.len(), p.rows * q_dim)?;
-        need("attention", "k cache", k_cache.0.len(), n_kv * kv_dim)?;
-        need("attention", "v cache", v_cache.0.len(), n_kv * kv_dim)?;
+        p.check(q.0.len(), out.0.len(), k_cache.0.len(), v_cache.0.len())?;
+        let q_dim = p.n_head * p.head_dim;
         let q = &q.0[..p.rows * q_dim];
         // Tasks of (query row block, KV head, heads) into a scratch buffer laid out by task,
         // then copied to `out` ([rows][n_head][head_dim]); see `attention::Plan`.

@@ -34,7 +34,7 @@ use kernels::Kernel;
 pub use recorder::Counters;
 use recorder::{Bind, Recorder};
 
-use super::{weight_matrix, AttnParams, Backend, BackendError};
+use super::{need, shape, weight_matrix, AttnParams, Backend, BackendError};
 use crate::gguf::GgufFile;
 use crate::model::{Rope, RopeKind};
 use crate::quant::GgmlType;
@@ -173,19 +173,8 @@ impl WebGpuWeight {
     }
 }
 
-fn shape(op: &'static str, problem: String) -> BackendError {
-    BackendError::Shape { op, problem }
-}
-
 fn device(op: &'static str, problem: String) -> BackendError {
     BackendError::Device { op, problem }
-}
-
-fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
-    if have < need {
-        return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
-    }
-    Ok(())
 }
 
 /// A value that must fit the kernels' u32 indices.
@@ -1013,26 +1002,14 @@ impl Backend for WebGpuBackend {
         p: &AttnParams,
         out: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
+        p.check(q.len, out.len, k_cache.0.len, v_cache.0.len)?;
         let hd = p.head_dim;
-        if p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) || hd == 0 {
-            return Err(shape(
-                "attention",
-                format!("{} heads over {} kv heads", p.n_head, p.n_head_kv),
-            ));
-        }
         if hd > MAX_HEAD_DIM {
             return Err(shape(
                 "attention",
                 format!("head size {hd} exceeds the kernel's {MAX_HEAD_DIM}"),
             ));
         }
-        let q_dim = p.n_head * hd;
-        let kv_dim = p.n_head_kv * hd;
-        let n_kv = p.pos0 + p.rows;
-        need("attention", "q", q.len, p.rows * q_dim)?;
-        need("attention", "output", out.len, p.rows * q_dim)?;
-        need("attention", "k cache", k_cache.0.len, n_kv * kv_dim)?;
-        need("attention", "v cache", v_cache.0.len, n_kv * kv_dim)?;
         if p.rows == 0 {
             return Ok(());
         }
