@@ -198,23 +198,8 @@ unsafe fn body<const K: u8, const CC: usize>(
             for c in 0..CC {
                 isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(_mm256_madd_epi16(h.per16, ld!(c, 256)), 5));
             }
-            let three = _mm256_set1_epi8(3);
             for n in 0..2 {
-                let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
-                let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
-                let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
-                // Bits 2g..2g+2 of qh are the top bits of group g (shifted into place as 4..6).
-                let h0 = _mm256_slli_epi16(_mm256_and_si256(qh, three), 4);
-                let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4);
-                let h2 = _mm256_and_si256(qh, _mm256_slli_epi16(three, 4));
-                let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_slli_epi16(three, 4));
-                let q = [
-                    _mm256_or_si256(_mm256_and_si256(ql0, low4), h0),
-                    _mm256_or_si256(_mm256_and_si256(ql1, low4), h1),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3),
-                ];
-                for (g, &qg) in q.iter().enumerate() {
+                for (g, &qg) in q6k_half(p, n).iter().enumerate() {
                     let t = 4 * n + g;
                     let sc = _mm256_srai_epi16(_mm256_shuffle_epi8(h.scales, mask(&PAIRS[t])), 8);
                     for c in 0..CC {
@@ -367,23 +352,35 @@ unsafe fn values<const K: u8>(p: *const u8, out: &mut [u8; 256]) {
             _mm256_storeu_si256(o.add(2 * j + 1), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
         }
     } else {
-        let three = _mm256_set1_epi8(3);
         for n in 0..2 {
-            let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
-            let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
-            let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
-            let h0 = _mm256_slli_epi16(_mm256_and_si256(qh, three), 4);
-            let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4);
-            let h2 = _mm256_and_si256(qh, _mm256_slli_epi16(three, 4));
-            let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_slli_epi16(three, 4));
-            _mm256_storeu_si256(o.add(4 * n), _mm256_or_si256(_mm256_and_si256(ql0, low4), h0));
-            _mm256_storeu_si256(o.add(4 * n + 1), _mm256_or_si256(_mm256_and_si256(ql1, low4), h1));
-            let v2 = _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4);
-            let v3 = _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4);
-            _mm256_storeu_si256(o.add(4 * n + 2), _mm256_or_si256(v2, h2));
-            _mm256_storeu_si256(o.add(4 * n + 3), _mm256_or_si256(v3, h3));
+            for (g, v) in q6k_half(p, n).into_iter().enumerate() {
+                _mm256_storeu_si256(o.add(4 * n + g), v);
+            }
         }
     }
+}
+
+/// Values `128n..128n + 128` of a Q6_K super-block at `p`, unsigned (`q`, not `q - 32`), as
+/// four vectors of 32 in order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_half(p: *const u8, n: usize) -> [__m256i; 4] {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let three = _mm256_set1_epi8(3);
+    let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+    let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+    let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+    // Bits 2g..2g+2 of qh are the top bits of group g (shifted into place as 4..6).
+    let h0 = _mm256_slli_epi16(_mm256_and_si256(qh, three), 4);
+    let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4);
+    let h2 = _mm256_and_si256(qh, _mm256_slli_epi16(three, 4));
+    let h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_slli_epi16(three, 4));
+    [
+        _mm256_or_si256(_mm256_and_si256(ql0, low4), h0),
+        _mm256_or_si256(_mm256_and_si256(ql1, low4), h1),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), h2),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), h3),
+    ]
 }
 
 /// Unpack rows `0..nr` of `w` (rows of `nb` super-blocks) into `p`; rows `nr..8` stay zero
