@@ -159,7 +159,9 @@ pub fn row(ty: GgmlType, k: usize, data: &[u8], r: usize, out: &mut Vec<u8>) {
     let (mo, ho, qo) = tile_offsets(&f);
     let i = r % TILE_ROWS;
     for src in tile.chunks_exact(TILE_ROWS * f.block).take(nb) {
-        let mut block = vec![0u8; f.block];
+        let at0 = out.len();
+        out.resize(at0 + f.block, 0);
+        let block = &mut out[at0..];
         block[..2].copy_from_slice(&src[2 * i..2 * i + 2]);
         if let Some(m) = f.min {
             block[m..m + 2].copy_from_slice(&src[mo + 2 * i..mo + 2 * i + 2]);
@@ -178,7 +180,6 @@ pub fn row(ty: GgmlType, k: usize, data: &[u8], r: usize, out: &mut Vec<u8>) {
             let at = qo + 32 * j + 4 * i;
             block[f.quants + 4 * j..f.quants + 4 * j + 4].copy_from_slice(&src[at..at + 4]);
         }
-        out.extend_from_slice(&block);
     }
 }
 
