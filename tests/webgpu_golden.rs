@@ -247,3 +247,39 @@ fn qwen25_coder_on_webgpu_matches_llama_cpp_and_cpu() {
 fn gemma3_270m_on_webgpu_matches_llama_cpp_and_cpu() {
     check_real("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m.jsonl", 0.3, 0.25, 2);
 }
+
+/// A decode step is one submission and one readback (the token id) and creates no bind group
+/// once a step has run: the bind groups of the pass are made once and reused. A second session
+/// (fresh buffers, after the first one's were freed) gives the same tokens, and the cached
+/// groups of the first session's buffers left with them.
+#[test]
+fn decode_steps_reuse_their_bind_groups() {
+    let Some(g) = gpu() else { return };
+    let model = load(g.clone(), &common::golden("fixtures").join("qwen2.Q8_0.gguf"));
+    let prompt = [97u32, 11, 187, 0, 340];
+    let run = |steps: usize| {
+        let mut sess = session(&model, 64);
+        let mut tokens = vec![sess.forward_argmax(&prompt).expect("prefill")];
+        tokens.push(sess.forward_argmax(&[tokens[0]]).expect("first step"));
+        let before = g.counters();
+        for _ in 0..steps {
+            let t = *tokens.last().unwrap();
+            tokens.push(sess.forward_argmax(&[t]).expect("decode"));
+        }
+        let after = g.counters();
+        (tokens, before, after)
+    };
+    let (first, before, after) = run(4);
+    assert_eq!(after.submissions - before.submissions, 4);
+    assert_eq!(after.readbacks - before.readbacks, 4);
+    assert_eq!(after.bind_groups, before.bind_groups, "decode steps made bind groups");
+    assert!(after.dispatches - before.dispatches >= 4 * 10);
+    let cached = g.cached_bind_groups();
+    let (second, ..) = run(4);
+    assert_eq!(first, second, "a second session decodes differently");
+    assert_eq!(
+        g.cached_bind_groups(),
+        cached,
+        "a dropped session's bind groups stayed cached"
+    );
+}

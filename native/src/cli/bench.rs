@@ -42,8 +42,16 @@ struct BenchResult {
     /// Per-token decode latency percentiles over every step of every run, milliseconds.
     decode_p50_ms: f64,
     decode_p95_ms: f64,
-    /// Device submissions and readbacks per decoded token (backends that count them).
-    per_token: Option<(f64, f64)>,
+    /// Device work per decoded token (backends that count it).
+    per_token: Option<PerToken>,
+}
+
+/// Device submissions, buffer readbacks and bind groups created per decode step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct PerToken {
+    submissions: f64,
+    readbacks: f64,
+    bind_groups: f64,
 }
 
 /// Times of one run: prefill, TTFT, and each decode step.
@@ -51,8 +59,8 @@ struct RunTimes {
     prefill_s: f64,
     ttft_s: f64,
     steps_s: Vec<f64>,
-    /// Submissions and readbacks per decode step (backends that count them).
-    per_token: Option<(f64, f64)>,
+    /// Device work per decode step (backends that count it).
+    per_token: Option<PerToken>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -116,8 +124,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     "decode_tok_s": r.decode_tok_s,
                     "decode_p50_ms": r.decode_p50_ms,
                     "decode_p95_ms": r.decode_p95_ms,
-                    "submissions_per_token": r.per_token.map(|p| p.0),
-                    "readbacks_per_token": r.per_token.map(|p| p.1),
+                    "submissions_per_token": r.per_token.map(|p| p.submissions),
+                    "readbacks_per_token": r.per_token.map(|p| p.readbacks),
+                    "bind_groups_per_token": r.per_token.map(|p| p.bind_groups),
                 })
             })
             .collect();
@@ -149,11 +158,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             )?;
         }
         for r in &results {
-            if let Some((s, rb)) = r.per_token {
+            if let Some(p) = r.per_token {
                 writeln!(
                     out,
-                    "prompt {}: {s:.2} submissions and {rb:.2} readbacks per decoded token",
-                    r.prompt_tokens
+                    "prompt {}: {:.2} submissions, {:.2} readbacks and {:.2} new bind groups per decoded token",
+                    r.prompt_tokens, p.submissions, p.readbacks, p.bind_groups
                 )?;
             }
         }
@@ -180,10 +189,11 @@ fn measure(session: &mut Session<AnyBackend>, prompt: &[u32], decode: usize) -> 
     let after = session.model().backend().counters();
     let per_token = before.zip(after).filter(|_| decode > 0).map(|(b, a)| {
         let n = decode as f64;
-        (
-            (a.submissions - b.submissions) as f64 / n,
-            (a.readbacks - b.readbacks) as f64 / n,
-        )
+        PerToken {
+            submissions: (a.submissions - b.submissions) as f64 / n,
+            readbacks: (a.readbacks - b.readbacks) as f64 / n,
+            bind_groups: (a.bind_groups - b.bind_groups) as f64 / n,
+        }
     });
     Ok(RunTimes {
         prefill_s,

@@ -18,7 +18,7 @@
 //! Ops are recorded into one pending command encoder ([`recorder`]) and submitted when data
 //! must come back ([`Backend::read`], [`Backend::argmax`]) or [`WebGpuBackend::flush`] is
 //! called: one submission and one readback per forward pass. Pipelines are compiled once per
-//! kernel variant and cached; bind groups are made per dispatch.
+//! kernel variant and bind groups once per set of bindings (`recorder`), then reused.
 
 mod context;
 pub mod kernels;
@@ -26,7 +26,7 @@ mod recorder;
 mod texlayout;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use context::Context;
 pub use context::{list_adapters, AdapterReport, WebGpuError};
@@ -101,6 +101,38 @@ pub struct WebGpuBackend {
     x_window: wgpu::Buffer,
     /// Whether matmul_tex.wgsl shares activation loads through subgroups (of 8 to 64 lanes).
     subgroups: bool,
+    /// Buffers every readback reuses; the lock is held from the recording of the result to its
+    /// read, so two threads cannot interleave their uses.
+    reads: Arc<Mutex<ReadBuffers>>,
+}
+
+/// The argmax result and the mappable staging buffer, grown on demand and kept: a decode step
+/// then allocates nothing and binds the same buffers as the step before.
+#[derive(Default)]
+struct ReadBuffers {
+    argmax: Option<wgpu::Buffer>,
+    staging: Option<wgpu::Buffer>,
+}
+
+/// `slot`'s buffer if it holds at least `bytes`, else a new one of twice that.
+fn grown(
+    dev: &wgpu::Device,
+    slot: &mut Option<wgpu::Buffer>,
+    label: &str,
+    bytes: u64,
+    usage: wgpu::BufferUsages,
+) -> wgpu::Buffer {
+    if let Some(b) = slot.as_ref().filter(|b| b.size() >= bytes) {
+        return b.clone();
+    }
+    let b = dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: (2 * bytes).max(64),
+        usage,
+        mapped_at_creation: false,
+    });
+    *slot = Some(b.clone());
+    b
 }
 
 impl std::fmt::Debug for WebGpuBackend {
@@ -118,6 +150,22 @@ pub struct WebGpuBuffer {
     buf: wgpu::Buffer,
     /// Values it holds.
     len: usize,
+    /// The recorder whose bind group cache may hold `buf`.
+    cache: Weak<Mutex<Recorder>>,
+}
+
+/// The bind groups cached with a buffer hold it; its owner's drop removes them, so the device
+/// memory goes with the owner (work already recorded keeps its own references).
+impl Drop for WebGpuBuffer {
+    fn drop(&mut self) {
+        forget(&self.cache, &[&self.buf], &[]);
+    }
+}
+
+fn forget(cache: &Weak<Mutex<Recorder>>, bufs: &[&wgpu::Buffer], views: &[&wgpu::TextureView]) {
+    if let Some(rec) = cache.upgrade() {
+        rec.lock().unwrap_or_else(|e| e.into_inner()).forget(bufs, views);
+    }
 }
 
 /// One layer's K or V cache: f32 values rounded to f16.
@@ -158,6 +206,23 @@ pub struct WebGpuWeight {
     parts: Vec<Part>,
     /// Vectors (norms, biases, rope factors): f32 values, `n_in` of them.
     dense: Option<wgpu::Buffer>,
+    /// See [`WebGpuBuffer::cache`].
+    cache: Weak<Mutex<Recorder>>,
+}
+
+/// See `Drop for WebGpuBuffer`.
+impl Drop for WebGpuWeight {
+    fn drop(&mut self) {
+        let mut bufs: Vec<&wgpu::Buffer> = self.dense.iter().collect();
+        let mut views = Vec::new();
+        for part in &self.parts {
+            match &part.store {
+                Store::Buffer(b) => bufs.push(b),
+                Store::Texture(_, v) => views.push(v),
+            }
+        }
+        forget(&self.cache, &bufs, &views);
+    }
 }
 
 impl WebGpuWeight {
@@ -238,6 +303,7 @@ impl WebGpuBackend {
             matmul: opts.matmul.unwrap_or(default_matmul),
             x_window,
             subgroups,
+            reads: Arc::default(),
         };
         // Compile the fixed kernels now (weight kernels compile when a weight of the type loads).
         for k in kernels::all_variants() {
@@ -331,9 +397,14 @@ impl WebGpuBackend {
         (tex, view)
     }
 
-    /// Submissions, readbacks and dispatches so far.
+    /// Submissions, readbacks, dispatches and bind groups created so far.
     pub fn counters(&self) -> Counters {
         self.lock().counters
+    }
+
+    /// Bind groups kept for reuse (those of dropped buffers leave with them).
+    pub fn cached_bind_groups(&self) -> usize {
+        self.lock().cached_bind_groups()
     }
 
     /// Submit the recorded work without waiting for it.
@@ -485,13 +556,26 @@ impl WebGpuBackend {
     /// Copy `bytes` bytes of `src` back to the host after all recorded work (one submission,
     /// one readback).
     fn read_back(&self, op: &'static str, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>, BackendError> {
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        self.read_back_with(&mut reads, op, src, bytes)
+    }
+
+    /// [`Self::read_back`] with the read buffers already locked.
+    fn read_back_with(
+        &self,
+        reads: &mut ReadBuffers,
+        op: &'static str,
+        src: &wgpu::Buffer,
+        bytes: u64,
+    ) -> Result<Vec<u8>, BackendError> {
         let size = bytes.max(4).div_ceil(4) * 4;
-        let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
+        let staging = grown(
+            &self.ctx.device,
+            &mut reads.staging,
+            "readback",
             size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
         {
             let mut rec = self.lock();
             rec.encoder(&self.ctx.device)
@@ -500,7 +584,7 @@ impl WebGpuBackend {
             rec.counters.readbacks += 1;
         }
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
         self.ctx
@@ -516,7 +600,7 @@ impl WebGpuBackend {
             Err(_) => return Err(device(op, "it dropped the readback".into())),
         }
         let data = staging
-            .slice(..)
+            .slice(..size)
             .get_mapped_range()
             .map_err(|e| device(op, format!("reading the result: {e}")))?[..bytes as usize]
             .to_vec();
@@ -678,6 +762,7 @@ impl Backend for WebGpuBackend {
             stride: texlayout::stride(ty, n_in),
             parts: Vec::new(),
             dense: None,
+            cache: Arc::downgrade(&self.rec),
         };
         if info.shape.len() <= 1 {
             let v = view.to_f32()?;
@@ -735,6 +820,7 @@ impl Backend for WebGpuBackend {
         Ok(WebGpuBuffer {
             buf: self.storage("activations", bytes),
             len,
+            cache: Arc::downgrade(&self.rec),
         })
     }
 
@@ -1102,7 +1188,14 @@ impl Backend for WebGpuBackend {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let out = self.storage("argmax", rows as u64 * 4);
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let out = grown(
+            &self.ctx.device,
+            &mut reads.argmax,
+            "argmax",
+            rows as u64 * 4,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        );
         let (gx, gy) = grid(rows);
         let params = words(&[u("argmax", rows)?, u("argmax", width)?, gx, 0]);
         self.run(
@@ -1113,7 +1206,7 @@ impl Backend for WebGpuBackend {
             &[(1, &x.buf), (2, &out)],
             (gx, gy, 1),
         )?;
-        let data = self.read_back("argmax", &out, rows as u64 * 4)?;
+        let data = self.read_back_with(&mut reads, "argmax", &out, rows as u64 * 4)?;
         Ok(bytemuck::cast_slice(&data).to_vec())
     }
 }

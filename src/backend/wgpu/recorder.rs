@@ -4,7 +4,13 @@
 //! parameter block (and the token ids of an embedding lookup) is appended to a host-side arena
 //! that is uploaded once, right before the encoder is submitted. So a forward pass costs one
 //! `queue.submit` and one readback, at the `read`/`argmax` that ends it.
+//!
+//! Bind groups are made once and reused: a forward pass records the same dispatches, over the
+//! same buffers and with its parameters at the same arena offsets, every time it runs, so a
+//! bind group is keyed by its layout and resources (handles, which keep their ids from being
+//! reused while the key lives) and after the first token no step creates one.
 
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 
 /// Bytes of parameter arena per submission; a pass that needs more is split into submissions.
@@ -24,12 +30,34 @@ pub enum Bind<'a> {
     },
 }
 
-/// Submission and readback counters (to show one of each per decoded token).
+/// Submission and readback counters (to show one of each per decoded token), and the bind
+/// groups created (none per token once a pass has run).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     pub submissions: u64,
     pub readbacks: u64,
     pub dispatches: u64,
+    pub bind_groups: u64,
+}
+
+/// Most bind groups kept; past it the cache starts over. A pass records a few hundred; groups
+/// whose buffers are dropped leave with them (`forget`), so this only bounds passes of many
+/// shapes (arena offsets differ between them).
+const MAX_BIND_GROUPS: usize = 8192;
+
+/// What a bind group binds at one index (owned handles: a key keeps its resources' ids).
+#[derive(PartialEq, Eq, Hash)]
+enum Resource {
+    Buffer(wgpu::Buffer),
+    Head(wgpu::Buffer, u64),
+    Texture(wgpu::TextureView),
+    Arena { offset: u64, size: u64 },
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct BindKey {
+    layout: wgpu::BindGroupLayout,
+    entries: Vec<(u32, Resource)>,
 }
 
 /// The pending encoder and its parameter arena.
@@ -39,6 +67,7 @@ pub struct Recorder {
     staged: Vec<u8>,
     arena: wgpu::Buffer,
     align: u64,
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     pub counters: Counters,
 }
 
@@ -60,6 +89,7 @@ impl Recorder {
             staged: Vec::new(),
             arena,
             align: align.max(16),
+            bind_groups: HashMap::new(),
             counters: Counters::default(),
         }
     }
@@ -94,31 +124,7 @@ impl Recorder {
         binds: &[(u32, Bind<'_>)],
         groups: (u32, u32, u32),
     ) {
-        let entries: Vec<wgpu::BindGroupEntry<'_>> = binds
-            .iter()
-            .map(|(binding, b)| wgpu::BindGroupEntry {
-                binding: *binding,
-                resource: match b {
-                    Bind::Buffer(buf) => buf.as_entire_binding(),
-                    Bind::Head(buf, size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: buf,
-                        offset: 0,
-                        size: NonZeroU64::new(*size),
-                    }),
-                    Bind::Texture(view) => wgpu::BindingResource::TextureView(view),
-                    Bind::Arena { offset, size } => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &self.arena,
-                        offset: *offset,
-                        size: NonZeroU64::new((*size).max(16).div_ceil(16) * 16),
-                    }),
-                },
-            })
-            .collect();
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout,
-            entries: &entries,
-        });
+        let bind_group = self.bind_group(device, layout, binds);
         let enc = self
             .encoder
             .get_or_insert_with(|| device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }));
@@ -130,6 +136,85 @@ impl Recorder {
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         self.counters.dispatches += 1;
+    }
+
+    /// Bind groups in the cache.
+    pub fn cached_bind_groups(&self) -> usize {
+        self.bind_groups.len()
+    }
+
+    /// Drop the cached bind groups that bind any of `bufs` or `views` (their owner is going).
+    pub fn forget(&mut self, bufs: &[&wgpu::Buffer], views: &[&wgpu::TextureView]) {
+        self.bind_groups.retain(|key, _| {
+            !key.entries.iter().any(|(_, r)| match r {
+                Resource::Buffer(b) | Resource::Head(b, _) => bufs.contains(&b),
+                Resource::Texture(v) => views.contains(&v),
+                Resource::Arena { .. } => false,
+            })
+        });
+    }
+
+    /// The bind group of `binds` for `layout`, made on first use.
+    fn bind_group(
+        &mut self,
+        device: &wgpu::Device,
+        layout: &wgpu::BindGroupLayout,
+        binds: &[(u32, Bind<'_>)],
+    ) -> wgpu::BindGroup {
+        let arena_size = |size: u64| size.max(16).div_ceil(16) * 16;
+        let key = BindKey {
+            layout: layout.clone(),
+            entries: binds
+                .iter()
+                .map(|(i, b)| {
+                    let r = match b {
+                        Bind::Buffer(buf) => Resource::Buffer((*buf).clone()),
+                        Bind::Head(buf, size) => Resource::Head((*buf).clone(), *size),
+                        Bind::Texture(view) => Resource::Texture((*view).clone()),
+                        Bind::Arena { offset, size } => Resource::Arena {
+                            offset: *offset,
+                            size: arena_size(*size),
+                        },
+                    };
+                    (*i, r)
+                })
+                .collect(),
+        };
+        if let Some(g) = self.bind_groups.get(&key) {
+            return g.clone();
+        }
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = key
+            .entries
+            .iter()
+            .map(|(binding, r)| wgpu::BindGroupEntry {
+                binding: *binding,
+                resource: match r {
+                    Resource::Buffer(buf) => buf.as_entire_binding(),
+                    Resource::Head(buf, size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: buf,
+                        offset: 0,
+                        size: NonZeroU64::new(*size),
+                    }),
+                    Resource::Texture(view) => wgpu::BindingResource::TextureView(view),
+                    Resource::Arena { offset, size } => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &self.arena,
+                        offset: *offset,
+                        size: NonZeroU64::new(*size),
+                    }),
+                },
+            })
+            .collect();
+        let g = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout,
+            entries: &entries,
+        });
+        self.counters.bind_groups += 1;
+        if self.bind_groups.len() >= MAX_BIND_GROUPS {
+            self.bind_groups.clear();
+        }
+        self.bind_groups.insert(key, g.clone());
+        g
     }
 
     /// Upload the arena and submit the pending encoder (if any work is pending).
