@@ -1,6 +1,7 @@
-//! Every WGSL kernel variant the WebGPU backend can build (each kernel template with each block
-//! decoder) parses and validates with naga, the shader compiler inside wgpu, so a broken
-//! variant fails here on any machine, with or without an adapter.
+//! Every WGSL kernel variant generated at build time (`build.rs` writes each kernel template
+//! with each block decoder and specialization to `OUT_DIR/wgsl/`) parses and validates with
+//! naga, the shader compiler inside wgpu, so a broken variant fails here on any machine, with
+//! or without an adapter; and the generated set is exactly the kernels the backend builds.
 
 use tinyllm::backend::webgpu::kernels::{self, Kernel};
 
@@ -8,13 +9,22 @@ use tinyllm::backend::webgpu::kernels::{self, Kernel};
 fn every_kernel_variant_parses_and_validates() {
     let variants = kernels::all_variants();
     assert!(variants.len() > 3 * kernels::QUANT_TYPES.len());
+    let mut names: Vec<String> = variants.iter().map(|k| k.label()).collect();
+    names.sort();
+    let generated: Vec<String> = kernels::VARIANTS.iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(names, generated, "the generated files and the backend's kernels differ");
     let mut failures = Vec::new();
     for k in &variants {
         let src = k.source().unwrap_or_else(|| panic!("{}: no source", k.label()));
-        let module = match naga::front::wgsl::parse_str(&src) {
+        assert!(
+            !src.contains("//INCLUDE"),
+            "{}: an include was left unresolved",
+            k.label()
+        );
+        let module = match naga::front::wgsl::parse_str(src) {
             Ok(m) => m,
             Err(e) => {
-                failures.push(format!("{}: {}", k.label(), e.emit_to_string(&src)));
+                failures.push(format!("{}: {}", k.label(), e.emit_to_string(src)));
                 continue;
             }
         };
@@ -26,7 +36,7 @@ fn every_kernel_variant_parses_and_validates() {
         v.subgroup_stages(naga::valid::ShaderStages::COMPUTE)
             .subgroup_operations(naga::valid::SubgroupOperationSet::all());
         if let Err(e) = v.validate(&module) {
-            failures.push(format!("{}: {}", k.label(), e.emit_to_string(&src)));
+            failures.push(format!("{}: {}", k.label(), e.emit_to_string(src)));
             continue;
         }
         assert!(

@@ -1,8 +1,10 @@
-//! WGSL sources of every kernel, composed from `shaders/`: a kernel template includes the byte
-//! helpers and, for the kernels that read weights, the `load_chunk` decoder of one GGUF block
-//! format. One template therefore yields one variant per quant type; [`all_variants`] lists
-//! them for the naga validation test.
+//! The kernels of the WebGPU backend and their WGSL, generated at build time from `shaders/`
+//! (`build.rs`, composed by [`compose`]): a kernel template includes the byte helpers and, for
+//! the kernels that read weights, the `load_chunk` decoder of one GGUF block format. One
+//! template therefore yields one variant per quant type; [`all_variants`] lists them for the
+//! naga validation test.
 
+use super::compose;
 use crate::quant::GgmlType;
 
 /// The kernels of the backend (one compute pipeline per kernel, entry point and quant type).
@@ -33,17 +35,12 @@ pub enum Kernel {
     Argmax,
 }
 
-const BYTES: &str = include_str!("../../../shaders/bytes.wgsl");
-const BYTES_TEX: &str = include_str!("../../../shaders/bytes_tex.wgsl");
-const X_LANE: &str = include_str!("../../../shaders/x_lane.wgsl");
-const X_SUBGROUP: &str = include_str!("../../../shaders/x_subgroup.wgsl");
-/// Activation rows per invocation of the [`Kernel::MatmulTex`] variants.
-pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
-/// Parameters and bindings of both matmul variants.
-const MATMUL_IO: &str = include_str!("../../../shaders/matmul_io.wgsl");
-const KSCALE: &str = include_str!("../../../shaders/quant/kscale.wgsl");
+include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
 
-/// Block formats the WGSL decoders read, with their `load_chunk` source.
+/// Activation rows per invocation of the [`Kernel::MatmulTex`] variants.
+pub const TEX_TILES: [u8; 4] = compose::TEX_TILES;
+
+/// Block formats the WGSL decoders read (`compose::QUANTS`, in its order).
 pub const QUANT_TYPES: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
@@ -60,51 +57,12 @@ pub const QUANT_TYPES: [GgmlType; 13] = [
     GgmlType::IQ4_XS,
 ];
 
-/// The `load_chunk` decoder of `ty`, or `None` when the backend cannot read the format.
-pub fn quant_source(ty: GgmlType) -> Option<String> {
-    use GgmlType::*;
-    let body = match ty {
-        F32 => include_str!("../../../shaders/quant/f32.wgsl"),
-        F16 => include_str!("../../../shaders/quant/f16.wgsl"),
-        BF16 => include_str!("../../../shaders/quant/bf16.wgsl"),
-        Q4_0 => include_str!("../../../shaders/quant/q4_0.wgsl"),
-        Q4_1 => include_str!("../../../shaders/quant/q4_1.wgsl"),
-        Q5_0 => include_str!("../../../shaders/quant/q5_0.wgsl"),
-        Q5_1 => include_str!("../../../shaders/quant/q5_1.wgsl"),
-        Q8_0 => include_str!("../../../shaders/quant/q8_0.wgsl"),
-        Q4_K => {
-            return Some(format!(
-                "{KSCALE}\n{}",
-                include_str!("../../../shaders/quant/q4_k.wgsl")
-            ));
-        }
-        Q5_K => {
-            return Some(format!(
-                "{KSCALE}\n{}",
-                include_str!("../../../shaders/quant/q5_k.wgsl")
-            ));
-        }
-        Q6_K => include_str!("../../../shaders/quant/q6_k.wgsl"),
-        IQ4_NL => include_str!("../../../shaders/quant/iq4_nl.wgsl"),
-        IQ4_XS => include_str!("../../../shaders/quant/iq4_xs.wgsl"),
-        _ => return None,
-    };
-    Some(body.to_string())
-}
-
-/// The `load_chunk` decoder of `ty` for weights held in a texture: a decoder of the layout in
-/// `texlayout.rs` that fetches whole texels where there is one, else the generic decoder over the
-/// byte helpers of bytes_tex.wgsl.
-pub fn tex_quant_source(ty: GgmlType) -> Option<String> {
-    use GgmlType::*;
-    let body = match ty {
-        Q8_0 => include_str!("../../../shaders/quant/tex/q8_0.wgsl"),
-        Q5_0 => include_str!("../../../shaders/quant/tex/q5_0.wgsl"),
-        Q4_K => include_str!("../../../shaders/quant/tex/q4_k.wgsl"),
-        Q6_K => include_str!("../../../shaders/quant/tex/q6_k.wgsl"),
-        _ => return quant_source(ty),
-    };
-    Some(body.to_string())
+/// The generated source named `name`.
+pub fn generated(name: &str) -> Option<&'static str> {
+    VARIANTS
+        .binary_search_by(|(n, _)| (*n).cmp(name))
+        .ok()
+        .map(|i| VARIANTS[i].1)
 }
 
 /// Whether weights of type `ty` can be multiplied and looked up.
@@ -126,67 +84,32 @@ impl Kernel {
         }
     }
 
-    /// The complete WGSL module of the kernel (`None` for an unsupported quant type).
-    pub fn source(self) -> Option<String> {
-        let (template, quant) = match self {
-            Kernel::Matmul(t) => (include_str!("../../../shaders/matmul.wgsl"), Some(t)),
-            Kernel::MatmulRows(t) => (include_str!("../../../shaders/matmul_rows.wgsl"), Some(t)),
-            Kernel::MatmulTex(t, ..) => (include_str!("../../../shaders/matmul_tex.wgsl"), Some(t)),
-            Kernel::Embed(t) | Kernel::EmbedTex(t) => (include_str!("../../../shaders/embed.wgsl"), Some(t)),
-            Kernel::Add | Kernel::AddBias | Kernel::Scale | Kernel::Swiglu | Kernel::Geglu => {
-                (include_str!("../../../shaders/elementwise.wgsl"), None)
-            }
-            Kernel::RmsNorm | Kernel::RmsNormInplace => (include_str!("../../../shaders/rmsnorm.wgsl"), None),
-            Kernel::Rope => (include_str!("../../../shaders/rope.wgsl"), None),
-            Kernel::KvStore => (include_str!("../../../shaders/kv_store.wgsl"), None),
-            Kernel::Attention => (include_str!("../../../shaders/attention.wgsl"), None),
-            Kernel::Argmax => (include_str!("../../../shaders/argmax.wgsl"), None),
-        };
-        let textured = matches!(self, Kernel::MatmulTex(..) | Kernel::EmbedTex(_));
-        // The embedding template reads its weights with whichever helpers match their storage.
-        let mut src = template
-            .replace("//INCLUDE bytes.wgsl", if textured { BYTES_TEX } else { BYTES })
-            .replace("//INCLUDE bytes_tex.wgsl", BYTES_TEX)
-            .replace("//INCLUDE matmul_io.wgsl", MATMUL_IO);
-        if let Kernel::MatmulTex(_, r, shared) = self {
-            if !TEX_TILES.contains(&r) {
-                return None;
-            }
-            src = src.replace("const R: u32 = 8u;", &format!("const R: u32 = {r}u;"));
-            src = if shared {
-                src.replace("//INCLUDE X", X_SUBGROUP).replace(
-                    "@builtin(local_invocation_index) lane",
-                    "@builtin(subgroup_invocation_id) lane",
-                )
-            } else {
-                src.replace("//INCLUDE X", X_LANE)
-            };
-        }
-
-        if let Some(t) = quant {
-            let decoder = if textured {
-                tex_quant_source(t)?
-            } else {
-                quant_source(t)?
-            };
-            src = src.replace("//INCLUDE QUANT", &decoder);
-        }
-        Some(src)
+    /// The complete WGSL module of the kernel, generated at build time (`None` for an
+    /// unsupported quant type or tile).
+    pub fn source(self) -> Option<&'static str> {
+        generated(&self.label())
     }
 
-    /// A name for labels and messages.
+    /// A name for labels and messages: the name of its generated variant.
     pub fn label(self) -> String {
+        let q = |t: GgmlType| t.name().to_lowercase();
         match self {
-            Kernel::Matmul(t) => format!("matmul_{}", t.name().to_lowercase()),
-            Kernel::MatmulRows(t) => format!("matmul_rows_{}", t.name().to_lowercase()),
-            Kernel::MatmulTex(t, r, shared) => format!(
-                "matmul_tex{r}{}_{}",
-                if shared { "_subgroup" } else { "" },
-                t.name().to_lowercase()
-            ),
-            Kernel::Embed(t) => format!("embed_{}", t.name().to_lowercase()),
-            Kernel::EmbedTex(t) => format!("embed_tex_{}", t.name().to_lowercase()),
-            k => k.entry().to_string(),
+            Kernel::Matmul(t) => compose::name("matmul", &q(t), 0, false),
+            Kernel::MatmulRows(t) => compose::name("matmul_rows", &q(t), 0, false),
+            Kernel::MatmulTex(t, r, shared) => compose::name("matmul_tex", &q(t), r, shared),
+            Kernel::Embed(t) => compose::name("embed", &q(t), 0, false),
+            Kernel::EmbedTex(t) => compose::name("embed_tex", &q(t), 0, false),
+            Kernel::Add => "add".into(),
+            Kernel::AddBias => "add_bias".into(),
+            Kernel::Scale => "scale".into(),
+            Kernel::Swiglu => "swiglu".into(),
+            Kernel::Geglu => "geglu".into(),
+            Kernel::RmsNorm => "rmsnorm".into(),
+            Kernel::RmsNormInplace => "rmsnorm_inplace".into(),
+            Kernel::Rope => "rope".into(),
+            Kernel::KvStore => "kv_store".into(),
+            Kernel::Attention => "attention".into(),
+            Kernel::Argmax => "argmax".into(),
         }
     }
 }

@@ -20,6 +20,7 @@
 //! called: one submission and one readback per forward pass. Pipelines are compiled once per
 //! kernel variant and bind groups once per set of bindings (`recorder`), then reused.
 
+pub mod compose;
 mod context;
 pub mod kernels;
 mod recorder;

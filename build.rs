@@ -1,0 +1,46 @@
+//! Generates the WGSL kernel variants into `OUT_DIR/wgsl/` (one file per template × block
+//! format × specialization, composed by `src/backend/wgpu/compose.rs`) and
+//! `OUT_DIR/wgsl_variants.rs`, the table that embeds them in the library.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[path = "src/backend/wgpu/compose.rs"]
+#[allow(dead_code)]
+mod compose;
+
+fn main() {
+    let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let shaders = root.join("shaders");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let dir = out.join("wgsl");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    println!("cargo:rerun-if-changed=shaders");
+    println!("cargo:rerun-if-changed=src/backend/wgpu/compose.rs");
+    let read = |rel: &str| -> String {
+        let path = shaders.join(rel);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+    };
+    let mut table = String::from("/// Every generated kernel variant: (name, WGSL source), sorted by name.\n");
+    table.push_str("pub static VARIANTS: &[(&str, &str)] = &[\n");
+    let mut variants = compose::variants(&read);
+    variants.sort();
+    for (name, src) in &variants {
+        let file = dir.join(format!("{name}.wgsl"));
+        write_if_changed(&file, src);
+        writeln!(
+            table,
+            "    ({name:?}, include_str!(concat!(env!(\"OUT_DIR\"), \"/wgsl/{name}.wgsl\"))),"
+        )
+        .unwrap();
+    }
+    table.push_str("];\n");
+    write_if_changed(&out.join("wgsl_variants.rs"), &table);
+}
+
+/// Write only when the content differs, so unchanged variants keep their timestamps.
+fn write_if_changed(path: &Path, content: &str) {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(content) {
+        std::fs::write(path, content).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+}

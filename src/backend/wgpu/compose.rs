@@ -1,0 +1,107 @@
+//! How the WGSL kernel variants are composed from `shaders/`: a template's `//INCLUDE` lines
+//! take the byte helpers, the activation loader and the `load_chunk` decoder of one block
+//! format, and a few constants are specialized. The build script (`build.rs`) runs this at
+//! build time and writes every variant to `OUT_DIR/wgsl/NAME.wgsl`; the library embeds those
+//! files (`kernels.rs`), so the variant list and the composition live in this one file.
+//!
+//! Plain Rust with no crate imports: `build.rs` includes it with `#[path]`.
+
+/// Block formats with a WGSL decoder (`shaders/quant/NAME.wgsl`), by their lowercase GGUF name.
+pub const QUANTS: [&str; 13] = [
+    "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
+];
+
+/// Formats with a decoder of their own for texture-held weights (`shaders/quant/tex/`); the
+/// others use their generic decoder over the texture byte helpers.
+const TEX_QUANTS: [&str; 4] = ["q8_0", "q5_0", "q4_k", "q6_k"];
+
+/// Activation rows per invocation of the texture matmul variants.
+pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
+
+/// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
+/// the elementwise ops and in-place rmsnorm, which share one).
+pub const PLAIN: [&str; 11] = [
+    "add",
+    "add_bias",
+    "scale",
+    "swiglu",
+    "geglu",
+    "rmsnorm",
+    "rmsnorm_inplace",
+    "rope",
+    "kv_store",
+    "attention",
+    "argmax",
+];
+
+/// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label.
+pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
+    match kind {
+        "matmul_tex" => format!("matmul_tex{tile}{}_{quant}", if subgroup { "_subgroup" } else { "" }),
+        _ if quant.is_empty() => kind.to_string(),
+        _ => format!("{kind}_{quant}"),
+    }
+}
+
+/// Every variant as (name, WGSL source); `read` returns a file of `shaders/` by relative path.
+pub fn variants(read: &dyn Fn(&str) -> String) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for q in QUANTS {
+        for kind in ["matmul", "matmul_rows", "embed", "embed_tex"] {
+            out.push((name(kind, q, 0, false), compose(read, kind, q, 0, false)));
+        }
+        for tile in TEX_TILES {
+            for subgroup in [false, true] {
+                let src = compose(read, "matmul_tex", q, tile, subgroup);
+                out.push((name("matmul_tex", q, tile, subgroup), src));
+            }
+        }
+    }
+    for kind in PLAIN {
+        out.push((kind.to_string(), compose(read, kind, "", 0, false)));
+    }
+    out
+}
+
+/// The source of one variant.
+fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
+    let template = match kind {
+        "add" | "add_bias" | "scale" | "swiglu" | "geglu" => "elementwise.wgsl".to_string(),
+        "rmsnorm_inplace" => "rmsnorm.wgsl".to_string(),
+        "embed_tex" => "embed.wgsl".to_string(),
+        k => format!("{k}.wgsl"),
+    };
+    let textured = matches!(kind, "matmul_tex" | "embed_tex");
+    // The embedding template reads its weights with whichever helpers match their storage.
+    let bytes = read(if textured { "bytes_tex.wgsl" } else { "bytes.wgsl" });
+    let mut src = read(&template)
+        .replace("//INCLUDE bytes.wgsl", &bytes)
+        .replace("//INCLUDE bytes_tex.wgsl", &read("bytes_tex.wgsl"))
+        .replace("//INCLUDE matmul_io.wgsl", &read("matmul_io.wgsl"));
+    if kind == "matmul_tex" {
+        src = src.replace("const R: u32 = 8u;", &format!("const R: u32 = {tile}u;"));
+        src = if subgroup {
+            src.replace("//INCLUDE X", &read("x_subgroup.wgsl")).replace(
+                "@builtin(local_invocation_index) lane",
+                "@builtin(subgroup_invocation_id) lane",
+            )
+        } else {
+            src.replace("//INCLUDE X", &read("x_lane.wgsl"))
+        };
+    }
+    if !quant.is_empty() {
+        let decoder = if textured && TEX_QUANTS.contains(&quant) {
+            read(&format!("quant/tex/{quant}.wgsl"))
+        } else if matches!(quant, "q4_k" | "q5_k") {
+            format!(
+                "{}\n{}",
+                read("quant/kscale.wgsl"),
+                read(&format!("quant/{quant}.wgsl"))
+            )
+        } else {
+            read(&format!("quant/{quant}.wgsl"))
+        };
+        src = src.replace("//INCLUDE QUANT", &decoder);
+    }
+    src
+}
