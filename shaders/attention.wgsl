@@ -1,8 +1,18 @@
-// Causal (optionally windowed) softmax attention with grouped KV heads, one workgroup per
-// (query row, head); the WG invocations split the KV length. Mirrors the CPU path's roundings
-// (q and the normalized probabilities to f16; the cache already holds f16 values), with the
-// softmax statistics in f32: pass 1 finds each invocation's running max and rescaled sum,
-// combined across the workgroup; pass 2 weights V.
+// Causal (optionally windowed) softmax attention with grouped KV heads. Mirrors the CPU path's
+// roundings (q and the normalized probabilities to f16; the cache already holds f16 values),
+// with the softmax statistics in f32.
+//
+// `main`: one workgroup per (query row, head); the WG invocations split the KV length. Pass 1
+// finds each invocation's running max and rescaled sum, combined across the workgroup; pass 2
+// weights V.
+//
+// Split across workgroups too (decode on GPUs, where a few heads would leave most of the
+// device idle): the KV range is cut into `n_split` chunks of `chunk` positions and each
+// (row, head, chunk) gets a workgroup. `stats` writes each chunk's max and rescaled sum to S;
+// `weigh` combines them into the row's max and sum (so each probability is normalized and
+// rounded exactly as in `main`) and writes the chunk's weighted V sum to S at `acc_off`;
+// `merge` adds the chunks' sums. S: [rows * n_head * n_split] pairs (max, sum), then
+// [rows * n_head * n_split][head_dim] partial outputs.
 
 struct Params {
     rows: u32,
@@ -12,8 +22,10 @@ struct Params {
     head_dim: u32,
     window: u32,
     grid_x: u32,
-    pad: u32,
+    n_split: u32,
     scale: f32,
+    chunk: u32,
+    acc_off: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -21,6 +33,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> KC: array<f32>;
 @group(0) @binding(3) var<storage, read> VC: array<f32>;
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
+@group(0) @binding(5) var<storage, read_write> S: array<f32>;
 
 const WG: u32 = 32u;
 const MAX_HD: u32 = 256u;
@@ -30,6 +43,7 @@ var<private> q16: array<f32, MAX_HD>;
 var<private> acc: array<f32, MAX_HD>;
 var<workgroup> red: array<f32, 32>;
 var<workgroup> tile: array<f32, 1024>; // [WG][32]
+var<workgroup> summed: array<f32, MAX_HD>;
 
 fn f16r(x: f32) -> f32 {
     return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
@@ -73,17 +87,19 @@ fn score(j: u32, kbase: u32) -> f32 {
     return s * P.scale;
 }
 
-@compute @workgroup_size(32)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    let idx = wid.x + wid.y * P.grid_x;
-    if (idx >= P.rows * P.n_head) {
-        return;
-    }
+/// Where query `idx` (row-major over rows, heads) reads: its K/V head offset, its position
+/// and the first position its window sees.
+struct Head {
+    kbase: u32,
+    pos: u32,
+    first: u32,
+}
+
+fn head(idx: u32) -> Head {
     let hd = P.head_dim;
     let r = idx / P.n_head;
     let h = idx % P.n_head;
     let kvh = h / (P.n_head / P.n_head_kv);
-    let kbase = kvh * hd;
     let pos = P.pos0 + r;
     var first = 0u;
     if (P.window != 0u && pos + 1u > P.window) {
@@ -93,10 +109,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         q16[d] = f16r(Q[idx * hd + d]);
         acc[d] = 0.0;
     }
-    // Pass 1: running max and sum of exp(s - max) per invocation.
+    return Head(kvh * hd, pos, first);
+}
+
+/// Running max and sum of exp(s - max) of this invocation over positions lo + li, lo + li +
+/// WG, ... below hi.
+fn running(lo: u32, hi: u32, kbase: u32, li: u32) -> vec2<f32> {
     var m = NEG_BIG;
     var l = 0.0;
-    for (var j = first + li; j <= pos; j += WG) {
+    for (var j = lo + li; j < hi; j += WG) {
         let s = score(j, kbase);
         if (s > m) {
             l = l * exp(m - s) + 1.0;
@@ -105,11 +126,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             l += exp(s - m);
         }
     }
-    let gm = reduce_max(m, li);
-    let total = reduce_sum(l * exp(m - gm), li);
-    let inv = 1.0 / total;
-    // Pass 2: probabilities (rounded to f16, as the CPU does) weight the V rows.
-    for (var j = first + li; j <= pos; j += WG) {
+    return vec2<f32>(m, l);
+}
+
+/// Adds f16(exp(s - gm) * inv) * V over this invocation's positions to `acc`.
+fn weigh_v(lo: u32, hi: u32, kbase: u32, gm: f32, inv: f32, li: u32) {
+    let hd = P.head_dim;
+    for (var j = lo + li; j < hi; j += WG) {
         let p = f16r(exp(score(j, kbase) - gm) * inv);
         if (p != 0.0) {
             let vb = j * P.n_head_kv * hd + kbase;
@@ -118,7 +141,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
     }
-    // Sum the invocations' partial outputs, 32 dimensions at a time.
+}
+
+/// Sums the invocations' `acc` into `summed`, 32 dimensions at a time: invocation li writes
+/// dimensions li, li + 32, ... (and may read those back without a barrier).
+fn reduce_acc(li: u32) {
+    let hd = P.head_dim;
     for (var c0 = 0u; c0 < hd; c0 += 32u) {
         for (var i = 0u; i < 32u; i++) {
             if (c0 + i < hd) {
@@ -131,8 +159,94 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var t = 0u; t < WG; t++) {
                 s += tile[t * 32u + li];
             }
-            O[idx * hd + c0 + li] = s;
+            summed[c0 + li] = s;
         }
         workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(32)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let idx = wid.x + wid.y * P.grid_x;
+    if (idx >= P.rows * P.n_head) {
+        return;
+    }
+    let hq = head(idx);
+    let ml = running(hq.first, hq.pos + 1u, hq.kbase, li);
+    let gm = reduce_max(ml.x, li);
+    let total = reduce_sum(ml.y * exp(ml.x - gm), li);
+    // Probabilities (rounded to f16, as the CPU does) weight the V rows.
+    weigh_v(hq.first, hq.pos + 1u, hq.kbase, gm, 1.0 / total, li);
+    reduce_acc(li);
+    for (var d = li; d < P.head_dim; d += WG) {
+        O[idx * P.head_dim + d] = summed[d];
+    }
+}
+
+/// The positions of chunk `c` that query `hq` sees: [x, y).
+fn chunk_range(hq: Head, c: u32) -> vec2<u32> {
+    let lo = max(hq.first, c * P.chunk);
+    let hi = max(lo, min(hq.pos + 1u, (c + 1u) * P.chunk));
+    return vec2<u32>(lo, hi);
+}
+
+@compute @workgroup_size(32)
+fn stats(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let g = wid.x + wid.y * P.grid_x;
+    if (g >= P.rows * P.n_head * P.n_split) {
+        return;
+    }
+    let hq = head(g / P.n_split);
+    let range = chunk_range(hq, g % P.n_split);
+    let ml = running(range.x, range.y, hq.kbase, li);
+    let gm = reduce_max(ml.x, li);
+    let total = reduce_sum(ml.y * exp(ml.x - gm), li);
+    if (li == 0u) {
+        S[2u * g] = gm;
+        S[2u * g + 1u] = total;
+    }
+}
+
+@compute @workgroup_size(32)
+fn weigh(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let g = wid.x + wid.y * P.grid_x;
+    if (g >= P.rows * P.n_head * P.n_split) {
+        return;
+    }
+    let idx = g / P.n_split;
+    let hq = head(idx);
+    // The row's max and sum from its chunks' (empty chunks have sum 0).
+    var gm = NEG_BIG;
+    for (var c = 0u; c < P.n_split; c++) {
+        gm = max(gm, S[2u * (idx * P.n_split + c)]);
+    }
+    var total = 0.0;
+    for (var c = 0u; c < P.n_split; c++) {
+        let l = S[2u * (idx * P.n_split + c) + 1u];
+        if (l > 0.0) {
+            total += l * exp(S[2u * (idx * P.n_split + c)] - gm);
+        }
+    }
+    let range = chunk_range(hq, g % P.n_split);
+    weigh_v(range.x, range.y, hq.kbase, gm, 1.0 / total, li);
+    reduce_acc(li);
+    for (var d = li; d < P.head_dim; d += WG) {
+        S[P.acc_off + g * P.head_dim + d] = summed[d];
+    }
+}
+
+@compute @workgroup_size(32)
+fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let idx = wid.x + wid.y * P.grid_x;
+    if (idx >= P.rows * P.n_head) {
+        return;
+    }
+    let hd = P.head_dim;
+    for (var d = li; d < hd; d += WG) {
+        var s = 0.0;
+        for (var c = 0u; c < P.n_split; c++) {
+            s += S[P.acc_off + (idx * P.n_split + c) * hd + d];
+        }
+        O[idx * hd + d] = s;
     }
 }

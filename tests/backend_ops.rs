@@ -526,20 +526,32 @@ fn attention_suite<B: Backend>(be: &B, seed: u64, hd: usize) -> Vec<(String, Vec
     res
 }
 
-/// Attention: WebGPU against the CPU backend (both round K, V, q and probabilities to f16).
+/// Attention: WebGPU against the CPU backend (both round K, V, q and probabilities to f16),
+/// in one pass and split across the KV length.
 #[test]
 fn attention_matches_cpu() {
     let Some(g) = gpu() else { return };
     let cpu = CpuBackend::new(2).expect("cpu");
     let mut failures = Vec::new();
+    // Also split across the KV length (every row, chunks of 16 and 7 positions: up to 12
+    // chunks, some beyond a windowed query's reach and so empty).
+    let split = |chunk| {
+        gpu_with(WebGpuOptions {
+            kv_chunk: Some(chunk),
+            ..Default::default()
+        })
+    };
+    let variants = [("", Some(g)), (" split 16", split(16)), (" split 7", split(7))];
     for hd in [20, 64, 256] {
         let want = attention_suite(&cpu, 3, hd);
-        let got = attention_suite(&g, 3, hd);
-        for ((name, a), (_, b)) in got.iter().zip(&want) {
-            let e = nmse(a, &widen(b));
-            println!("[ops] {name}: NMSE webgpu vs cpu {e:.1e}");
-            if e.is_nan() || e > NMSE_F32 {
-                failures.push(format!("{name}: NMSE {e:.2e}"));
+        for (how, be) in &variants {
+            let got = attention_suite(be.as_ref().expect("the adapter opened once"), 3, hd);
+            for ((name, a), (_, b)) in got.iter().zip(&want) {
+                let e = nmse(a, &widen(b));
+                println!("[ops] {name}{how}: NMSE webgpu vs cpu {e:.1e}");
+                if e.is_nan() || e > NMSE_F32 {
+                    failures.push(format!("{name}{how}: NMSE {e:.2e}"));
+                }
             }
         }
     }

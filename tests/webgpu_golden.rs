@@ -13,7 +13,7 @@
 mod common;
 
 use tinyllm::backend::cpu::CpuBackend;
-use tinyllm::backend::webgpu::WebGpuBackend;
+use tinyllm::backend::webgpu::{WebGpuBackend, WebGpuOptions};
 use tinyllm::backend::Backend;
 use tinyllm::engine::Session;
 
@@ -282,4 +282,29 @@ fn decode_steps_reuse_their_bind_groups() {
         cached,
         "a dropped session's bind groups stayed cached"
     );
+}
+
+/// Attention split across the KV length (forced on, chunks of 8 positions, for prefill and
+/// decode) picks the same greedy tokens as the one-pass kernel over a 40-token run.
+#[test]
+fn split_attention_decodes_like_one_pass() {
+    let Some(g) = gpu() else { return };
+    let split = WebGpuBackend::with_options(WebGpuOptions {
+        kv_chunk: Some(8),
+        ..Default::default()
+    })
+    .expect("the adapter opened once");
+    let path = common::golden("fixtures").join("gemma3.Q8_0.gguf");
+    let tokens = |be: WebGpuBackend| {
+        let model = load(be, &path);
+        let mut sess = session(&model, 64);
+        let mut t = vec![sess.forward_argmax(&[2, 17, 99, 4, 250, 31]).expect("prefill")];
+        while t.len() < 40 {
+            t.push(sess.forward_argmax(&[*t.last().unwrap()]).expect("decode"));
+        }
+        t
+    };
+    let (a, b) = (tokens(split), tokens(g));
+    println!("[split attention] {a:?}");
+    assert_eq!(a, b);
 }

@@ -32,6 +32,10 @@ pub enum Kernel {
     Rope,
     KvStore,
     Attention,
+    /// The three passes of attention split across the KV length (attention.wgsl).
+    AttentionStats,
+    AttentionWeigh,
+    AttentionMerge,
     Argmax,
 }
 
@@ -80,6 +84,9 @@ impl Kernel {
             Kernel::Swiglu => "swiglu",
             Kernel::Geglu => "geglu",
             Kernel::RmsNormInplace => "inplace",
+            Kernel::AttentionStats => "stats",
+            Kernel::AttentionWeigh => "weigh",
+            Kernel::AttentionMerge => "merge",
             _ => "main",
         }
     }
@@ -87,11 +94,21 @@ impl Kernel {
     /// The complete WGSL module of the kernel, generated at build time (`None` for an
     /// unsupported quant type or tile).
     pub fn source(self) -> Option<&'static str> {
-        generated(&self.label())
+        generated(&self.variant())
     }
 
-    /// A name for labels and messages: the name of its generated variant.
+    /// A name for labels and messages.
     pub fn label(self) -> String {
+        match self {
+            Kernel::AttentionStats | Kernel::AttentionWeigh | Kernel::AttentionMerge => {
+                format!("attention_{}", self.entry())
+            }
+            k => k.variant(),
+        }
+    }
+
+    /// The name of its generated variant (one module may hold several kernels' entry points).
+    pub fn variant(self) -> String {
         let q = |t: GgmlType| t.name().to_lowercase();
         match self {
             Kernel::Matmul(t) => compose::name("matmul", &q(t), 0, false),
@@ -108,7 +125,9 @@ impl Kernel {
             Kernel::RmsNormInplace => "rmsnorm_inplace".into(),
             Kernel::Rope => "rope".into(),
             Kernel::KvStore => "kv_store".into(),
-            Kernel::Attention => "attention".into(),
+            Kernel::Attention | Kernel::AttentionStats | Kernel::AttentionWeigh | Kernel::AttentionMerge => {
+                "attention".into()
+            }
             Kernel::Argmax => "argmax".into(),
         }
     }
@@ -144,6 +163,9 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::Rope,
         Kernel::KvStore,
         Kernel::Attention,
+        Kernel::AttentionStats,
+        Kernel::AttentionWeigh,
+        Kernel::AttentionMerge,
         Kernel::Argmax,
     ]);
     v

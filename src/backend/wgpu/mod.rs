@@ -48,6 +48,10 @@ const MATMUL_ROWS: usize = 8;
 const MAX_HEAD_DIM: usize = 256;
 /// Bytes per texture row of texture-held weights (4096 Rgba32Uint texels; bytes_tex.wgsl).
 const TEX_ROW_BYTES: u64 = 4096 * 16;
+/// KV positions per workgroup of split attention on GPUs (see [`WebGpuOptions::kv_chunk`]).
+pub const KV_CHUNK: usize = 256;
+/// Most query rows for which a GPU splits attention by default (decode, small batches).
+const SPLIT_MAX_ROWS: usize = 8;
 /// Bytes of the uniform window matmul_tex.wgsl reads its activation tile from.
 const X_WINDOW_BYTES: usize = 65536;
 
@@ -65,6 +69,10 @@ pub struct WebGpuOptions {
     /// Keep [`MatmulVariant::Texture`] from sharing activation loads through subgroups even
     /// where the device has them (tests run both kernels).
     pub no_subgroups: bool,
+    /// Split attention across the KV length in chunks of this many positions whenever a query
+    /// sees more; default: chunks of [`KV_CHUNK`] for decode on GPUs, no split on CPU
+    /// adapters (their few threads are kept busy by the heads alone).
+    pub kv_chunk: Option<usize>,
 }
 
 /// How a matmul spreads over invocations (both compute the same sums in f32).
@@ -102,6 +110,13 @@ pub struct WebGpuBackend {
     x_window: wgpu::Buffer,
     /// Whether matmul_tex.wgsl shares activation loads through subgroups (of 8 to 64 lanes).
     subgroups: bool,
+    /// Split attention's chunk size (`None`: never split).
+    kv_chunk: Option<usize>,
+    /// Split for any number of query rows (the chunk was asked for), not only decode.
+    split_any_rows: bool,
+    /// Split attention's partial results, grown on demand; locked while one attention records
+    /// its three passes.
+    attn_partials: Arc<Mutex<Option<wgpu::Buffer>>>,
     /// Buffers every readback reuses; the lock is held from the recording of the result to its
     /// read, so two threads cannot interleave their uses.
     reads: Arc<Mutex<ReadBuffers>>,
@@ -305,6 +320,11 @@ impl WebGpuBackend {
             x_window,
             subgroups,
             reads: Arc::default(),
+            kv_chunk: opts
+                .kv_chunk
+                .or((default_matmul != MatmulVariant::Texture).then_some(KV_CHUNK)),
+            split_any_rows: opts.kv_chunk.is_some(),
+            attn_partials: Arc::default(),
         };
         // Compile the fixed kernels now (weight kernels compile when a weight of the type loads).
         for k in kernels::all_variants() {
@@ -406,6 +426,32 @@ impl WebGpuBackend {
     /// Bind groups kept for reuse (those of dropped buffers leave with them).
     pub fn cached_bind_groups(&self) -> usize {
         self.lock().cached_bind_groups()
+    }
+
+    /// The parameter block of attention.wgsl.
+    fn attn_params(
+        &self,
+        p: &AttnParams,
+        gx: u32,
+        n_split: usize,
+        chunk: usize,
+        acc_off: usize,
+    ) -> Result<Vec<u8>, BackendError> {
+        let a = |v: usize| u("attention", v);
+        Ok(words(&[
+            a(p.rows)?,
+            a(p.pos0)?,
+            a(p.n_head)?,
+            a(p.n_head_kv)?,
+            a(p.head_dim)?,
+            a(p.window.unwrap_or(0))?,
+            gx,
+            a(n_split)?,
+            p.scale.to_bits(),
+            a(chunk)?,
+            a(acc_off)?,
+            0,
+        ]))
     }
 
     /// Submit the recorded work without waiting for it.
@@ -1100,28 +1146,55 @@ impl Backend for WebGpuBackend {
         if p.rows == 0 {
             return Ok(());
         }
-        let (gx, gy) = grid(p.rows * p.n_head);
-        let params = words(&[
-            u("attention", p.rows)?,
-            u("attention", p.pos0)?,
-            u("attention", p.n_head)?,
-            u("attention", p.n_head_kv)?,
-            u("attention", hd)?,
-            u("attention", p.window.unwrap_or(0))?,
-            gx,
-            0,
-            p.scale.to_bits(),
-            0,
-            0,
-            0,
-        ]);
+        let last = p.pos0 + p.rows; // positions the last query sees
+        let split = self
+            .kv_chunk
+            .filter(|&c| c > 0 && last > c && (self.split_any_rows || p.rows <= SPLIT_MAX_ROWS));
+        let Some(chunk) = split else {
+            let (gx, gy) = grid(p.rows * p.n_head);
+            let params = self.attn_params(p, gx, 1, 0, 0)?;
+            return self.run(
+                "attention",
+                Kernel::Attention,
+                &params,
+                None,
+                &[(1, &q.buf), (2, &k_cache.0.buf), (3, &v_cache.0.buf), (4, &out.buf)],
+                (gx, gy, 1),
+            );
+        };
+        let n_split = last.div_ceil(chunk);
+        let parts = p.rows * p.n_head * n_split;
+        let acc_off = 2 * parts;
+        let floats = acc_off + parts * hd;
+        if floats as u64 * 4 > self.ctx.limits.max_storage_buffer_binding_size {
+            return Err(shape(
+                "attention",
+                format!("{parts} split partial results exceed the device's largest storage binding"),
+            ));
+        }
+        let mut slot = self.attn_partials.lock().unwrap_or_else(|e| e.into_inner());
+        let s = grown(
+            &self.ctx.device,
+            &mut slot,
+            "attention partials",
+            floats as u64 * 4,
+            wgpu::BufferUsages::STORAGE,
+        );
+        let (gx, gy) = grid(parts);
+        let params = self.attn_params(p, gx, n_split, chunk, acc_off)?;
+        let kv = [(1, &q.buf), (2, &k_cache.0.buf), (5, &s)];
+        self.run("attention", Kernel::AttentionStats, &params, None, &kv, (gx, gy, 1))?;
+        let kv = [(1, &q.buf), (2, &k_cache.0.buf), (3, &v_cache.0.buf), (5, &s)];
+        self.run("attention", Kernel::AttentionWeigh, &params, None, &kv, (gx, gy, 1))?;
+        let (mx, my) = grid(p.rows * p.n_head);
+        let params = self.attn_params(p, mx, n_split, chunk, acc_off)?;
         self.run(
             "attention",
-            Kernel::Attention,
+            Kernel::AttentionMerge,
             &params,
             None,
-            &[(1, &q.buf), (2, &k_cache.0.buf), (3, &v_cache.0.buf), (4, &out.buf)],
-            (gx, gy, 1),
+            &[(4, &out.buf), (5, &s)],
+            (mx, my, 1),
         )
     }
 
