@@ -132,6 +132,50 @@ impl SamplerConfig {
     }
 }
 
+/// What a backend hands back for a row of logits when the sampler does not need all of it
+/// ([`Sampler::plan`]): `Backend::top_k` computes it on the device.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Candidates {
+    /// The `k` largest sanitized logits (NaN as -inf, +inf as the largest finite value; ties
+    /// to the lower id) as (id, logit), in id order.
+    pub top: Vec<(u32, f32)>,
+    /// The logits, as they are, at the plan's gather ids (-inf past the row).
+    pub gathered: Vec<f32>,
+}
+
+/// The candidates one draw needs: the `k` largest logits and the logits at `gather` (the
+/// penalized tokens).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub k: usize,
+    pub gather: Vec<u32>,
+}
+
+/// [`Candidates`] of one row, on the host (the reference the device kernel is tested against).
+pub fn candidates(row: &[f32], k: usize, gather: &[u32]) -> Candidates {
+    let mut cand: Vec<Cand> = row
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| Cand {
+            id: i as u32,
+            logit: sanitize(l),
+        })
+        .collect();
+    let k = k.min(cand.len());
+    if k > 0 && k < cand.len() {
+        cand.select_nth_unstable_by(k - 1, by_logit_desc);
+    }
+    cand.truncate(k);
+    cand.sort_unstable_by_key(|c| c.id);
+    Candidates {
+        top: cand.iter().map(|c| (c.id, c.logit)).collect(),
+        gathered: gather
+            .iter()
+            .map(|&id| row.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY))
+            .collect(),
+    }
+}
+
 /// One candidate token.
 #[derive(Debug, Clone, Copy)]
 struct Cand {
@@ -199,7 +243,71 @@ impl Sampler {
         if self.greedy() {
             return self.cand.iter().copied().min_by(by_logit_desc).map_or(0, |c| c.id);
         }
+        self.draw()
+    }
+
+    /// What to ask a backend for instead of a whole row of logits (see [`Candidates`]), or
+    /// `None` when the draw needs the row: greedy (use the argmax) or top-k off.
+    pub fn plan(&self, history: &[u32]) -> Option<Plan> {
+        if self.greedy() || self.cfg.top_k == 0 {
+            return None;
+        }
+        let mut gather = Vec::new();
+        if self.cfg.penalties_enabled() {
+            for_each_penalized(&self.cfg, history, |id, _| gather.push(id));
+        }
+        Some(Plan {
+            k: self.cfg.top_k + gather.len(),
+            gather,
+        })
+    }
+
+    /// The token [`Sampler::sample`] would pick from the whole row, from `c`, the row's
+    /// candidates for `plan` (made by [`Sampler::plan`] with the same `history`). The top-k
+    /// survivors are the same set: a token that is not penalized and makes the top k after
+    /// the penalties is among the top k of the unpenalized ones, so among the `k + m` largest
+    /// raw logits; the penalized ones come gathered. Then the same chain and draw follow.
+    pub fn sample_candidates(&mut self, c: &Candidates, plan: &Plan, history: &[u32]) -> u32 {
+        self.cand.clear();
+        self.cand.extend(c.top.iter().map(|&(id, logit)| Cand {
+            id,
+            logit: sanitize(logit),
+        }));
+        self.cand.sort_unstable_by_key(|c| c.id);
+        let top = self.cand.len();
+        // The gather ids are distinct; add those the top does not hold.
+        for (&id, &logit) in plan.gather.iter().zip(&c.gathered) {
+            if self.cand[..top].binary_search_by_key(&id, |c| c.id).is_err() {
+                self.cand.push(Cand {
+                    id,
+                    logit: sanitize(logit),
+                });
+            }
+        }
+        self.cand.sort_unstable_by_key(|c| c.id);
+        if self.cfg.penalties_enabled() {
+            let cfg = &self.cfg;
+            let cand = &mut self.cand;
+            for_each_penalized(cfg, history, |id, count| {
+                if let Ok(i) = cand.binary_search_by_key(&id, |c| c.id) {
+                    cand[i].logit = penalize(cfg, cand[i].logit, count);
+                }
+            });
+        }
+        self.cand.retain(|c| c.logit > f32::NEG_INFINITY);
+        if self.cand.is_empty() {
+            // Every logit is -inf or NaN: `sample` returns the row's argmax, the first id.
+            return c.top.iter().map(|t| t.0).min().unwrap_or(0);
+        }
+        self.draw()
+    }
+
+    /// Truncate the prepared candidates and draw one, weighted by probability, walking them in
+    /// id order (any order would do; a fixed one makes the same draw from the same set,
+    /// however it was gathered).
+    fn draw(&mut self) -> u32 {
         self.truncate();
+        self.cand.sort_unstable_by_key(|c| c.id);
         let (max, inv_t) = self.scaled_max();
         let total: f64 = self.cand.iter().map(|c| weight(c.logit, max, inv_t)).sum();
         let mut target = self.rng.random::<f64>() * total;
@@ -257,13 +365,16 @@ impl Sampler {
         self.cand.retain(|c| c.logit > f32::NEG_INFINITY);
     }
 
-    /// top-k, then top-p, then min-p, on the raw (penalized) logits as llama.cpp does.
+    /// top-k, then top-p, then min-p, on the raw (penalized) logits as llama.cpp does. The
+    /// top-k survivors are put in id order first, so the sums below add in an order that does
+    /// not depend on how the candidates were gathered.
     fn truncate(&mut self) {
         let k = self.cfg.top_k;
         if k > 0 && k < self.cand.len() {
             self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
             self.cand.truncate(k);
         }
+        self.cand.sort_unstable_by_key(|c| c.id);
         if self.cfg.top_p < 1.0 && self.cand.len() > 1 {
             self.top_p();
         }

@@ -604,3 +604,57 @@ fn golden_quant_blocks_decode_like_the_block_structs() {
         dir.display()
     );
 }
+
+/// The device's sampler candidates (select.wgsl) are the host reference's, bit for bit: the k
+/// largest with ties to the lower index, in index order, and the gathered values, over rows
+/// with ties, NaN, infinities and signed zeros, k below, at and above the row width.
+#[test]
+fn top_k_candidates_match_the_host_selection() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new(2).expect("cpu");
+    let mut rng = Rng(17);
+    // (index, value bits) of the top, then the gathered values' bits, per row.
+    type Bits = Vec<(Vec<(u32, u32)>, Vec<u32>)>;
+    let bits = |c: &[tinyllm::sample::Candidates]| -> Bits {
+        c.iter()
+            .map(|c| {
+                (
+                    c.top.iter().map(|&(i, v)| (i, v.to_bits())).collect(),
+                    c.gathered.iter().map(|v| v.to_bits()).collect(),
+                )
+            })
+            .collect()
+    };
+    let mut checked = 0;
+    for (rows, width) in [(1, 1), (2, 7), (3, 300), (1, 5000), (2, 70001)] {
+        let mut x: Vec<f32> = (0..rows * width)
+            .map(|_| ((rng.vec(1, 8.0)[0] * 4.0).round()) / 4.0)
+            .collect();
+        for (i, v) in x.iter_mut().enumerate().take(rows * width) {
+            match i % 97 {
+                5 => *v = f32::NAN,
+                11 => *v = f32::NEG_INFINITY,
+                13 => *v = f32::INFINITY,
+                17 => *v = -0.0,
+                19 => *v = 0.0,
+                _ => {}
+            }
+        }
+        let buf_g = upload(&g, &x);
+        let buf_c = upload(&cpu, &x);
+        let gather: Vec<u32> = vec![0, (width as u32) / 2, width as u32 - 1, width as u32 + 5, 5];
+        for k in [1, 3, 40, 300, 1000] {
+            let want: Vec<_> = x
+                .chunks_exact(width)
+                .map(|r| tinyllm::sample::candidates(r, k, &gather))
+                .collect();
+            let got = g.top_k(&buf_g, rows, width, k, &gather).expect("webgpu top_k");
+            assert_eq!(bits(&got), bits(&want), "webgpu rows {rows} width {width} k {k}");
+            let got = cpu.top_k(&buf_c, rows, width, k, &gather).expect("cpu top_k");
+            assert_eq!(bits(&got), bits(&want), "cpu rows {rows} width {width} k {k}");
+            checked += 1;
+        }
+    }
+    assert!(g.top_k(&upload(&g, &[1.0]), 1, 1, 0, &[]).is_err(), "k = 0 is an error");
+    println!("[ops] top_k: {checked} shapes equal to the host selection");
+}

@@ -308,3 +308,54 @@ fn split_attention_decodes_like_one_pass() {
     println!("[split attention] {a:?}");
     assert_eq!(a, b);
 }
+
+/// Sampling from the device's candidates (select.wgsl: a few hundred bytes read back per
+/// token) draws the same tokens as sampling from the logits read back whole, with the
+/// penalties on, over a 48-token run; and a decode step is still one submission and one
+/// readback.
+#[test]
+fn sampling_from_device_candidates_equals_sampling_from_logits() {
+    use tinyllm::sample::{Sampler, SamplerConfig};
+    let Some(g) = gpu() else { return };
+    let model = load(g.clone(), &common::golden("fixtures").join("qwen2.Q4_K_M.gguf"));
+    let cfg = SamplerConfig {
+        temperature: 1.5,
+        top_k: 20,
+        repeat_penalty: 1.2,
+        presence_penalty: 0.3,
+        seed: 7,
+        ..SamplerConfig::default()
+    };
+    let prompt = [97u32, 11, 187, 0, 340];
+    // From the logits.
+    let mut whole = Sampler::new(cfg.clone()).unwrap();
+    let mut sess = session(&model, 64);
+    let mut a = vec![whole.sample(&sess.forward(&prompt).unwrap(), sess.tokens())];
+    while a.len() < 48 {
+        let l = sess.forward(&[*a.last().unwrap()]).unwrap();
+        a.push(whole.sample(&l, sess.tokens()));
+    }
+    // From the candidates.
+    let mut sparse = Sampler::new(cfg).unwrap();
+    let mut sess = session(&model, 64);
+    let mut b = Vec::new();
+    let mut before = g.counters();
+    for step in 0..48 {
+        let tokens: Vec<u32> = if step == 0 { prompt.to_vec() } else { vec![b[step - 1]] };
+        let history: Vec<u32> = sess.tokens().iter().chain(&tokens).copied().collect();
+        let plan = sparse.plan(&history).expect("top-k sampling has a plan");
+        let c = sess.forward_candidates(&tokens, &plan).unwrap();
+        b.push(sparse.sample_candidates(&c, &plan, sess.tokens()));
+        if step == 0 {
+            before = g.counters();
+        }
+    }
+    let after = g.counters();
+    assert_eq!(a, b, "device candidates drew other tokens");
+    assert!(
+        a.iter().collect::<std::collections::HashSet<_>>().len() > 5,
+        "the draws never varied"
+    );
+    assert_eq!(after.submissions - before.submissions, 47);
+    assert_eq!(after.readbacks - before.readbacks, 47);
+}

@@ -2,8 +2,8 @@
 //!
 //! A backend owns device memory (activation buffers, KV storage, placed weights) and runs fused
 //! ops on it. Ops take buffers and return nothing but errors, so a GPU backend can record them
-//! into one command buffer per forward pass; only [`Backend::read`] and [`Backend::argmax`]
-//! bring data back to the host and may wait for pending work. Shapes are passed explicitly;
+//! into one command buffer per forward pass; only [`Backend::read`], [`Backend::argmax`] and
+//! [`Backend::top_k`] bring data back to the host and may wait for pending work. Shapes are passed explicitly;
 //! buffers may be larger than an op needs (scratch sized for the biggest chunk).
 //!
 //! Implementations: [`cpu`] (scalar kernels, a persistent thread pool).
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::gguf::{GgufError, GgufFile, TensorView};
 use crate::model::Rope;
 use crate::quant::{GgmlType, QuantError};
+use crate::sample::Candidates;
 
 /// Errors from placing weights or running ops.
 #[derive(Debug, thiserror::Error)]
@@ -253,6 +254,38 @@ pub trait Backend: Send + Sync {
     /// Index of the largest value in each of `rows` rows of `width` (first on ties); waits for
     /// pending work.
     fn argmax(&self, x: &Self::Buffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError>;
+
+    /// A sampler's [`Candidates`] of each of `rows` rows of `width` logits: the `k` largest and
+    /// the values at `gather`; waits for pending work. This default reads the rows back and
+    /// selects on the host ([`crate::sample::candidates`]); a GPU backend selects on the device
+    /// and reads back only the candidates.
+    fn top_k(
+        &self,
+        x: &Self::Buffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+        gather: &[u32],
+    ) -> Result<Vec<Candidates>, BackendError> {
+        check_top_k(rows, width, k)?;
+        let mut host = vec![0.0; rows * width];
+        self.read(x, &mut host)?;
+        Ok(host
+            .chunks_exact(width)
+            .map(|row| crate::sample::candidates(row, k, gather))
+            .collect())
+    }
+}
+
+/// Arguments of [`Backend::top_k`] that no backend can honour.
+pub(crate) fn check_top_k(rows: usize, width: usize, k: usize) -> Result<(), BackendError> {
+    if width == 0 || k == 0 {
+        return Err(shape("top_k", format!("k = {k} of rows of {width} values")));
+    }
+    if rows.checked_mul(width).is_none() {
+        return Err(shape("top_k", format!("{rows} rows of {width} values")));
+    }
+    Ok(())
 }
 
 /// A weight tensor seen as a matrix for a backend's `load_weight`: `(n_in, n_out)`, `n_out`

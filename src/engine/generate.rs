@@ -8,7 +8,7 @@ use web_time::Instant;
 
 use super::{EngineError, Session};
 use crate::backend::Backend;
-use crate::sample::{log_softmax_top_k, Sampler};
+use crate::sample::{log_softmax_top_k, Candidates, Plan, Sampler};
 
 /// What to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +85,8 @@ enum Next {
     Logits(Vec<f32>),
     /// The backend's argmax of them (plain greedy).
     Token(u32),
+    /// The backend's sampler candidates of them (top-k sampling without logprobs).
+    Candidates(Candidates, Plan),
 }
 
 /// The result of [`generate`].
@@ -121,16 +123,31 @@ pub fn generate<B: Backend>(
     }
     let started = Instant::now();
     let cached = session.reuse_prefix(prompt);
-    // Plain greedy without logprobs needs only the argmax: let the backend compute it.
+    // Plain greedy without logprobs needs only the argmax, top-k sampling only the candidates
+    // (the draw is the same as from the logits): let the backend compute them.
     let on_device = params.top_logprobs == 0 && sampler.config().is_plain_greedy();
-    let step = |session: &mut Session<B>, tokens: &[u32]| -> Result<Next, EngineError> {
+    let window = sampler.config().repeat_last_n;
+    let plan = |sampler: &Sampler, session: &Session<B>, tokens: &[u32]| -> Option<Plan> {
+        if params.top_logprobs > 0 {
+            return None;
+        }
+        // The penalty window as it will be when the token is drawn.
+        let t = session.tokens();
+        let mut history = t[t.len().saturating_sub(window)..].to_vec();
+        history.extend_from_slice(tokens);
+        sampler.plan(&history)
+    };
+    let step = |session: &mut Session<B>, tokens: &[u32], plan: Option<Plan>| -> Result<Next, EngineError> {
         Ok(if on_device {
             Next::Token(session.forward_argmax(tokens)?)
+        } else if let Some(plan) = plan {
+            Next::Candidates(session.forward_candidates(tokens, &plan)?, plan)
         } else {
             Next::Logits(session.forward(tokens)?)
         })
     };
-    let mut next = step(session, &prompt[cached..])?;
+    let first = plan(sampler, session, &prompt[cached..]);
+    let mut next = step(session, &prompt[cached..], first)?;
     let mut timings = Timings {
         prompt_tokens: prompt.len(),
         cached_tokens: cached,
@@ -153,6 +170,10 @@ pub fn generate<B: Backend>(
         let event = match &next {
             Next::Token(token) => TokenEvent {
                 token: *token,
+                top_logprobs: Vec::new(),
+            },
+            Next::Candidates(c, plan) => TokenEvent {
+                token: sampler.sample_candidates(c, plan, session.tokens()),
                 top_logprobs: Vec::new(),
             },
             Next::Logits(logits) => TokenEvent {
@@ -186,7 +207,8 @@ pub fn generate<B: Backend>(
             out.stop = StopReason::ContextFull;
             break;
         }
-        next = step(session, &[token])?;
+        let p = plan(sampler, session, &[token]);
+        next = step(session, &[token], p)?;
     }
     out.timings.generated_tokens = out.tokens.len();
     out.timings.decode_s = decode_start.elapsed().as_secs_f64();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::{EngineError, KvCache};
 use crate::backend::Backend;
 use crate::model::{HeadOutput, Model, Scratch, SeqChunk};
+use crate::sample::{Candidates, Plan};
 
 /// Session sizing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +160,23 @@ impl<B: Backend> Session<B> {
         let mut ids = Vec::with_capacity(1);
         self.forward_into(tokens, 1, HeadOutput::Argmax(&mut ids))?;
         Ok(ids[0])
+    }
+
+    /// Append `tokens` and return the sampler candidates of the last one's logits for `plan`
+    /// ([`crate::sample::Sampler::plan`]), computed on the backend: a GPU backend reads back
+    /// the candidates, not the logits.
+    pub fn forward_candidates(&mut self, tokens: &[u32], plan: &Plan) -> Result<Candidates, EngineError> {
+        let mut out = Vec::with_capacity(1);
+        self.forward_into(
+            tokens,
+            1,
+            HeadOutput::TopK {
+                k: plan.k,
+                gather: &plan.gather,
+                out: &mut out,
+            },
+        )?;
+        Ok(out.pop().unwrap_or_default())
     }
 
     /// Append `tokens`, sending the output head's result for the last `n_last` to `out`.

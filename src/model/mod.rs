@@ -21,6 +21,7 @@ pub use config::{Arch, Config, Rope, RopeKind, TensorSpec};
 use crate::backend::{AttnParams, Backend, BackendError};
 use crate::engine::KvCache;
 use crate::gguf::{GgufError, GgufFile};
+use crate::sample::Candidates;
 
 /// Errors from reading a model's configuration or running its graph.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,13 @@ pub enum HeadOutput<'a> {
     /// Only each row's argmax id is appended: greedy decoding on a GPU backend reads back one
     /// id per row instead of a vocabulary of logits.
     Argmax(&'a mut Vec<u32>),
+    /// Only each row's sampler candidates ([`Backend::top_k`]): a sampled decode step on a GPU
+    /// backend reads back a few hundred bytes instead of the logits.
+    TopK {
+        k: usize,
+        gather: &'a [u32],
+        out: &'a mut Vec<Candidates>,
+    },
 }
 
 impl HeadOutput<'_> {
@@ -62,6 +70,7 @@ impl HeadOutput<'_> {
         match self {
             HeadOutput::Logits(l) => HeadOutput::Logits(l),
             HeadOutput::Argmax(ids) => HeadOutput::Argmax(ids),
+            HeadOutput::TopK { k, gather, out } => HeadOutput::TopK { k: *k, gather, out },
         }
     }
 }
@@ -312,6 +321,7 @@ impl<B: Backend> Model<B> {
                     be.read(&s.logits, &mut logits[start..])?;
                 }
                 HeadOutput::Argmax(ids) => ids.extend(be.argmax(&s.logits, n, c.n_vocab)?),
+                HeadOutput::TopK { k, gather, out } => out.extend(be.top_k(&s.logits, n, c.n_vocab, *k, gather)?),
             }
         }
         Ok(())

@@ -20,7 +20,7 @@ pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
 
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
 /// the elementwise ops and in-place rmsnorm, which share one).
-pub const PLAIN: [&str; 11] = [
+pub const PLAIN: [&str; 12] = [
     "add",
     "add_bias",
     "scale",
@@ -32,6 +32,7 @@ pub const PLAIN: [&str; 11] = [
     "kv_store",
     "attention",
     "argmax",
+    "select",
 ];
 
 /// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label.

@@ -37,6 +37,8 @@ pub enum Kernel {
     AttentionWeigh,
     AttentionMerge,
     Argmax,
+    /// A sampler's candidates: top k and gathered values (select.wgsl).
+    Select,
 }
 
 include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
@@ -129,6 +131,7 @@ impl Kernel {
                 "attention".into()
             }
             Kernel::Argmax => "argmax".into(),
+            Kernel::Select => "select".into(),
         }
     }
 }
@@ -167,6 +170,7 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::AttentionWeigh,
         Kernel::AttentionMerge,
         Kernel::Argmax,
+        Kernel::Select,
     ]);
     v
 }

@@ -35,10 +35,11 @@ use kernels::Kernel;
 pub use recorder::Counters;
 use recorder::{Bind, Recorder};
 
-use super::{need, shape, weight_matrix, AttnParams, Backend, BackendError};
+use super::{check_top_k, need, shape, weight_matrix, AttnParams, Backend, BackendError};
 use crate::gguf::GgufFile;
 use crate::model::{Rope, RopeKind};
 use crate::quant::GgmlType;
+use crate::sample::Candidates;
 
 /// Workgroups per grid dimension (WebGPU's guaranteed minimum of the limit).
 const MAX_GRID: u32 = 65535;
@@ -127,6 +128,7 @@ pub struct WebGpuBackend {
 #[derive(Default)]
 struct ReadBuffers {
     argmax: Option<wgpu::Buffer>,
+    select: Option<wgpu::Buffer>,
     staging: Option<wgpu::Buffer>,
 }
 
@@ -1282,5 +1284,67 @@ impl Backend for WebGpuBackend {
         )?;
         let data = self.read_back_with(&mut reads, "argmax", &out, rows as u64 * 4)?;
         Ok(bytemuck::cast_slice(&data).to_vec())
+    }
+
+    fn top_k(
+        &self,
+        x: &WebGpuBuffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+        gather: &[u32],
+    ) -> Result<Vec<Candidates>, BackendError> {
+        check_top_k(rows, width, k)?;
+        need("top_k", "input", x.len, rows * width)?;
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        let k = k.min(width);
+        let per_row = 2 * k + gather.len();
+        let words_out = rows
+            .checked_mul(per_row)
+            .filter(|&n| n as u64 * 4 <= self.ctx.limits.max_storage_buffer_binding_size)
+            .ok_or_else(|| shape("top_k", format!("{rows} rows of {per_row} candidates exceed a binding")))?;
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let out = grown(
+            &self.ctx.device,
+            &mut reads.select,
+            "candidates",
+            words_out as u64 * 4,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        );
+        let (gx, gy) = grid(rows);
+        let params = words(&[
+            u("top_k", rows)?,
+            u("top_k", width)?,
+            u("top_k", k)?,
+            gx,
+            u("top_k", gather.len())?,
+            0,
+            0,
+            0,
+        ]);
+        // The gather ids go in the arena (at least one word: a binding is never empty).
+        let ids: Vec<u32> = if gather.is_empty() { vec![0] } else { gather.to_vec() };
+        self.run(
+            "top_k",
+            Kernel::Select,
+            &params,
+            Some((2, bytemuck::cast_slice(&ids))),
+            &[(1, &x.buf), (3, &out)],
+            (gx, gy, 1),
+        )?;
+        let data = self.read_back_with(&mut reads, "top_k", &out, words_out as u64 * 4)?;
+        let w: &[u32] = bytemuck::cast_slice(&data);
+        Ok(w.chunks_exact(per_row)
+            .map(|r| Candidates {
+                top: r[..k]
+                    .iter()
+                    .zip(&r[k..2 * k])
+                    .map(|(&i, &v)| (i, f32::from_bits(v)))
+                    .collect(),
+                gathered: r[2 * k..].iter().map(|&v| f32::from_bits(v)).collect(),
+            })
+            .collect())
     }
 }
