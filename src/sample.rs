@@ -151,28 +151,46 @@ pub struct Plan {
     pub gather: Vec<u32>,
 }
 
-/// [`Candidates`] of one row, on the host (the reference the device kernel is tested against).
+/// [`Candidates`] of one row, on the host (what the CPU backend returns, and the reference the
+/// device kernel is tested against). One pass keeps the `k` best seen so far in a heap whose
+/// root is the worst of them: ids come in increasing order, so a later value displaces the
+/// root only when strictly greater (ties go to the lower id), which for small `k` is rare and
+/// leaves the pass at one comparison per value.
 pub fn candidates(row: &[f32], k: usize, gather: &[u32]) -> Candidates {
-    let mut cand: Vec<Cand> = row
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| Cand {
-            id: i as u32,
-            logit: sanitize(l),
-        })
-        .collect();
-    let k = k.min(cand.len());
-    if k > 0 && k < cand.len() {
-        cand.select_nth_unstable_by(k - 1, by_logit_desc);
+    use std::collections::BinaryHeap;
+    let k = k.min(row.len());
+    // Min-heap on (key, Reverse(id)): the root is the lowest-ranked kept candidate.
+    let mut heap: BinaryHeap<std::cmp::Reverse<(u32, std::cmp::Reverse<u32>)>> = BinaryHeap::with_capacity(k + 1);
+    for (i, &l) in row.iter().enumerate() {
+        let key = order_key(sanitize(l));
+        if heap.len() < k {
+            heap.push(std::cmp::Reverse((key, std::cmp::Reverse(i as u32))));
+        } else if heap.peek().is_some_and(|r| key > r.0 .0) {
+            heap.pop();
+            heap.push(std::cmp::Reverse((key, std::cmp::Reverse(i as u32))));
+        }
     }
-    cand.truncate(k);
-    cand.sort_unstable_by_key(|c| c.id);
+    let mut top: Vec<(u32, f32)> = heap
+        .into_iter()
+        .map(|std::cmp::Reverse((_, std::cmp::Reverse(id)))| (id, sanitize(row[id as usize])))
+        .collect();
+    top.sort_unstable_by_key(|t| t.0);
     Candidates {
-        top: cand.iter().map(|c| (c.id, c.logit)).collect(),
+        top,
         gathered: gather
             .iter()
             .map(|&id| row.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY))
             .collect(),
+    }
+}
+
+/// An unsigned key ordering f32 values as `total_cmp` does.
+fn order_key(v: f32) -> u32 {
+    let b = v.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
     }
 }
 
@@ -247,9 +265,11 @@ impl Sampler {
     }
 
     /// What to ask a backend for instead of a whole row of logits (see [`Candidates`]), or
-    /// `None` when the draw needs the row: greedy (use the argmax) or top-k off.
+    /// `None` when the draw needs the row (sampling with top-k off). Greedy picks need the top
+    /// one (and the penalized tokens).
     pub fn plan(&self, history: &[u32]) -> Option<Plan> {
-        if self.greedy() || self.cfg.top_k == 0 {
+        let k = if self.greedy() { 1 } else { self.cfg.top_k };
+        if k == 0 {
             return None;
         }
         let mut gather = Vec::new();
@@ -257,13 +277,14 @@ impl Sampler {
             for_each_penalized(&self.cfg, history, |id, _| gather.push(id));
         }
         Some(Plan {
-            k: self.cfg.top_k + gather.len(),
+            k: k + gather.len(),
             gather,
         })
     }
 
     /// The token [`Sampler::sample`] would pick from the whole row, from `c`, the row's
-    /// candidates for `plan` (made by [`Sampler::plan`] with the same `history`). The top-k
+    /// candidates for `plan` (made by [`Sampler::plan`] with the same `history`; candidates
+    /// for a larger k or more gather ids do as well: they hold the same survivors). The top-k
     /// survivors are the same set: a token that is not penalized and makes the top k after
     /// the penalties is among the top k of the unpenalized ones, so among the `k + m` largest
     /// raw logits; the penalized ones come gathered. Then the same chain and draw follow.
@@ -275,7 +296,7 @@ impl Sampler {
         }));
         self.cand.sort_unstable_by_key(|c| c.id);
         let top = self.cand.len();
-        // The gather ids are distinct; add those the top does not hold.
+        // Add the gathered ids the top does not hold (once each: a repeated id has one logit).
         for (&id, &logit) in plan.gather.iter().zip(&c.gathered) {
             if self.cand[..top].binary_search_by_key(&id, |c| c.id).is_err() {
                 self.cand.push(Cand {
@@ -285,6 +306,7 @@ impl Sampler {
             }
         }
         self.cand.sort_unstable_by_key(|c| c.id);
+        self.cand.dedup_by_key(|c| c.id);
         if self.cfg.penalties_enabled() {
             let cfg = &self.cfg;
             let cand = &mut self.cand;
@@ -298,6 +320,9 @@ impl Sampler {
         if self.cand.is_empty() {
             // Every logit is -inf or NaN: `sample` returns the row's argmax, the first id.
             return c.top.iter().map(|t| t.0).min().unwrap_or(0);
+        }
+        if self.greedy() {
+            return self.cand.iter().copied().min_by(by_logit_desc).map_or(0, |c| c.id);
         }
         self.draw()
     }
@@ -513,4 +538,47 @@ pub fn log_softmax_top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     cand.iter()
         .map(|c| (c.id, (f64::from(c.logit) - log_z) as f32))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng;
+
+    /// The one-pass heap selection against a full sort by the sampler's own order.
+    #[test]
+    fn candidates_are_the_k_best_by_the_sampler_order() {
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        for n in [1usize, 2, 9, 100, 3000] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| match i % 23 {
+                    3 => f32::NAN,
+                    4 => f32::INFINITY,
+                    5 => f32::NEG_INFINITY,
+                    6 => -0.0,
+                    7 => 0.0,
+                    _ => (rng.random_range(-20..20) as f32) / 4.0,
+                })
+                .collect();
+            for k in [1, 2, 5, 64, 5000] {
+                let mut all: Vec<Cand> = row
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| Cand {
+                        id: i as u32,
+                        logit: sanitize(l),
+                    })
+                    .collect();
+                all.sort_by(by_logit_desc);
+                all.truncate(k);
+                all.sort_by_key(|c| c.id);
+                let want: Vec<(u32, u32)> = all.iter().map(|c| (c.id, c.logit.to_bits())).collect();
+                let got = candidates(&row, k, &[0, n as u32]);
+                let got_bits: Vec<(u32, u32)> = got.top.iter().map(|&(i, v)| (i, v.to_bits())).collect();
+                assert_eq!(got_bits, want, "n {n} k {k}");
+                assert_eq!(got.gathered[0].to_bits(), row[0].to_bits());
+                assert_eq!(got.gathered[1], f32::NEG_INFINITY);
+            }
+        }
+    }
 }

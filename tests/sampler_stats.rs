@@ -465,6 +465,12 @@ fn drawing_from_candidates_equals_drawing_from_the_row() {
             repeat_last_n: 64,
             ..SamplerConfig::default()
         },
+        SamplerConfig {
+            repeat_penalty: 1.5,
+            frequency_penalty: 0.5,
+            repeat_last_n: 8,
+            ..SamplerConfig::greedy()
+        },
     ];
     let mut draws = 0;
     for (ci, cfg) in configs.iter().enumerate() {
@@ -485,6 +491,20 @@ fn drawing_from_candidates_equals_drawing_from_the_row() {
             let c = candidates(&row, plan.k, &plan.gather);
             let b = sparse.sample_candidates(&c, &plan, &history);
             assert_eq!(a, b, "config {ci} step {step}");
+            // More candidates than asked for (a batch asks for its rows' largest plan).
+            let wider: Vec<u32> = plan.gather.iter().copied().chain([1, 2, 3]).collect();
+            let c = candidates(&row, plan.k + 7, &wider);
+            let wide_plan = tinyllm::sample::Plan {
+                k: plan.k + 7,
+                gather: wider,
+            };
+            let mut again = sparse.clone();
+            let mut reference = whole.clone();
+            assert_eq!(
+                reference.sample(&row, &history),
+                again.sample_candidates(&c, &wide_plan, &history),
+                "config {ci} step {step}, wider candidates"
+            );
             picks.insert(a);
             history.push(a);
             draws += 1;

@@ -790,4 +790,35 @@ fn webgpu_server_answers_like_the_cpu_server() {
     let (b, chunks) = stream_content(&gpu.stream("/v1/chat/completions", &body));
     assert_eq!(a, b);
     assert!(chunks.len() > 2, "{chunks:?}");
+    sampled_text_is_the_same_from_candidates_and_logits(&gpu);
+}
+
+/// A seeded, penalized sampling request draws the same tokens whether the server samples from
+/// the device's candidates (no logprobs asked) or from the whole logits (logprobs asked).
+fn sampled_text_is_the_same_from_candidates_and_logits(s: &Server) {
+    let body = |logprobs: bool| {
+        chat_body(
+            "Tell me something",
+            json!({"temperature": 1.2, "top_p": 0.9, "seed": 11, "max_tokens": 40,
+                   "presence_penalty": 0.5, "frequency_penalty": 0.3, "logprobs": logprobs}),
+        )
+    };
+    let text = |v: Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let passes = || s.metric("tinyllm_candidate_passes_total");
+    let before = passes();
+    let a = text(s.ok("/v1/chat/completions", &body(false)));
+    let mid = passes();
+    let b = text(s.ok("/v1/chat/completions", &body(true)));
+    assert!(
+        mid > before,
+        "the request without logprobs did not sample from candidates"
+    );
+    assert_eq!(passes(), mid, "the request with logprobs sampled from candidates");
+    assert_eq!(a, b, "candidates and logits drew differently");
+    assert!(a.len() > 10, "{a:?}");
+}
+
+#[test]
+fn cpu_server_samples_the_same_from_candidates_and_logits() {
+    sampled_text_is_the_same_from_candidates_and_logits(&fixture(&[]));
 }

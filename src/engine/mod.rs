@@ -7,7 +7,7 @@ mod session;
 
 pub use generate::{generate, Flow, GenerateParams, Generation, StopReason, Timings, TokenEvent};
 pub use kv::KvCache;
-pub use session::{forward_batch, BatchItem, Session, SessionConfig};
+pub use session::{forward_batch, forward_batch_candidates, BatchItem, Session, SessionConfig};
 
 use crate::backend::BackendError;
 use crate::model::ModelError;

@@ -223,6 +223,50 @@ pub fn forward_batch<B: Backend>(
     let Some(first) = items.first() else {
         return Ok(Vec::new());
     };
+    let n_vocab = first.session.model.config().n_vocab;
+    let mut logits = Vec::new();
+    batch_pass(scratch, items, HeadOutput::Logits(&mut logits))?;
+    let mut out = Vec::with_capacity(items.len());
+    let mut at = 0;
+    for it in items.iter() {
+        out.push(logits[at..at + it.n_last * n_vocab].to_vec());
+        at += it.n_last * n_vocab;
+    }
+    Ok(out)
+}
+
+/// [`forward_batch`] handing back each item's sampler candidates (its `n_last` rows') instead
+/// of logits: the `k` largest and the values at `gather`, for the largest plan of the batch
+/// ([`crate::sample::Sampler::sample_candidates`] draws from a wider plan what it would from
+/// its own).
+pub fn forward_batch_candidates<B: Backend>(
+    scratch: &mut Scratch<B>,
+    items: &mut [BatchItem<'_, B>],
+    plan: &Plan,
+) -> Result<Vec<Vec<Candidates>>, EngineError> {
+    let mut all = Vec::new();
+    batch_pass(
+        scratch,
+        items,
+        HeadOutput::TopK {
+            k: plan.k,
+            gather: &plan.gather,
+            out: &mut all,
+        },
+    )?;
+    let mut rows = all.into_iter();
+    Ok(items.iter().map(|it| rows.by_ref().take(it.n_last).collect()).collect())
+}
+
+/// One pass over all items, results to `out`; then each session holds its tokens.
+fn batch_pass<B: Backend>(
+    scratch: &mut Scratch<B>,
+    items: &mut [BatchItem<'_, B>],
+    out: HeadOutput<'_>,
+) -> Result<(), EngineError> {
+    let Some(first) = items.first() else {
+        return Ok(());
+    };
     let model = Arc::clone(&first.session.model);
     for it in items.iter() {
         if !Arc::ptr_eq(&model, &it.session.model) {
@@ -230,7 +274,6 @@ pub fn forward_batch<B: Backend>(
         }
         it.session.check(it.tokens, it.n_last)?;
     }
-    let mut logits = Vec::new();
     {
         let mut seqs: Vec<SeqChunk<'_, B>> = items
             .iter_mut()
@@ -241,15 +284,10 @@ pub fn forward_batch<B: Backend>(
                 tokens: it.tokens,
             })
             .collect();
-        model.forward_batch(scratch, &mut seqs, &mut logits)?;
+        model.forward_batch_to(scratch, &mut seqs, out)?;
     }
-    let n_vocab = model.config().n_vocab;
-    let mut out = Vec::with_capacity(items.len());
-    let mut at = 0;
     for it in items.iter_mut() {
         it.session.tokens.extend_from_slice(it.tokens);
-        out.push(logits[at..at + it.n_last * n_vocab].to_vec());
-        at += it.n_last * n_vocab;
     }
-    Ok(out)
+    Ok(())
 }

@@ -177,6 +177,7 @@ mod any_backend {
     use tinyllm::backend::{AttnParams, Backend, BackendError};
     use tinyllm::gguf::GgufFile;
     use tinyllm::model::Rope;
+    use tinyllm::sample::Candidates;
 
     /// The backend `--backend` picked (one per process, so the variants' sizes do not matter).
     #[allow(clippy::large_enum_variant)]
@@ -419,6 +420,17 @@ mod any_backend {
 
         fn argmax(&self, x: &AnyBuffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError> {
             forward!("argmax", self, [x: AnyBuffer], |b| b.argmax(x, rows, width))
+        }
+
+        fn top_k(
+            &self,
+            x: &AnyBuffer,
+            rows: usize,
+            width: usize,
+            k: usize,
+            gather: &[u32],
+        ) -> Result<Vec<Candidates>, BackendError> {
+            forward!("top_k", self, [x: AnyBuffer], |b| b.top_k(x, rows, width, k, gather))
         }
     }
 }

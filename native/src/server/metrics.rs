@@ -22,6 +22,8 @@ pub struct Metrics {
     pub pass_sequences: AtomicU64,
     /// Most sequences one pass has held.
     pub pass_sequences_max: AtomicU64,
+    /// Passes that handed back sampler candidates instead of logits.
+    pub candidate_passes: AtomicU64,
 }
 
 fn get(a: &AtomicU64) -> u64 {
@@ -52,7 +54,7 @@ impl Metrics {
     /// The exposition text; `queued` and the slot count come from the scheduler.
     pub fn render(&self, queued: usize, slots: usize) -> String {
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
-        let rows: [(&str, &str, &str, f64); 15] = [
+        let rows: [(&str, &str, &str, f64); 16] = [
             (
                 "tinyllm_requests_total",
                 "counter",
@@ -142,6 +144,12 @@ impl Metrics {
                 "gauge",
                 "Most sequences one forward pass has held",
                 get(&self.pass_sequences_max) as f64,
+            ),
+            (
+                "tinyllm_candidate_passes_total",
+                "counter",
+                "Forward passes that read back sampler candidates (top k) instead of logits",
+                get(&self.candidate_passes) as f64,
             ),
         ];
         let mut out = String::new();

@@ -19,9 +19,9 @@ use crate::cli::engine::AnyBackend;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tinyllm::engine::{forward_batch, BatchItem, Session, SessionConfig};
+use tinyllm::engine::{forward_batch, forward_batch_candidates, BatchItem, Session, SessionConfig};
 use tinyllm::model::{Model, Scratch};
-use tinyllm::sample::{log_softmax_top_k, Sampler, SamplerConfig};
+use tinyllm::sample::{log_softmax_top_k, Candidates, Plan, Sampler, SamplerConfig};
 use tinyllm::tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
@@ -238,8 +238,17 @@ struct Active<'t> {
 enum Phase {
     /// Prompt tokens from `session.pos()` on are still to be evaluated.
     Prefill,
-    /// Generating; `logits` are those of the next token.
-    Decode { logits: Vec<f32>, decode_start: Instant },
+    /// Generating; `next` is what the last pass gave for the next token.
+    Decode { next: Head, decode_start: Instant },
+}
+
+/// A pass's output for one slot: the next token's logits, or only its sampler candidates
+/// (when no slot of the pass needs logits: no logprobs, no forced start). A GPU then reads back
+/// a few hundred bytes per slot; the CPU skips copying a vocabulary of logits per slot.
+enum Head {
+    Logits(Vec<f32>),
+    /// The candidates for the pass's plan (the union of its slots' plans).
+    Candidates(Candidates, Arc<Plan>),
 }
 
 /// What a slot puts into the next pass.
@@ -386,7 +395,11 @@ impl<'t> Engine<'t> {
         if feeds.is_empty() {
             return;
         }
+        let plan = self.pass_plan(&feeds).map(Arc::new);
         Metrics::add(&self.metrics.passes, 1);
+        if plan.is_some() {
+            Metrics::add(&self.metrics.candidate_passes, 1);
+        }
         Metrics::add(&self.metrics.pass_sequences, feeds.len() as u64);
         Metrics::max(&self.metrics.pass_sequences_max, feeds.len() as u64);
         let result = {
@@ -402,10 +415,18 @@ impl<'t> Engine<'t> {
                     })
                 })
                 .collect();
-            forward_batch(&mut self.scratch, &mut items)
+            match &plan {
+                Some(plan) => forward_batch_candidates(&mut self.scratch, &mut items, plan).map(|c| {
+                    c.into_iter()
+                        .map(|mut rows| rows.pop().map(|c| Head::Candidates(c, Arc::clone(plan))))
+                        .collect::<Vec<_>>()
+                }),
+                None => forward_batch(&mut self.scratch, &mut items)
+                    .map(|l| l.into_iter().map(|l| Some(Head::Logits(l))).collect()),
+            }
         };
-        let logits = match result {
-            Ok(l) => l,
+        let heads = match result {
+            Ok(h) => h,
             Err(e) => {
                 for f in &feeds {
                     self.fail(f.slot, &e.to_string());
@@ -413,7 +434,8 @@ impl<'t> Engine<'t> {
                 return;
             }
         };
-        for (f, logits) in feeds.iter().zip(logits) {
+        for (f, head) in feeds.iter().zip(heads) {
+            let Some(next) = head else { continue };
             let Some(a) = self.slots[f.slot].active.as_mut() else {
                 continue;
             };
@@ -421,16 +443,41 @@ impl<'t> Engine<'t> {
                 continue;
             }
             match &mut a.phase {
-                Phase::Decode { logits: l, .. } => *l = logits,
+                Phase::Decode { next: n, .. } => *n = next,
                 Phase::Prefill => {
                     a.usage.prefill_s = a.started.elapsed().as_secs_f64();
                     a.phase = Phase::Decode {
-                        logits,
+                        next,
                         decode_start: Instant::now(),
                     };
                 }
             }
         }
+    }
+
+    /// The candidates plan of a pass: the union of its sampling slots' plans (largest k, all
+    /// gather ids), or `None` when one of them needs the logits (logprobs, a forced start, or
+    /// sampling with top-k off).
+    fn pass_plan(&self, feeds: &[Feed]) -> Option<Plan> {
+        let mut k = 0;
+        let mut gather = Vec::new();
+        for f in feeds.iter().filter(|f| f.last) {
+            let slot = &self.slots[f.slot];
+            let a = slot.active.as_ref()?;
+            if a.job.logprobs.is_some() || !a.job.must_start.is_empty() {
+                return None;
+            }
+            // The penalty window as it will be when the token is drawn.
+            let t = slot.session.tokens();
+            let mut history = t[t.len().saturating_sub(a.sampler.config().repeat_last_n)..].to_vec();
+            history.extend_from_slice(&f.tokens);
+            let p = a.sampler.plan(&history)?;
+            k = k.max(p.k);
+            gather.extend(p.gather);
+        }
+        gather.sort_unstable();
+        gather.dedup();
+        (k > 0).then_some(Plan { k, gather })
     }
 
     /// End slot `i`'s job with an error; its cache is dropped (it may hold a partial pass).
@@ -512,8 +559,16 @@ fn sample(a: &mut Active, session: &Session<AnyBackend>, tok: &Tokenizer) -> Res
     if a.job.cancel.load(Ordering::Relaxed) {
         return Err(Finish::Cancelled);
     }
-    let Phase::Decode { logits, .. } = &a.phase else {
+    let Phase::Decode { next, .. } = &a.phase else {
         return Err(Finish::Cancelled);
+    };
+    let logits = match next {
+        Head::Logits(l) => l,
+        Head::Candidates(c, plan) => {
+            // Candidates only come when nothing below needs the logits.
+            let token = a.sampler.sample_candidates(c, plan, session.tokens());
+            return emit(a, session, tok, token, None);
+        }
     };
     let token = if a.job.must_start.is_empty() {
         a.sampler.sample(logits, session.tokens())
@@ -534,6 +589,18 @@ fn sample(a: &mut Active, session: &Session<AnyBackend>, tok: &Tokenizer) -> Res
         }
         token
     };
+    let logprob = a.job.logprobs.map(|k| token_logprob(logits, token, k, tok));
+    emit(a, session, tok, token, logprob)
+}
+
+/// Report `token`, sampled for a decoding job: the token to evaluate next, or why the job ends.
+fn emit(
+    a: &mut Active,
+    session: &Session<AnyBackend>,
+    tok: &Tokenizer,
+    token: u32,
+    logprob: Option<TokenLogprob>,
+) -> Result<u32, Finish> {
     a.usage.completion_tokens += 1;
     if tok.is_eog(token) {
         let mut text = a.stop.push(&a.decoder.finish()).0;
@@ -543,7 +610,6 @@ fn sample(a: &mut Active, session: &Session<AnyBackend>, tok: &Tokenizer) -> Res
         }
         return Err(Finish::Stop);
     }
-    let logprob = a.job.logprobs.map(|k| token_logprob(logits, token, k, tok));
     let piece = a.decoder.push(token).unwrap_or_default();
     let (mut text, matched) = a.stop.push(&piece);
     let out_of_budget = a.usage.completion_tokens >= a.job.max_tokens || session.pos() >= session.n_ctx();

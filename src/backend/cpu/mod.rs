@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use half::f16;
 
-use super::{need, shape, weight_matrix, AttnParams, Backend, BackendError};
+use super::{check_top_k, need, shape, weight_matrix, AttnParams, Backend, BackendError};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Rope;
 use crate::quant::{self, GgmlType};
+use crate::sample::Candidates;
 use kernels::{Kernels, Layout};
 use pool::Pool;
 
@@ -509,6 +510,23 @@ impl Backend for CpuBackend {
             return Err(shape("argmax", "zero-width rows".into()));
         }
         Ok(x.0[..rows * width].chunks_exact(width).map(argmax_row).collect())
+    }
+
+    fn top_k(
+        &self,
+        x: &CpuBuffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+        gather: &[u32],
+    ) -> Result<Vec<Candidates>, BackendError> {
+        check_top_k(rows, width, k)?;
+        need("top_k", "input", x.0.len(), rows * width)?;
+        // The rows are host memory already: select in place, no copy.
+        Ok(x.0[..rows * width]
+            .chunks_exact(width)
+            .map(|row| crate::sample::candidates(row, k, gather))
+            .collect())
     }
 }
 
