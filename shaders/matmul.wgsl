@@ -3,6 +3,10 @@
 // into `wv`). One workgroup per (weight row, tile of R activation rows): each invocation takes
 // every WG-th chunk of the row, so one decoded chunk meets R activation rows (matvec is the
 // R = 1 case of the same kernel). Arithmetic in f32; activations are not quantized.
+//
+// Variants (src/backend/wgpu/compose.rs): activations read as f32 or vec4 (`chunk_dot`, from
+// dot_x1.wgsl or dot_x4.wgsl), and the workgroup's sums reduced in workgroup memory or with
+// subgroup operations (`reduce_acc`, from reduce_workgroup.wgsl or reduce_subgroup.wgsl).
 
 //INCLUDE matmul_io.wgsl
 
@@ -14,9 +18,12 @@ var<workgroup> red: array<f32, 256>; // [R][WG]
 
 //INCLUDE bytes.wgsl
 //INCLUDE QUANT
+//INCLUDE DOT
+//INCLUDE REDUCE
 
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    //SUBGROUP SETUP
     let o = wid.x + wid.y * P.grid_x;
     let r0 = wid.z * R;
     if (o >= P.n_out) {
@@ -32,27 +39,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // (indexing them with a run-time value sends them to memory on CPU drivers).
         for (var r = 0u; r < R; r++) {
             if (r < nr) {
-                let xb = (r0 + r) * P.n_in + k0;
-                var s = 0.0;
-                for (var i = 0u; i < 32u; i++) {
-                    s += select(0.0, wv[i] * X[xb + i], i < lim);
-                }
-                acc[r] += s;
+                acc[r] += chunk_dot((r0 + r) * P.n_in + k0, lim);
             }
         }
     }
-    for (var r = 0u; r < R; r++) {
-        red[r * WG + li] = acc[r];
-    }
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (li < s) {
-            for (var r = 0u; r < R; r++) {
-                red[r * WG + li] += red[r * WG + li + s];
-            }
-        }
-        workgroupBarrier();
-    }
+    reduce_acc(li, acc);
     if (li < nr) {
         Y[(r0 + li) * P.out_stride + P.out_off + o] = red[li * WG];
     }

@@ -56,6 +56,6 @@ fn unsupported_formats_have_no_variant() {
     use tinyllm::quant::GgmlType;
     for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ2_XXS] {
         assert!(!kernels::supports(ty));
-        assert!(Kernel::Matmul(ty).source().is_none(), "{ty}");
+        assert!(Kernel::Matmul(ty, 4, false).source().is_none(), "{ty}");
     }
 }

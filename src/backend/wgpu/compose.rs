@@ -18,6 +18,9 @@ const TEX_QUANTS: [&str; 4] = ["q8_0", "q5_0", "q4_k", "q6_k"];
 /// Activation rows per invocation of the texture matmul variants.
 pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
 
+/// Activation load widths of the workgroup matmul variants (f32 or vec4).
+pub const X_WIDTHS: [u8; 2] = [1, 4];
+
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
 /// the elementwise ops and in-place rmsnorm, which share one).
 pub const PLAIN: [&str; 12] = [
@@ -35,10 +38,13 @@ pub const PLAIN: [&str; 12] = [
     "select",
 ];
 
-/// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label.
+/// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label. `tile` is
+/// the texture matmul's activation rows or the workgroup matmul's activation load width.
 pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
     match kind {
         "matmul_tex" => format!("matmul_tex{tile}{}_{quant}", if subgroup { "_subgroup" } else { "" }),
+        // `tile`: the activation load width.
+        "matmul" => format!("matmul_x{tile}{}_{quant}", if subgroup { "_subgroup" } else { "" }),
         _ if quant.is_empty() => kind.to_string(),
         _ => format!("{kind}_{quant}"),
     }
@@ -48,8 +54,14 @@ pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
 pub fn variants(read: &dyn Fn(&str) -> String) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for q in QUANTS {
-        for kind in ["matmul", "matmul_rows", "embed", "embed_tex"] {
+        for kind in ["matmul_rows", "embed", "embed_tex"] {
             out.push((name(kind, q, 0, false), compose(read, kind, q, 0, false)));
+        }
+        for width in X_WIDTHS {
+            for subgroup in [false, true] {
+                let src = compose(read, "matmul", q, width, subgroup);
+                out.push((name("matmul", q, width, subgroup), src));
+            }
         }
         for tile in TEX_TILES {
             for subgroup in [false, true] {
@@ -79,6 +91,25 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
         .replace("//INCLUDE bytes.wgsl", &bytes)
         .replace("//INCLUDE bytes_tex.wgsl", &read("bytes_tex.wgsl"))
         .replace("//INCLUDE matmul_io.wgsl", &read("matmul_io.wgsl"));
+    if kind == "matmul" {
+        src = src.replace("//INCLUDE DOT", &read(&format!("dot_x{tile}.wgsl")));
+        if tile == 4 {
+            src = src.replace(
+                "var<storage, read> X: array<f32>;",
+                "var<storage, read> X: array<vec4<f32>>;",
+            );
+        }
+        src = if subgroup {
+            src.replace("//INCLUDE REDUCE", &read("reduce_subgroup.wgsl"))
+                .replace(
+                    "@builtin(local_invocation_index) li: u32) {",
+                    "@builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sl: u32) {",
+                )
+                .replace("//SUBGROUP SETUP", "sg_lane = sl;")
+        } else {
+            src.replace("//INCLUDE REDUCE", &read("reduce_workgroup.wgsl"))
+        };
+    }
     if kind == "matmul_tex" {
         src = src.replace("const R: u32 = 8u;", &format!("const R: u32 = {tile}u;"));
         src = if subgroup {

@@ -10,8 +10,10 @@ use crate::quant::GgmlType;
 /// The kernels of the backend (one compute pipeline per kernel, entry point and quant type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
-    /// Quantized matmul/matvec over raw GGUF blocks, a workgroup per weight row (GPUs).
-    Matmul(GgmlType),
+    /// Quantized matmul/matvec over raw GGUF blocks, a workgroup per weight row (GPUs), loading
+    /// activations `.1` values at a time (1 or 4: rows of a multiple of 4 values), the sums
+    /// reduced with subgroup operations when `.2`, else in workgroup memory.
+    Matmul(GgmlType, u8, bool),
     /// The same with one invocation per weight row and no workgroup memory.
     MatmulRows(GgmlType),
     /// One invocation per weight row, weights in a texture and activations in a uniform buffer
@@ -113,7 +115,7 @@ impl Kernel {
     pub fn variant(self) -> String {
         let q = |t: GgmlType| t.name().to_lowercase();
         match self {
-            Kernel::Matmul(t) => compose::name("matmul", &q(t), 0, false),
+            Kernel::Matmul(t, width, subgroup) => compose::name("matmul", &q(t), width, subgroup),
             Kernel::MatmulRows(t) => compose::name("matmul_rows", &q(t), 0, false),
             Kernel::MatmulTex(t, r, shared) => compose::name("matmul_tex", &q(t), r, shared),
             Kernel::Embed(t) => compose::name("embed", &q(t), 0, false),
@@ -141,18 +143,18 @@ pub fn all_variants() -> Vec<Kernel> {
     let mut v: Vec<Kernel> = QUANT_TYPES
         .iter()
         .flat_map(|&t| {
-            [
-                Kernel::Matmul(t),
-                Kernel::MatmulRows(t),
-                Kernel::Embed(t),
-                Kernel::EmbedTex(t),
-            ]
-            .into_iter()
-            .chain(
-                TEX_TILES
-                    .iter()
-                    .flat_map(move |&r| [false, true].map(|s| Kernel::MatmulTex(t, r, s))),
-            )
+            [Kernel::MatmulRows(t), Kernel::Embed(t), Kernel::EmbedTex(t)]
+                .into_iter()
+                .chain(
+                    TEX_TILES
+                        .iter()
+                        .flat_map(move |&r| [false, true].map(|s| Kernel::MatmulTex(t, r, s))),
+                )
+                .chain(
+                    compose::X_WIDTHS
+                        .iter()
+                        .flat_map(move |&w| [false, true].map(|s| Kernel::Matmul(t, w, s))),
+                )
         })
         .collect();
     v.extend([

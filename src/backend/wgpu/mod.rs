@@ -67,8 +67,9 @@ pub struct WebGpuOptions {
     /// Matmul variant; default: [`MatmulVariant::Texture`] on CPU adapters, else
     /// [`MatmulVariant::Workgroup`].
     pub matmul: Option<MatmulVariant>,
-    /// Keep [`MatmulVariant::Texture`] from sharing activation loads through subgroups even
-    /// where the device has them (tests run both kernels).
+    /// Keep the matmuls from using subgroup operations even where the device has them (tests
+    /// run both kernels): [`MatmulVariant::Texture`] shares activation loads through them,
+    /// [`MatmulVariant::Workgroup`] reduces its sums with them.
     pub no_subgroups: bool,
     /// Split attention across the KV length in chunks of this many positions whenever a query
     /// sees more; default: chunks of [`KV_CHUNK`] for decode on GPUs, no split on CPU
@@ -111,6 +112,8 @@ pub struct WebGpuBackend {
     x_window: wgpu::Buffer,
     /// Whether matmul_tex.wgsl shares activation loads through subgroups (of 8 to 64 lanes).
     subgroups: bool,
+    /// Whether matmul.wgsl reduces its sums with subgroup operations (any subgroup size).
+    reduce_subgroups: bool,
     /// Split attention's chunk size (`None`: never split).
     kv_chunk: Option<usize>,
     /// Split for any number of query rows (the chunk was asked for), not only decode.
@@ -308,6 +311,7 @@ impl WebGpuBackend {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        let ctx_subgroups = ctx.device.features().contains(wgpu::Features::SUBGROUP);
         let subgroups = !opts.no_subgroups
             && ctx.device.features().contains(wgpu::Features::SUBGROUP)
             && ctx.subgroup_sizes.0 >= 8
@@ -321,6 +325,7 @@ impl WebGpuBackend {
             matmul: opts.matmul.unwrap_or(default_matmul),
             x_window,
             subgroups,
+            reduce_subgroups: !opts.no_subgroups && ctx_subgroups,
             reads: Arc::default(),
             kv_chunk: opts
                 .kv_chunk
@@ -332,7 +337,7 @@ impl WebGpuBackend {
         for k in kernels::all_variants() {
             if !matches!(
                 k,
-                Kernel::Matmul(_)
+                Kernel::Matmul(..)
                     | Kernel::MatmulRows(_)
                     | Kernel::MatmulTex(..)
                     | Kernel::Embed(_)
@@ -360,9 +365,13 @@ impl WebGpuBackend {
     }
 
     /// The buffer-weight matmul kernel of this variant.
-    fn matmul_kernel(&self, ty: GgmlType) -> Kernel {
+    /// The storage-buffer matmul kernel for rows of `n_in` values of type `ty`.
+    fn matmul_kernel(&self, ty: GgmlType, n_in: usize) -> Kernel {
         match self.matmul {
-            MatmulVariant::Workgroup => Kernel::Matmul(ty),
+            MatmulVariant::Workgroup => {
+                let width = if n_in.is_multiple_of(4) { 4 } else { 1 };
+                Kernel::Matmul(ty, width, self.reduce_subgroups)
+            }
             MatmulVariant::Rows | MatmulVariant::Texture => Kernel::MatmulRows(ty),
         }
     }
@@ -836,7 +845,7 @@ impl Backend for WebGpuBackend {
             self.pipe_op("load_weight", Kernel::MatmulTex(ty, 1, self.subgroups))?;
             self.pipe_op("load_weight", Kernel::EmbedTex(ty))?;
         } else {
-            self.pipe_op("load_weight", self.matmul_kernel(ty))?;
+            self.pipe_op("load_weight", self.matmul_kernel(ty, n_in))?;
             self.pipe_op("load_weight", Kernel::Embed(ty))?;
         }
         let mut row0 = 0;
@@ -999,7 +1008,7 @@ impl Backend for WebGpuBackend {
             ]);
             self.run(
                 "matmul",
-                self.matmul_kernel(w.ty),
+                self.matmul_kernel(w.ty, w.n_in),
                 &params,
                 None,
                 &[(1, buf), (2, &x.buf), (3, &out.buf)],
