@@ -277,7 +277,7 @@ impl Sampler {
             for_each_penalized(&self.cfg, history, |id, _| gather.push(id));
         }
         Some(Plan {
-            k: k + gather.len(),
+            k: k.saturating_add(gather.len()),
             gather,
         })
     }
