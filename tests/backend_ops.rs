@@ -22,6 +22,8 @@ use tinyllm::quant::GgmlType;
 
 /// The f32 path's bound (the acceptance criterion).
 const NMSE_F32: f64 = 1e-6;
+/// Bound for the f16-product matmul variant (11-bit operands).
+const NMSE_F16: f64 = 1e-5;
 
 /// The WebGPU backend, or `None` (with the reason printed) when there is no adapter and
 /// `TINYLLM_REQUIRE_GPU` is not `1`.
@@ -227,6 +229,15 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
     }) else {
         return;
     };
+    // The workgroup kernel multiplying in f16 (where the device has shader-f16).
+    let Some(g_f16) = gpu_with(WebGpuOptions {
+        matmul: Some(MatmulVariant::Workgroup),
+        f16_matmul: true,
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let has_f16 = g_f16.adapter().features.iter().any(|f| f == "shader_f16");
     // The texture kernel without subgroups (the same as g_tex where the device has none).
     let Some(g_lane) = gpu_with(WebGpuOptions {
         matmul: Some(MatmulVariant::Texture),
@@ -262,13 +273,19 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
             let e_tex = nmse(&run_matmul(&g_tex, &file, name, &x, rows, n_out), &want);
             let e_lane = nmse(&run_matmul(&g_lane, &file, name, &x, rows, n_out), &want);
             let e_plain = nmse(&run_matmul(&g_wg_plain, &file, name, &x, rows, n_out), &want);
+            let e_f16 = nmse(&run_matmul(&g_f16, &file, name, &x, rows, n_out), &want);
+            // f16 products round activations and weights to 11 bits: about 1e-7; and they
+            // must show (rows of a multiple of 4 values take the f16 variant).
+            if e_f16.is_nan() || e_f16 > NMSE_F16 || (has_f16 && k % 4 == 0 && e_f16 < 1e-11) {
+                failures.push(format!("matmul {name} rows {rows} in f16: NMSE {e_f16:.2e}"));
+            }
             // The CPU backend quantizes activations to Q8 first: shown for scale, not asserted.
             let e_cpu = match try_matmul(&cpu, &file, name, &x, rows, n_out) {
                 Ok(c) => format!("{:.1e}", nmse(&c, &want)),
                 Err(e) => format!("n/a: {e}"),
             };
             println!(
-                "[ops] matmul {name:>6} {n_out}x{k} rows {rows:>2}: NMSE webgpu workgroup {e_gpu:.1e} (without subgroups {e_plain:.1e}), rows {e_rows:.1e}, texture {e_tex:.1e} (without subgroups {e_lane:.1e}) (cpu {e_cpu})"
+                "[ops] matmul {name:>6} {n_out}x{k} rows {rows:>2}: NMSE webgpu workgroup {e_gpu:.1e} (without subgroups {e_plain:.1e}, f16 {e_f16:.1e}), rows {e_rows:.1e}, texture {e_tex:.1e} (without subgroups {e_lane:.1e}) (cpu {e_cpu})"
             );
             for e in [e_gpu, e_plain, e_rows, e_tex, e_lane] {
                 if e.is_nan() || e > NMSE_F32 {

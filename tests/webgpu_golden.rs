@@ -89,6 +89,10 @@ fn median(v: &[f64]) -> f64 {
 
 fn check_fixtures(arch: &str, quants: &[&str]) {
     let Some(g) = gpu() else { return };
+    check_fixtures_on(g, arch, quants);
+}
+
+fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
     let mut failed = Vec::new();
     for q in quants {
         let file = format!("{arch}.{q}");
@@ -134,6 +138,25 @@ fn qwen3_fixtures_match_llama_cpp_on_webgpu() {
 #[test]
 fn gemma3_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures("gemma3", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+/// The GPU matmul path (a workgroup per row: vec4 loads, subgroup reduction) with f16
+/// products, which lavapipe offers, meets the same rules on the fixtures.
+#[test]
+fn fixtures_match_llama_cpp_with_f16_workgroup_matmuls() {
+    use tinyllm::backend::webgpu::MatmulVariant;
+    if gpu().is_none() {
+        return;
+    }
+    for arch in ["llama", "qwen2", "gemma3"] {
+        let g = WebGpuBackend::with_options(WebGpuOptions {
+            matmul: Some(MatmulVariant::Workgroup),
+            f16_matmul: true,
+            ..Default::default()
+        })
+        .expect("the adapter opened once");
+        check_fixtures_on(g, arch, &["Q8_0", "Q4_K_M"]);
+    }
 }
 
 /// Greedy tokens of `model` for `case`'s prompt, `n` of them.

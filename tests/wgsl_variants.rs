@@ -32,7 +32,10 @@ fn every_kernel_variant_parses_and_validates() {
         let mut v = naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(), // unpack2x16float / pack2x16float (f16 storage, f32 arithmetic), which wgpu grants.
             // Subgroup operations: the `_subgroup` matmul variants, built where the device has them.
-            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32 | naga::valid::Capabilities::SUBGROUP,
+            // f16 arithmetic: the `_f16` matmul variants, built where the device has shader-f16.
+            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
+                | naga::valid::Capabilities::SUBGROUP
+                | naga::valid::Capabilities::SHADER_FLOAT16,
         );
         v.subgroup_stages(naga::valid::ShaderStages::COMPUTE)
             .subgroup_operations(naga::valid::SubgroupOperationSet::all());
@@ -56,6 +59,6 @@ fn unsupported_formats_have_no_variant() {
     use tinyllm::quant::GgmlType;
     for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ2_XXS] {
         assert!(!kernels::supports(ty));
-        assert!(Kernel::Matmul(ty, 4, false).source().is_none(), "{ty}");
+        assert!(Kernel::Matmul(ty, 4, false, false).source().is_none(), "{ty}");
     }
 }

@@ -45,6 +45,7 @@ pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
         "matmul_tex" => format!("matmul_tex{tile}{}_{quant}", if subgroup { "_subgroup" } else { "" }),
         // `tile`: the activation load width.
         "matmul" => format!("matmul_x{tile}{}_{quant}", if subgroup { "_subgroup" } else { "" }),
+        "matmul_f16" => format!("matmul_x{tile}_f16{}_{quant}", if subgroup { "_subgroup" } else { "" }),
         _ if quant.is_empty() => kind.to_string(),
         _ => format!("{kind}_{quant}"),
     }
@@ -57,11 +58,14 @@ pub fn variants(read: &dyn Fn(&str) -> String) -> Vec<(String, String)> {
         for kind in ["matmul_rows", "embed", "embed_tex"] {
             out.push((name(kind, q, 0, false), compose(read, kind, q, 0, false)));
         }
-        for width in X_WIDTHS {
-            for subgroup in [false, true] {
+        for subgroup in [false, true] {
+            for width in X_WIDTHS {
                 let src = compose(read, "matmul", q, width, subgroup);
                 out.push((name("matmul", q, width, subgroup), src));
             }
+            // f16 products (devices with shader-f16): vec4 loads only.
+            let src = compose(read, "matmul_f16", q, 4, subgroup);
+            out.push((name("matmul_f16", q, 4, subgroup), src));
         }
         for tile in TEX_TILES {
             for subgroup in [false, true] {
@@ -78,6 +82,8 @@ pub fn variants(read: &dyn Fn(&str) -> String) -> Vec<(String, String)> {
 
 /// The source of one variant.
 fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
+    let f16 = kind == "matmul_f16";
+    let kind = if f16 { "matmul" } else { kind };
     let template = match kind {
         "add" | "add_bias" | "scale" | "swiglu" | "geglu" => "elementwise.wgsl".to_string(),
         "rmsnorm_inplace" => "rmsnorm.wgsl".to_string(),
@@ -92,7 +98,15 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
         .replace("//INCLUDE bytes_tex.wgsl", &read("bytes_tex.wgsl"))
         .replace("//INCLUDE matmul_io.wgsl", &read("matmul_io.wgsl"));
     if kind == "matmul" {
-        src = src.replace("//INCLUDE DOT", &read(&format!("dot_x{tile}.wgsl")));
+        let dot = if f16 {
+            "dot_x4_f16.wgsl".to_string()
+        } else {
+            format!("dot_x{tile}.wgsl")
+        };
+        src = src.replace("//INCLUDE DOT", &read(&dot));
+        if f16 {
+            src = format!("enable f16;\n{src}");
+        }
         if tile == 4 {
             src = src.replace(
                 "var<storage, read> X: array<f32>;",

@@ -174,7 +174,7 @@ impl Context {
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("tinyllm"),
             // Subgroup operations let the CPU-adapter matmul share activation loads across lanes.
-            required_features: adapter.features() & wgpu::Features::SUBGROUP,
+            required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
             required_limits: limits.clone(),
             ..Default::default()
         }))

@@ -12,8 +12,9 @@ use crate::quant::GgmlType;
 pub enum Kernel {
     /// Quantized matmul/matvec over raw GGUF blocks, a workgroup per weight row (GPUs), loading
     /// activations `.1` values at a time (1 or 4: rows of a multiple of 4 values), the sums
-    /// reduced with subgroup operations when `.2`, else in workgroup memory.
-    Matmul(GgmlType, u8, bool),
+    /// reduced with subgroup operations when `.2`, else in workgroup memory; products in f16
+    /// when `.3` (width 4 only; devices with shader-f16).
+    Matmul(GgmlType, u8, bool, bool),
     /// The same with one invocation per weight row and no workgroup memory.
     MatmulRows(GgmlType),
     /// One invocation per weight row, weights in a texture and activations in a uniform buffer
@@ -115,7 +116,8 @@ impl Kernel {
     pub fn variant(self) -> String {
         let q = |t: GgmlType| t.name().to_lowercase();
         match self {
-            Kernel::Matmul(t, width, subgroup) => compose::name("matmul", &q(t), width, subgroup),
+            Kernel::Matmul(t, width, subgroup, false) => compose::name("matmul", &q(t), width, subgroup),
+            Kernel::Matmul(t, width, subgroup, true) => compose::name("matmul_f16", &q(t), width, subgroup),
             Kernel::MatmulRows(t) => compose::name("matmul_rows", &q(t), 0, false),
             Kernel::MatmulTex(t, r, shared) => compose::name("matmul_tex", &q(t), r, shared),
             Kernel::Embed(t) => compose::name("embed", &q(t), 0, false),
@@ -151,9 +153,10 @@ pub fn all_variants() -> Vec<Kernel> {
                         .flat_map(move |&r| [false, true].map(|s| Kernel::MatmulTex(t, r, s))),
                 )
                 .chain(
-                    compose::X_WIDTHS
-                        .iter()
-                        .flat_map(move |&w| [false, true].map(|s| Kernel::Matmul(t, w, s))),
+                    // Widths 1 and 4 in f32, width 4 in f16.
+                    [(1, false), (4, false), (4, true)]
+                        .into_iter()
+                        .flat_map(move |(w, f16)| [false, true].map(|s| Kernel::Matmul(t, w, s, f16))),
                 )
         })
         .collect();

@@ -71,6 +71,10 @@ pub struct WebGpuOptions {
     /// run both kernels): [`MatmulVariant::Texture`] shares activation loads through them,
     /// [`MatmulVariant::Workgroup`] reduces its sums with them.
     pub no_subgroups: bool,
+    /// Multiply in f16 in [`MatmulVariant::Workgroup`]'s matmuls (rows of a multiple of 4
+    /// values) where the device has shader-f16; ignored elsewhere. Off by default: activations
+    /// are rounded to f16, and values past its range (65504) would overflow.
+    pub f16_matmul: bool,
     /// Split attention across the KV length in chunks of this many positions whenever a query
     /// sees more; default: chunks of [`KV_CHUNK`] for decode on GPUs, no split on CPU
     /// adapters (their few threads are kept busy by the heads alone).
@@ -114,6 +118,8 @@ pub struct WebGpuBackend {
     subgroups: bool,
     /// Whether matmul.wgsl reduces its sums with subgroup operations (any subgroup size).
     reduce_subgroups: bool,
+    /// Whether matmul.wgsl multiplies in f16 ([`WebGpuOptions::f16_matmul`]).
+    f16_matmul: bool,
     /// Split attention's chunk size (`None`: never split).
     kv_chunk: Option<usize>,
     /// Split for any number of query rows (the chunk was asked for), not only decode.
@@ -312,6 +318,7 @@ impl WebGpuBackend {
             mapped_at_creation: false,
         });
         let ctx_subgroups = ctx.device.features().contains(wgpu::Features::SUBGROUP);
+        let ctx_f16 = ctx.device.features().contains(wgpu::Features::SHADER_F16);
         let subgroups = !opts.no_subgroups
             && ctx.device.features().contains(wgpu::Features::SUBGROUP)
             && ctx.subgroup_sizes.0 >= 8
@@ -326,6 +333,7 @@ impl WebGpuBackend {
             x_window,
             subgroups,
             reduce_subgroups: !opts.no_subgroups && ctx_subgroups,
+            f16_matmul: opts.f16_matmul && ctx_f16,
             reads: Arc::default(),
             kv_chunk: opts
                 .kv_chunk
@@ -370,7 +378,7 @@ impl WebGpuBackend {
         match self.matmul {
             MatmulVariant::Workgroup => {
                 let width = if n_in.is_multiple_of(4) { 4 } else { 1 };
-                Kernel::Matmul(ty, width, self.reduce_subgroups)
+                Kernel::Matmul(ty, width, self.reduce_subgroups, width == 4 && self.f16_matmul)
             }
             MatmulVariant::Rows | MatmulVariant::Texture => Kernel::MatmulRows(ty),
         }
