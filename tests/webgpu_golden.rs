@@ -1,7 +1,8 @@
 //! The WebGPU backend end to end against llama.cpp's reference outputs (the rules of
 //! `tests/model_golden.rs` and `tests/golden/README.llama-cpp.md`), and against the CPU
 //! backend: teacher-forced top-10 probabilities for every fixture and both real models, and
-//! free-running greedy tokens equal to the CPU backend's up to the first golden near-tie.
+//! free-running greedy tokens equal to the CPU backend's up to the first golden near-tie (or
+//! parting only at a near-tie of one of the two backends).
 //!
 //! The GPU path multiplies f32 activations where the CPU quantizes them to Q8 (see
 //! `src/backend/wgpu/mod.rs`); the tolerances are the golden README's, which allow that.
@@ -159,8 +160,9 @@ fn fixtures_match_llama_cpp_with_f16_workgroup_matmuls() {
     }
 }
 
-/// Greedy tokens of `model` for `case`'s prompt, `n` of them.
-fn greedy<B: Backend>(sess: &mut Session<B>, case: &Case, n: usize) -> Vec<u32> {
+/// Greedy tokens of `model` for `case`'s prompt, `n` of them, each with the margin of its
+/// pick (top-1 minus top-2 probability).
+fn greedy<B: Backend>(sess: &mut Session<B>, case: &Case, n: usize) -> Vec<(u32, f64)> {
     let mut out = Vec::new();
     if n == 0 {
         return out;
@@ -168,7 +170,11 @@ fn greedy<B: Backend>(sess: &mut Session<B>, case: &Case, n: usize) -> Vec<u32> 
     let mut l = sess.prefill(&case.prompt).expect("prefill");
     loop {
         let t = argmax(&l);
-        out.push(t);
+        let mut p = softmax(&l);
+        let p1 = p[t as usize];
+        p[t as usize] = f64::NEG_INFINITY;
+        let p2 = p.iter().copied().fold(0.0, f64::max);
+        out.push((t, p1 - p2));
         if out.len() == n {
             return out;
         }
@@ -176,10 +182,19 @@ fn greedy<B: Backend>(sess: &mut Session<B>, case: &Case, n: usize) -> Vec<u32> 
     }
 }
 
+/// Where two greedy runs first part, if they part at a step where neither backend saw a
+/// near-tie (margin below `tie`): a real disagreement, not arithmetic noise deciding a tie.
+fn real_divergence(a: &[(u32, f64)], b: &[(u32, f64)], tie: f64) -> Option<usize> {
+    let d = a.iter().zip(b).position(|(x, y)| x.0 != y.0)?;
+    (a[d].1 >= tie && b[d].1 >= tie).then_some(d)
+}
+
 /// A real model on WebGPU: teacher forcing on every golden prompt (top-1 |dp| within the
 /// README tolerance except at most `max_outliers` steps within `outlier_tol`; argmax where the
 /// golden gap exceeds `clear_gap`), then greedy tokens equal to the CPU backend's up to the
-/// first golden near-tie.
+/// first golden near-tie, or parting only where one of the two backends itself sees a
+/// near-tie (its top-2 within the golden tolerance: the CPU's activation quantization may
+/// decide such a tie either way).
 fn check_real(gguf: &str, golden: &str, clear_gap: f64, outlier_tol: f64, max_outliers: usize) {
     let Some(g) = gpu() else { return };
     let path = common::real_model(gguf);
@@ -199,6 +214,7 @@ fn check_real(gguf: &str, golden: &str, clear_gap: f64, outlier_tol: f64, max_ou
     let mut cpu_sess = session(&cpu, 1024);
     let mut st = Stats::default();
     let mut greedy_same = 0;
+    let mut greedy_wrong = Vec::new();
     let mut notes = Vec::new();
     for case in &cases {
         let logits = teacher_forced(&mut sess, case);
@@ -210,10 +226,23 @@ fn check_real(gguf: &str, golden: &str, clear_gap: f64, outlier_tol: f64, max_ou
             .unwrap_or(case.tokens.len());
         let ours = greedy(&mut sess, case, horizon);
         let theirs = greedy(&mut cpu_sess, case, horizon);
-        if ours == theirs {
+        let ids = |v: &[(u32, f64)]| v.iter().map(|t| t.0).collect::<Vec<_>>();
+        if ids(&ours) == ids(&theirs) {
             greedy_same += 1;
+        } else if let Some(d) = real_divergence(&ours, &theirs, REAL_TOL) {
+            greedy_wrong.push(format!(
+                "{} step {d}: webgpu {:?} vs cpu {:?}",
+                case.name,
+                ids(&ours),
+                ids(&theirs)
+            ));
         } else {
-            notes.push(format!("{}: webgpu {ours:?} vs cpu {theirs:?}", case.name));
+            notes.push(format!(
+                "{}: webgpu {:?} vs cpu {:?} (parted at a near-tie of a backend)",
+                case.name,
+                ids(&ours),
+                ids(&theirs)
+            ));
         }
     }
     println!(
@@ -245,11 +274,7 @@ fn check_real(gguf: &str, golden: &str, clear_gap: f64, outlier_tol: f64, max_ou
         st.beyond.len()
     );
     assert!(st.argmax_failures.is_empty(), "{:?}", st.argmax_failures);
-    assert!(
-        greedy_same + 1 >= cases.len(),
-        "greedy equal to cpu on only {greedy_same}/{}",
-        cases.len()
-    );
+    assert!(greedy_wrong.is_empty(), "greedy parts from the cpu's: {greedy_wrong:?}");
 }
 
 /// All 12 prompts: minutes on lavapipe (on two cores about 400 CPU seconds for gemma-3-270m and
