@@ -204,6 +204,7 @@ fn odd_width(ty: GgmlType) -> usize {
 fn matmul_and_embed_match_the_dequantization_oracle() {
     let Some(g) = gpu_with(WebGpuOptions {
         matmul: Some(MatmulVariant::Workgroup),
+        f16_matmul: Some(false),
         ..Default::default()
     }) else {
         return;
@@ -225,14 +226,14 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
     let Some(g_wg_plain) = gpu_with(WebGpuOptions {
         matmul: Some(MatmulVariant::Workgroup),
         no_subgroups: true,
+        f16_matmul: Some(false),
         ..Default::default()
     }) else {
         return;
     };
-    // The workgroup kernel multiplying in f16 (where the device has shader-f16).
+    // The workgroup kernel multiplying in f16 (where the device has shader-f16: the default).
     let Some(g_f16) = gpu_with(WebGpuOptions {
         matmul: Some(MatmulVariant::Workgroup),
-        f16_matmul: true,
         ..Default::default()
     }) else {
         return;
@@ -687,4 +688,38 @@ fn top_k_candidates_match_the_host_selection() {
     }
     assert!(g.top_k(&upload(&g, &[1.0]), 1, 1, 0, &[]).is_err(), "k = 0 is an error");
     println!("[ops] top_k: {checked} shapes equal to the host selection");
+}
+
+/// The f16-product matmul multiplies in f32 wherever f16 could overflow: activations of 5e4
+/// and weights near 1 (products past 65504) give the f32 result, finite, next to small
+/// activations that still take the f16 path.
+#[test]
+fn f16_matmul_never_overflows() {
+    let Some(g) = gpu_with(WebGpuOptions {
+        matmul: Some(MatmulVariant::Workgroup),
+        f16_matmul: Some(true),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    let mut rng = Rng(5);
+    let (k, n_out) = (64, 9);
+    let file = gguf(&[(
+        "w".into(),
+        vec![k as u64, n_out as u64],
+        GgmlType::F16,
+        random_matrix(&mut rng, GgmlType::F16, k, n_out),
+    )]);
+    let wd = dequantized(&file, "w");
+    // Row 0: huge activations; row 1: ordinary ones.
+    let mut x: Vec<f32> = rng.vec(k, 5.0e4);
+    x.extend(rng.vec(k, 1.0));
+    let want = reference_matmul(&wd, &x, 2, n_out, k);
+    let got = run_matmul(&g, &file, "w", &x, 2, n_out);
+    assert!(got.iter().all(|v| v.is_finite()), "{got:?}");
+    let e_big = nmse(&got[..n_out], &want[..n_out]);
+    let e_small = nmse(&got[n_out..], &want[n_out..]);
+    println!("[ops] f16 matmul: NMSE huge activations {e_big:.1e}, ordinary {e_small:.1e}");
+    assert!(e_big < NMSE_F32, "huge activations: NMSE {e_big:.2e}");
+    assert!(e_small < NMSE_F16, "ordinary activations: NMSE {e_small:.2e}");
 }

@@ -152,7 +152,7 @@ fn fixtures_match_llama_cpp_with_f16_workgroup_matmuls() {
     for arch in ["llama", "qwen2", "gemma3"] {
         let g = WebGpuBackend::with_options(WebGpuOptions {
             matmul: Some(MatmulVariant::Workgroup),
-            f16_matmul: true,
+            f16_matmul: Some(true),
             ..Default::default()
         })
         .expect("the adapter opened once");

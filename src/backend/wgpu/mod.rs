@@ -72,9 +72,9 @@ pub struct WebGpuOptions {
     /// [`MatmulVariant::Workgroup`] reduces its sums with them.
     pub no_subgroups: bool,
     /// Multiply in f16 in [`MatmulVariant::Workgroup`]'s matmuls (rows of a multiple of 4
-    /// values) where the device has shader-f16; ignored elsewhere. Off by default: activations
-    /// are rounded to f16, and values past its range (65504) would overflow.
-    pub f16_matmul: bool,
+    /// values) where the device has shader-f16 (dot_x4_f16.wgsl: products that could overflow
+    /// are made in f32); default: on where the device has it. Other variants multiply in f32.
+    pub f16_matmul: Option<bool>,
     /// Split attention across the KV length in chunks of this many positions whenever a query
     /// sees more; default: chunks of [`KV_CHUNK`] for decode on GPUs, no split on CPU
     /// adapters (their few threads are kept busy by the heads alone).
@@ -333,7 +333,7 @@ impl WebGpuBackend {
             x_window,
             subgroups,
             reduce_subgroups: !opts.no_subgroups && ctx_subgroups,
-            f16_matmul: opts.f16_matmul && ctx_f16,
+            f16_matmul: opts.f16_matmul.unwrap_or(true) && ctx_f16,
             reads: Arc::default(),
             kv_chunk: opts
                 .kv_chunk
