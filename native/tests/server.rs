@@ -428,19 +428,26 @@ fn full_queue_answers_503_with_retry_after() {
     // an idle machine. On a loaded CI machine it can still finish between the second
     // request queueing and the third arriving, in which case the third is rightly
     // admitted (and nothing is rejected); the scenario then runs again on a fresh server.
-    // A server that never rejects fails all attempts.
+    // A server that never rejects fails all attempts. Each request is sent only once the
+    // one before is where it should be (running, then queued), read from /metrics.
     for attempt in 1..=4 {
         let s = fixture(&["--parallel", "1", "--queue", "1"]);
         let long = chat_body("Keep going", json!({"stream": true, "max_tokens": 1900}));
         let mut running = s.open_stream("/v1/chat/completions", &long);
-        running.next_data().expect("the first request runs");
+        running.next_data().expect("the first request streams");
+        // The stream's first chunk can come before the engine took the job off the queue:
+        // wait until it holds the slot and the queue is empty again.
+        let wait = |what: &str, done: &dyn Fn(&[f64]) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !done(&s.metrics(&["tinyllm_slots_busy", "tinyllm_requests_queued"])) {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        wait("the first request never ran", &|m| m[0] == 1.0 && m[1] == 0.0);
         // Takes the only queue place (its answer would start once the slot frees).
         let _waiting = s.send("POST", "/v1/chat/completions", &[], long.to_string().as_bytes());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while s.metric("tinyllm_requests_queued") < 1.0 {
-            assert!(Instant::now() < deadline, "the second request never queued");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait("the second request never queued", &|m| m[1] >= 1.0);
         let r = s.post("/v1/chat/completions", &chat_body("one more", json!({})));
         if r.status == 200 {
             assert_eq!(s.metric("tinyllm_requests_rejected_total"), 0.0);
