@@ -375,7 +375,7 @@ fn disconnect_frees_the_slot() {
     let v = s.ok("/v1/chat/completions", &chat_body("Quick", json!({"max_tokens": 2})));
     assert_eq!(v["usage"]["completion_tokens"], 2);
     let waited = started.elapsed();
-    let log = s.log();
+    let log = s.wait_log("interrupted");
     let line = log
         .lines()
         .find(|l| l.contains("interrupted"))
@@ -784,7 +784,8 @@ fn webgpu_server_answers_like_the_cpu_server() {
     }
     let cpu = fixture(&[]);
     let gpu = fixture(&["--backend", "webgpu"]);
-    assert!(gpu.log().contains("backend webgpu"), "{}", gpu.log());
+    let log = gpu.wait_log("backend webgpu");
+    assert!(log.contains("backend webgpu"), "{log}");
     let rows = std::fs::read_to_string(golden("fixtures/qwen2.Q8_0.golden.jsonl")).unwrap();
     for row in rows.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
         let body = json!({"prompt": row["prompt_ids"], "max_tokens": row["n_predict"], "temperature": 0});

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The tiny golden fixture model (fast enough for many requests).
 pub const FIXTURE: &str = "fixtures/qwen2.Q8_0.gguf";
@@ -64,6 +64,19 @@ impl Server {
 
     pub fn url(&self) -> String {
         format!("http://{}/", self.addr)
+    }
+
+    /// The server's stderr once it holds `needle` (a reader thread collects it, so a line
+    /// written before a response may arrive after it); the log so far after 10 s without.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.contains(needle) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn log(&self) -> String {
