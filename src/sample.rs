@@ -206,6 +206,14 @@ fn by_logit_desc(a: &Cand, b: &Cand) -> Ordering {
     b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
 }
 
+/// A row of logits as candidates, in id order, sanitized.
+fn sanitized(logits: &[f32]) -> impl Iterator<Item = Cand> + '_ {
+    logits.iter().enumerate().map(|(i, &l)| Cand {
+        id: i as u32,
+        logit: sanitize(l),
+    })
+}
+
 /// NaN can never win; +inf becomes the largest finite value so softmax stays finite.
 fn sanitize(logit: f32) -> f32 {
     if logit.is_nan() {
@@ -280,6 +288,15 @@ impl Sampler {
             k: k.saturating_add(gather.len()),
             gather,
         })
+    }
+
+    /// [`Sampler::plan`] for the draw after `next` is appended to `history`: the penalty
+    /// window as it will be then (a forward pass is planned before it runs).
+    pub fn plan_after(&self, history: &[u32], next: &[u32]) -> Option<Plan> {
+        let window = self.cfg.repeat_last_n;
+        let mut h = history[history.len().saturating_sub(window)..].to_vec();
+        h.extend_from_slice(next);
+        self.plan(&h)
     }
 
     /// The token [`Sampler::sample`] would pick from the whole row, from `c`, the row's
@@ -375,10 +392,7 @@ impl Sampler {
     /// (-inf, NaN) are dropped.
     fn prepare(&mut self, logits: &[f32], history: &[u32]) {
         self.cand.clear();
-        self.cand.extend(logits.iter().enumerate().map(|(i, &l)| Cand {
-            id: i as u32,
-            logit: sanitize(l),
-        }));
+        self.cand.extend(sanitized(logits));
         if self.cfg.penalties_enabled() {
             // Still in id order: index == id.
             for_each_penalized(&self.cfg, history, |id, count| {
@@ -512,14 +526,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// The `k` most likely tokens with their log-probabilities under the softmax of the full
 /// `logits` (no temperature or truncation), most likely first, ties in id order. O(n + k log k).
 pub fn log_softmax_top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut cand: Vec<Cand> = logits
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| Cand {
-            id: i as u32,
-            logit: sanitize(l),
-        })
-        .collect();
+    let mut cand: Vec<Cand> = sanitized(logits).collect();
     let max = cand.iter().map(|c| c.logit).fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         return Vec::new();
@@ -561,14 +568,7 @@ mod tests {
                 })
                 .collect();
             for k in [1, 2, 5, 64, 5000] {
-                let mut all: Vec<Cand> = row
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &l)| Cand {
-                        id: i as u32,
-                        logit: sanitize(l),
-                    })
-                    .collect();
+                let mut all: Vec<Cand> = sanitized(&row).collect();
                 all.sort_by(by_logit_desc);
                 all.truncate(k);
                 all.sort_by_key(|c| c.id);

@@ -390,8 +390,9 @@ fn sampling_from_device_candidates_equals_sampling_from_logits() {
     let mut before = g.counters();
     for step in 0..48 {
         let tokens: Vec<u32> = if step == 0 { prompt.to_vec() } else { vec![b[step - 1]] };
-        let history: Vec<u32> = sess.tokens().iter().chain(&tokens).copied().collect();
-        let plan = sparse.plan(&history).expect("top-k sampling has a plan");
+        let plan = sparse
+            .plan_after(sess.tokens(), &tokens)
+            .expect("top-k sampling has a plan");
         let c = sess.forward_candidates(&tokens, &plan).unwrap();
         b.push(sparse.sample_candidates(&c, &plan, sess.tokens()));
         if step == 0 {

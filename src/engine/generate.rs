@@ -126,16 +126,10 @@ pub fn generate<B: Backend>(
     // Plain greedy without logprobs needs only the argmax, top-k sampling only the candidates
     // (the draw is the same as from the logits): let the backend compute them.
     let on_device = params.top_logprobs == 0 && sampler.config().is_plain_greedy();
-    let window = sampler.config().repeat_last_n;
     let plan = |sampler: &Sampler, session: &Session<B>, tokens: &[u32]| -> Option<Plan> {
-        if params.top_logprobs > 0 {
-            return None;
-        }
-        // The penalty window as it will be when the token is drawn.
-        let t = session.tokens();
-        let mut history = t[t.len().saturating_sub(window)..].to_vec();
-        history.extend_from_slice(tokens);
-        sampler.plan(&history)
+        (params.top_logprobs == 0)
+            .then(|| sampler.plan_after(session.tokens(), tokens))
+            .flatten()
     };
     let step = |session: &mut Session<B>, tokens: &[u32], plan: Option<Plan>| -> Result<Next, EngineError> {
         Ok(if on_device {

@@ -467,11 +467,7 @@ impl<'t> Engine<'t> {
             if a.job.logprobs.is_some() || !a.job.must_start.is_empty() {
                 return None;
             }
-            // The penalty window as it will be when the token is drawn.
-            let t = slot.session.tokens();
-            let mut history = t[t.len().saturating_sub(a.sampler.config().repeat_last_n)..].to_vec();
-            history.extend_from_slice(&f.tokens);
-            let p = a.sampler.plan(&history)?;
+            let p = a.sampler.plan_after(slot.session.tokens(), &f.tokens)?;
             k = k.max(p.k);
             gather.extend(p.gather);
         }
