@@ -11,25 +11,7 @@
 // nothing), as subgroup operations need. Arithmetic in f32, as matmul_rows.wgsl (its
 // storage-buffer twin).
 
-struct Params {
-    n_in: u32,
-    n_out: u32,
-    // Activation rows in the tile (at most R).
-    rows: u32,
-    // Bytes from one weight row to the next in the texture (a multiple of 16).
-    row_bytes: u32,
-    n_chunks: u32,
-    out_stride: u32,
-    out_off: u32,
-    grid_x: u32,
-    // First output row of the tile.
-    row0: u32,
-    pad0: u32,
-    pad1: u32,
-    pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> P: Params;
+//INCLUDE matmul_params.wgsl
 // rows x n_in activations, row-major (n_in is a multiple of 4).
 @group(0) @binding(2) var<uniform> X: array<vec4<f32>, 4096>;
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;

@@ -111,7 +111,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     counts[WG + li] = equal;
     workgroupBarrier();
     if (li == 0u) {
-        // Exclusive prefix sums over the slices; the total above T goes last.
+        // Exclusive prefix sums over the slices.
         var sa = 0u;
         var se = 0u;
         for (var j = 0u; j < WG; j++) {
@@ -122,10 +122,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             sa += a;
             se += e;
         }
-        state = vec3<u32>(t, sa, st.z);
     }
     workgroupBarrier();
-    let fin = workgroupUniformLoad(&state);
+    let take = st.z; // values equal to T among the k
     var a = counts[li];
     var e = counts[WG + li];
     for (var i = lo; i < hi; i++) {
@@ -135,10 +134,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // equal to T up to the number taken.
         var slot = k;
         if (kk > t) {
-            slot = a + min(e, fin.z);
+            slot = a + min(e, take);
             a += 1u;
         } else if (kk == t) {
-            if (e < fin.z) {
+            if (e < take) {
                 slot = a + e;
             }
             e += 1u;

@@ -3,7 +3,7 @@
 fn load_chunk(rb: u32, c: u32, n_in: u32) {
     let o = rb + (c / 8u) * 176u;
     let j = c % 8u;
-    let sm = scale_min_k4(j, o + 4u);
+    let sm = scale_min_k4(j, vec3<u32>(w32(o + 4u), w32(o + 8u), w32(o + 12u)));
     let d = f16at(o) * f32(sm.x);
     let m = f16at(o + 2u) * f32(sm.y);
     let qs = o + 48u + 32u * (j / 2u);

@@ -5,7 +5,7 @@ fn load_chunk(rb: u32, c: u32, n_in: u32) {
     let base = (rb >> 4u) + 9u * (c / 8u);
     let j = c % 8u;
     let hdr = texel(base);
-    let sm = scale_min_k4_tex(j, hdr);
+    let sm = scale_min_k4(j, hdr.yzw);
     let dm = unpack2x16float(hdr.x);
     let d = dm.x * f32(sm.x);
     let m = dm.y * f32(sm.y);
@@ -20,18 +20,4 @@ fn load_chunk(rb: u32, c: u32, n_in: u32) {
             wv[4u * k + b + 16u] = d * f32((wb >> (8u * b)) & 0xfu) - m;
         }
     }
-}
-// Scale byte i (0..11) of a K-quant header texel (bytes 4..16).
-fn kscale_byte(hdr: vec4<u32>, i: u32) -> u32 {
-    let w = select(select(hdr.y, hdr.z, i >= 4u), hdr.w, i >= 8u);
-    return (w >> ((i & 3u) * 8u)) & 0xffu;
-}
-// ggml's get_scale_min_k4 over the header texel (quant/kscale.wgsl reads the same bytes).
-fn scale_min_k4_tex(j: u32, hdr: vec4<u32>) -> vec2<u32> {
-    if (j < 4u) {
-        return vec2<u32>(kscale_byte(hdr, j) & 63u, kscale_byte(hdr, j + 4u) & 63u);
-    }
-    let sc = (kscale_byte(hdr, j + 4u) & 0xfu) | ((kscale_byte(hdr, j - 4u) >> 6u) << 4u);
-    let m = (kscale_byte(hdr, j + 4u) >> 4u) | ((kscale_byte(hdr, j) >> 6u) << 4u);
-    return vec2<u32>(sc, m);
 }

@@ -96,7 +96,8 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
     let mut src = read(&template)
         .replace("//INCLUDE bytes.wgsl", &bytes)
         .replace("//INCLUDE bytes_tex.wgsl", &read("bytes_tex.wgsl"))
-        .replace("//INCLUDE matmul_io.wgsl", &read("matmul_io.wgsl"));
+        .replace("//INCLUDE matmul_io.wgsl", &read("matmul_io.wgsl"))
+        .replace("//INCLUDE matmul_params.wgsl", &read("matmul_params.wgsl"));
     if kind == "matmul" {
         let dot = if f16 {
             "dot_x4_f16.wgsl".to_string()
@@ -138,16 +139,16 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
     if !quant.is_empty() {
         let decoder = if textured && TEX_QUANTS.contains(&quant) {
             read(&format!("quant/tex/{quant}.wgsl"))
-        } else if matches!(quant, "q4_k" | "q5_k") {
-            format!(
-                "{}\n{}",
-                read("quant/kscale.wgsl"),
-                read(&format!("quant/{quant}.wgsl"))
-            )
         } else {
             read(&format!("quant/{quant}.wgsl"))
         };
-        src = src.replace("//INCLUDE QUANT", &decoder);
+        // Layout pieces the buffer and texture decoders of a format share.
+        let shared = match quant {
+            "q4_k" | "q5_k" => read("quant/kscale.wgsl"),
+            "q5_0" => read("quant/q5_0_values.wgsl"),
+            _ => String::new(),
+        };
+        src = src.replace("//INCLUDE QUANT", &format!("{shared}\n{decoder}"));
     }
     src
 }

@@ -141,27 +141,6 @@ struct ReadBuffers {
     staging: Option<wgpu::Buffer>,
 }
 
-/// `slot`'s buffer if it holds at least `bytes`, else a new one of twice that.
-fn grown(
-    dev: &wgpu::Device,
-    slot: &mut Option<wgpu::Buffer>,
-    label: &str,
-    bytes: u64,
-    usage: wgpu::BufferUsages,
-) -> wgpu::Buffer {
-    if let Some(b) = slot.as_ref().filter(|b| b.size() >= bytes) {
-        return b.clone();
-    }
-    let b = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size: (2 * bytes).max(64),
-        usage,
-        mapped_at_creation: false,
-    });
-    *slot = Some(b.clone());
-    b
-}
-
 impl std::fmt::Debug for WebGpuBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebGpuBackend")
@@ -275,6 +254,33 @@ fn u(op: &'static str, v: usize) -> Result<u32, BackendError> {
 }
 
 /// Parameter block from 32-bit words.
+/// The parameter block of every matmul kernel (matmul_params.wgsl) for `part` of `w`: `rows`
+/// activation rows from `row0` (texture tiles; 0 otherwise), weight rows `row_bytes` apart.
+fn matmul_params(
+    w: &WebGpuWeight,
+    part: &Part,
+    rows: usize,
+    row_bytes: usize,
+    grid_x: u32,
+    row0: usize,
+) -> Result<Vec<u8>, BackendError> {
+    let m = |v: usize| u("matmul", v);
+    Ok(words(&[
+        m(w.n_in)?,
+        m(part.rows)?,
+        m(rows)?,
+        m(row_bytes)?,
+        m(w.n_in.div_ceil(32))?,
+        m(w.n_out)?,
+        m(part.row0)?,
+        grid_x,
+        m(row0)?,
+        0,
+        0,
+        0,
+    ]))
+}
+
 fn words(w: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(w).to_vec()
 }
@@ -445,6 +451,54 @@ impl WebGpuBackend {
     /// Bind groups kept for reuse (those of dropped buffers leave with them).
     pub fn cached_bind_groups(&self) -> usize {
         self.lock().cached_bind_groups()
+    }
+
+    /// `slot`'s buffer if it holds at least `bytes`, else a new one of twice that (the bind
+    /// groups of the one it replaces leave the cache with it).
+    fn grown(
+        &self,
+        slot: &mut Option<wgpu::Buffer>,
+        label: &str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> wgpu::Buffer {
+        if let Some(b) = slot.as_ref().filter(|b| b.size() >= bytes) {
+            return b.clone();
+        }
+        if let Some(old) = slot.take() {
+            self.lock().forget(&[&old], &[]);
+        }
+        let b = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (2 * bytes).max(64),
+            usage,
+            mapped_at_creation: false,
+        });
+        *slot = Some(b.clone());
+        b
+    }
+
+    /// Run kernel `k` reading the rows of `x` (binding 1) into a result buffer kept in `slot`
+    /// (binding `out`) and read its first `bytes` back: one submission, one readback. The
+    /// read buffers stay locked from recording to reading.
+    #[allow(clippy::too_many_arguments)]
+    fn run_and_read(
+        &self,
+        op: &'static str,
+        k: Kernel,
+        slot: fn(&mut ReadBuffers) -> &mut Option<wgpu::Buffer>,
+        params: &[u8],
+        extra: Option<(u32, &[u8])>,
+        x: &wgpu::Buffer,
+        out: u32,
+        bytes: u64,
+        groups: (u32, u32, u32),
+    ) -> Result<Vec<u8>, BackendError> {
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+        let buf = self.grown(slot(&mut reads), op, bytes, usage);
+        self.run(op, k, params, extra, &[(1, x), (out, &buf)], groups)?;
+        self.read_back_with(&mut reads, op, &buf, bytes)
     }
 
     /// The parameter block of attention.wgsl.
@@ -635,8 +689,7 @@ impl WebGpuBackend {
         bytes: u64,
     ) -> Result<Vec<u8>, BackendError> {
         let size = bytes.max(4).div_ceil(4) * 4;
-        let staging = grown(
-            &self.ctx.device,
+        let staging = self.grown(
             &mut reads.staging,
             "readback",
             size,
@@ -755,20 +808,7 @@ impl WebGpuBackend {
                     return Err(shape("matmul", format!("'{}' mixes buffer and texture parts", w.name)));
                 };
                 let (gx, gy) = grid(part.rows.div_ceil(64));
-                let params = words(&[
-                    u("matmul", k)?,
-                    u("matmul", part.rows)?,
-                    u("matmul", n)?,
-                    u("matmul", w.stride)?,
-                    u("matmul", k.div_ceil(32))?,
-                    u("matmul", w.n_out)?,
-                    u("matmul", part.row0)?,
-                    gx,
-                    u("matmul", r0)?,
-                    0,
-                    0,
-                    0,
-                ]);
+                let params = matmul_params(w, part, n, w.stride, gx, r0)?;
                 self.run_with(
                     "matmul",
                     Kernel::MatmulTex(w.ty, slots, self.subgroups),
@@ -1004,16 +1044,7 @@ impl Backend for WebGpuBackend {
             let Store::Buffer(buf) = &part.store else {
                 return Err(shape("matmul", format!("'{}' mixes buffer and texture parts", w.name)));
             };
-            let params = words(&[
-                u("matmul", k)?,
-                u("matmul", part.rows)?,
-                u("matmul", rows)?,
-                u("matmul", w.row_bytes)?,
-                u("matmul", k.div_ceil(32))?,
-                u("matmul", n)?,
-                u("matmul", part.row0)?,
-                gx,
-            ]);
+            let params = matmul_params(w, part, rows, w.row_bytes, gx, 0)?;
             self.run(
                 "matmul",
                 self.matmul_kernel(w.ty, w.n_in),
@@ -1192,8 +1223,7 @@ impl Backend for WebGpuBackend {
             ));
         }
         let mut slot = self.attn_partials.lock().unwrap_or_else(|e| e.into_inner());
-        let s = grown(
-            &self.ctx.device,
+        let s = self.grown(
             &mut slot,
             "attention partials",
             floats as u64 * 4,
@@ -1281,25 +1311,19 @@ impl Backend for WebGpuBackend {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        let out = grown(
-            &self.ctx.device,
-            &mut reads.argmax,
-            "argmax",
-            rows as u64 * 4,
-            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-        );
         let (gx, gy) = grid(rows);
         let params = words(&[u("argmax", rows)?, u("argmax", width)?, gx, 0]);
-        self.run(
+        let data = self.run_and_read(
             "argmax",
             Kernel::Argmax,
+            |r| &mut r.argmax,
             &params,
             None,
-            &[(1, &x.buf), (2, &out)],
+            &x.buf,
+            2,
+            rows as u64 * 4,
             (gx, gy, 1),
         )?;
-        let data = self.read_back_with(&mut reads, "argmax", &out, rows as u64 * 4)?;
         Ok(bytemuck::cast_slice(&data).to_vec())
     }
 
@@ -1322,14 +1346,6 @@ impl Backend for WebGpuBackend {
             .checked_mul(per_row)
             .filter(|&n| n as u64 * 4 <= self.ctx.limits.max_storage_buffer_binding_size)
             .ok_or_else(|| shape("top_k", format!("{rows} rows of {per_row} candidates exceed a binding")))?;
-        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        let out = grown(
-            &self.ctx.device,
-            &mut reads.select,
-            "candidates",
-            words_out as u64 * 4,
-            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-        );
         let (gx, gy) = grid(rows);
         let params = words(&[
             u("top_k", rows)?,
@@ -1343,15 +1359,17 @@ impl Backend for WebGpuBackend {
         ]);
         // The gather ids go in the arena (at least one word: a binding is never empty).
         let ids: Vec<u32> = if gather.is_empty() { vec![0] } else { gather.to_vec() };
-        self.run(
+        let data = self.run_and_read(
             "top_k",
             Kernel::Select,
+            |r| &mut r.select,
             &params,
             Some((2, bytemuck::cast_slice(&ids))),
-            &[(1, &x.buf), (3, &out)],
+            &x.buf,
+            3,
+            words_out as u64 * 4,
             (gx, gy, 1),
         )?;
-        let data = self.read_back_with(&mut reads, "top_k", &out, words_out as u64 * 4)?;
         let w: &[u32] = bytemuck::cast_slice(&data);
         Ok(w.chunks_exact(per_row)
             .map(|r| Candidates {
