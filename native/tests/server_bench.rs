@@ -134,8 +134,14 @@ fn decode_throughput_one_vs_four_streams() {
     let mut fours = Vec::new();
     let mut steadies = Vec::new();
     // Each round measures one stream and then four, back to back, so that their ratio sees
-    // the same machine; the summary is the median over the rounds.
-    for (round, prompt) in PROMPTS.iter().enumerate() {
+    // the same machine; the summary is the median over the rounds. On a shared machine the
+    // rounds scatter: `TINYLLM_BENCH_ROUNDS` (default 4) runs more of them, cycling the prompts.
+    let rounds = std::env::var("TINYLLM_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(PROMPTS.len())
+        .max(1);
+    for (round, prompt) in PROMPTS.iter().cycle().take(rounds).enumerate() {
         // One stream alone.
         let one = run_stream(&s, &user(prompt), DECODE_TOKENS);
         let one_rate = aggregate(std::slice::from_ref(&one), &[0.0]);

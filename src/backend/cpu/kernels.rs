@@ -111,6 +111,8 @@ pub struct Kernels {
     pub tile: TileFn,
     /// Whether weights of a type are best interleaved at load ([`Layout::Interleaved`]).
     pub interleaves: fn(GgmlType) -> bool,
+    /// `gate[i] = silu(gate[i]) · up[i]` (the SwiGLU gate).
+    pub swiglu: fn(gate: &mut [f32], up: &[f32]),
     /// Name of the variant (`avx2`, `fast`, `oracle`).
     pub variant: &'static str,
 }
@@ -130,6 +132,7 @@ impl Kernels {
                 prepare: prepare_avx2,
                 tile: tile_avx2,
                 interleaves: super::interleave::supports,
+                swiglu: swiglu_avx2,
                 variant: "avx2",
             };
         }
@@ -142,6 +145,7 @@ impl Kernels {
             prepare: prepare_values,
             tile: tile_fast,
             interleaves: |_| false,
+            swiglu: swiglu_scalar,
             variant: "fast",
         }
     }
@@ -152,6 +156,7 @@ impl Kernels {
             prepare: prepare_blocks,
             tile: tile_oracle,
             interleaves: |_| false,
+            swiglu: swiglu_scalar,
             variant: "oracle",
         }
     }
@@ -166,6 +171,19 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantE
     }
     // SAFETY: `Kernels::detect` picks this function only after `simd::available()`.
     unsafe { super::simd::q8::prepare(ty, x, k) }
+}
+
+/// The scalar SwiGLU gate ([`super::ops::silu`]), the slow twin of the AVX2 one.
+pub fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
+    gate.iter_mut()
+        .zip(up)
+        .for_each(|(g, &u)| *g = super::ops::silu(*g) * u);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: as in `prepare_avx2`.
+    unsafe { super::simd::activation::swiglu(gate, up) }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -313,13 +313,18 @@ impl Backend for CpuBackend {
             .try_lock()
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default();
-        tiles.resize(n * rows, 0.0);
-        run(&mut tiles);
+        // Grown only, never shrunk: a shorter result uses the front (every value of it is
+        // written by the kernels), so decode does not clear megabytes per matmul as its sizes
+        // alternate between the layers' widths and the vocabulary.
+        if tiles.len() < n * rows {
+            tiles.resize(n * rows, 0.0);
+        }
+        run(&mut tiles[..n * rows]);
         // Into `[rows][n]`, a few activation rows per task: each tile's part of an output row
         // is one contiguous run.
         self.pool.for_chunks(&mut out.0[..rows * n], COPY_ROWS * n, |t, dst| {
             let a0 = t * COPY_ROWS;
-            for (ti, tile) in tiles.chunks(MATMUL_TILE * rows).enumerate() {
+            for (ti, tile) in tiles[..n * rows].chunks(MATMUL_TILE * rows).enumerate() {
                 let nw = tile.len() / rows;
                 let w0 = ti * MATMUL_TILE;
                 for (i, row) in dst.chunks_exact_mut(n).enumerate() {
@@ -469,7 +474,14 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
-        self.gated("swiglu", gate, up, len, ops::silu)
+        need("swiglu", "gate", gate.0.len(), len)?;
+        need("swiglu", "up", up.0.len(), len)?;
+        let (up, swiglu) = (&up.0[..len], self.kernels.swiglu);
+        self.pool.for_chunks(&mut gate.0[..len], ELEMENTWISE_CHUNK, |i, c| {
+            let o = i * ELEMENTWISE_CHUNK;
+            swiglu(c, &up[o..o + c.len()]);
+        });
+        Ok(())
     }
 
     fn geglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {

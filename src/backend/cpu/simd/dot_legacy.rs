@@ -202,57 +202,56 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
     let mut macc = [_mm256_setzero_ps(); CC];
     for b in 0..nb {
         let p = tile.add(b * R * block_bytes(K));
-        // With several activation rows and no unpacked tile, unpack the block once into a
-        // small local copy (it stays in L1) and take the rows one after the other: the rows'
-        // accumulators then stay in registers, where all rows at once would spill them.
-        let mut ub = [_mm256_setzero_si256(); 8];
-        let mut sb = [_mm256_setzero_si256(); 8];
-        if !BUF && CC > 1 {
-            for g in 0..8 {
-                (ub[g], sb[g]) = group::<K>(p, g);
-            }
-        }
         // Macros rather than closures: closures would not inherit the target features.
         macro_rules! grp {
             ($g:expr) => {
                 if BUF {
                     let i = 8 * b + $g;
                     (*xu.add(i), if signed(K) { *xs.add(i) } else { *xu.add(i) })
-                } else if CC > 1 {
-                    (ub[$g], sb[$g])
                 } else {
                     group::<K>(p, $g)
                 }
             };
         }
+        // Values 4g..4g+4 of activation row c, in every lane.
+        macro_rules! y {
+            ($c:expr, $g:expr) => {
+                _mm256_set1_epi32(std::ptr::read_unaligned(
+                    a.add($c * act.row_bytes + b * ACT_BLOCK + 4 * $g) as *const i32,
+                ))
+            };
+        }
+        // Each group is unpacked once and meets every activation row while it is in a
+        // register: the rows' partial sums stay in registers too, and the loads are only the
+        // weights' and the activations' own.
+        let mut isum = [_mm256_setzero_si256(); CC];
+        if signed(K) {
+            // |w| · |a| can reach 2 · 127 · 127 per i16 lane: widen every product pair.
+            for g in 0..8 {
+                let (u, s) = grp!(g);
+                for c in 0..CC {
+                    let prod = _mm256_maddubs_epi16(u, _mm256_sign_epi8(y!(c, g), s));
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(prod, ones));
+                }
+            }
+        } else {
+            // Unsigned values below 32: four i16 pair sums stay below 4 · 2 · 31 · 128 < 2^15.
+            for half in 0..2 {
+                let mut h = [_mm256_setzero_si256(); CC];
+                for g in [2 * half, 2 * half + 4, 2 * half + 1, 2 * half + 5] {
+                    let (u, _) = grp!(g);
+                    for c in 0..CC {
+                        h[c] = _mm256_add_epi16(h[c], _mm256_maddubs_epi16(u, y!(c, g)));
+                    }
+                }
+                for c in 0..CC {
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(h[c], ones));
+                }
+            }
+        }
         let d = if BUF { *xd.add(b) } else { halves(p) };
         for c in 0..CC {
-            let y = a.add(c * act.row_bytes + b * ACT_BLOCK);
-            // Values 4g..4g+4 of this activation row, in every lane.
-            macro_rules! y {
-                ($g:expr) => {
-                    _mm256_set1_epi32(std::ptr::read_unaligned(y.add(4 * $g) as *const i32))
-                };
-            }
-            let mut isum = _mm256_setzero_si256();
-            if signed(K) {
-                // |w| · |a| can reach 2 · 127 · 127 per i16 lane: widen every product pair.
-                for g in 0..8 {
-                    let (u, s) = grp!(g);
-                    let prod = _mm256_maddubs_epi16(u, _mm256_sign_epi8(y!(g), s));
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(prod, ones));
-                }
-            } else {
-                // Unsigned values below 32: four i16 pair sums stay below 4 · 2 · 31 · 128 < 2^15.
-                for half in 0..2 {
-                    let mut h = _mm256_setzero_si256();
-                    for g in [2 * half, 2 * half + 4, 2 * half + 1, 2 * half + 5] {
-                        let (u, _) = grp!(g);
-                        h = _mm256_add_epi16(h, _mm256_maddubs_epi16(u, y!(g)));
-                    }
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(h, ones));
-                }
-            }
+            let mut isum = isum[c];
             if has_offset(K) {
                 isum = _mm256_add_epi32(isum, _mm256_set1_epi32(*oa.add(c * nb + b)));
             }

@@ -68,6 +68,7 @@ macro_rules! for_row_groups {
     }};
 }
 
+pub(super) mod activation;
 mod dot_float;
 mod dot_kquant;
 mod dot_legacy;
