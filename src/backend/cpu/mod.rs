@@ -534,11 +534,14 @@ impl Backend for CpuBackend {
     ) -> Result<Vec<Candidates>, BackendError> {
         check_top_k(rows, width, k)?;
         need("top_k", "input", x.0.len(), rows * width)?;
-        // The rows are host memory already: select in place, no copy.
-        Ok(x.0[..rows * width]
-            .chunks_exact(width)
-            .map(|row| crate::sample::candidates(row, k, gather))
-            .collect())
+        // The rows are host memory already: select in place, no copy, a row per task (a
+        // batched decode step has a row per sequence, each a scan of the whole vocabulary).
+        let mut out = vec![Candidates::default(); rows];
+        let x = &x.0[..rows * width];
+        self.pool.for_chunks(&mut out, 1, |r, slot| {
+            slot[0] = crate::sample::candidates(&x[r * width..(r + 1) * width], k, gather);
+        });
+        Ok(out)
     }
 }
 
