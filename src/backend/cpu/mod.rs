@@ -27,18 +27,52 @@ use pool::Pool;
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
 /// Values per task of element-wise ops.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
-/// Activation rows per task when a batched matmul's result is copied into place.
-const COPY_ROWS: usize = 16;
+thread_local! {
+    /// A batched matmul task's result (`[rows][nw]`, grown only), before it is copied into place.
+    static TILE_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A matmul output `[rows][n]` that the tasks of one matmul write at once, each only the
+/// columns of its own weight rows.
+struct Columns {
+    ptr: *mut f32,
+    rows: usize,
+    n: usize,
+}
+
+// SAFETY: `Columns` is only written through `put`, whose callers write disjoint columns.
+unsafe impl Sync for Columns {}
+unsafe impl Send for Columns {}
+
+impl Columns {
+    /// `out` must hold exactly `rows * n` values; it stays borrowed (through the pointer) for as
+    /// long as the caller keeps `Columns`, which is within the borrow of `out`.
+    fn new(out: &mut [f32], rows: usize, n: usize) -> Self {
+        debug_assert_eq!(out.len(), rows * n);
+        Columns {
+            ptr: out.as_mut_ptr(),
+            rows,
+            n,
+        }
+    }
+
+    /// Copy `tile` (`[rows][nw]`) into columns `w0..w0 + nw` of every row.
+    ///
+    /// # Safety
+    /// `w0 + nw <= n`, and no other thread touches those columns while this runs.
+    unsafe fn put(&self, w0: usize, tile: &[f32]) {
+        let nw = tile.len() / self.rows;
+        for a in 0..self.rows {
+            std::ptr::copy_nonoverlapping(tile.as_ptr().add(a * nw), self.ptr.add(a * self.n + w0), nw);
+        }
+    }
+}
 
 /// The CPU backend.
 #[derive(Debug)]
 pub struct CpuBackend {
     pool: Pool,
     kernels: Kernels,
-    /// A batched matmul's result tile by tile (`[rows][nw]` per tile of weight rows) before it
-    /// is copied into the output, kept between calls so that prefill does not map and fault in
-    /// fresh pages for every matmul.
-    tiles: std::sync::Mutex<Vec<f32>>,
 }
 
 impl CpuBackend {
@@ -53,7 +87,6 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Pool::new(threads)?,
             kernels,
-            tiles: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -293,51 +326,33 @@ impl Backend for CpuBackend {
         let act = (self.kernels.prepare)(w.ty, &x.0[..rows * k], k)?;
         let tile_fn = self.kernels.tile;
         let (ty, layout) = (w.ty, w.layout());
-        // Each task takes MATMUL_TILE weight rows and meets them with every activation row,
-        // writing `[rows][nw]` for its `nw` weight rows; for one activation row that is `out`
-        // itself.
-        let run = |dst: &mut [f32]| {
-            self.pool.for_chunks(dst, MATMUL_TILE * rows, |t, tile| {
-                let r0 = t * MATMUL_TILE;
-                let nw = tile.len() / rows;
-                tile_fn(ty, layout, k, w.rows(r0, nw), &act, tile);
-            });
-        };
+        // Each task takes MATMUL_TILE weight rows and meets them with every activation row.
+        // For one activation row its `[rows][nw]` result is a piece of `out` itself.
         if rows == 1 {
-            run(&mut out.0[..n]);
+            self.pool.for_chunks(&mut out.0[..n], MATMUL_TILE, |t, dst| {
+                let r0 = t * MATMUL_TILE;
+                tile_fn(ty, layout, k, w.rows(r0, dst.len()), &act, dst);
+            });
             return Ok(());
         }
-        // The kept buffer when no other matmul holds it (several sessions may share a backend).
-        let mut tiles = self
-            .tiles
-            .try_lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default();
-        // Grown only, never shrunk: a shorter result uses the front (every value of it is
-        // written by the kernels), so decode does not clear megabytes per matmul as its sizes
-        // alternate between the layers' widths and the vocabulary.
-        if tiles.len() < n * rows {
-            tiles.resize(n * rows, 0.0);
-        }
-        run(&mut tiles[..n * rows]);
-        // Into `[rows][n]`, a few activation rows per task: each tile's part of an output row
-        // is one contiguous run.
-        self.pool.for_chunks(&mut out.0[..rows * n], COPY_ROWS * n, |t, dst| {
-            let a0 = t * COPY_ROWS;
-            for (ti, tile) in tiles[..n * rows].chunks(MATMUL_TILE * rows).enumerate() {
-                let nw = tile.len() / rows;
-                let w0 = ti * MATMUL_TILE;
-                for (i, row) in dst.chunks_exact_mut(n).enumerate() {
-                    let a = a0 + i;
-                    row[w0..w0 + nw].copy_from_slice(&tile[a * nw..(a + 1) * nw]);
+        // Otherwise the task computes into its thread's scratch and copies each activation
+        // row's run into place while it is still in cache: no second pass over the result,
+        // which on a decode batch ran on one thread while the others waited.
+        let cols = Columns::new(&mut out.0[..rows * n], rows, n);
+        self.pool.for_each_index(n.div_ceil(MATMUL_TILE), |t| {
+            let r0 = t * MATMUL_TILE;
+            let nw = MATMUL_TILE.min(n - r0);
+            TILE_SCRATCH.with_borrow_mut(|tile| {
+                if tile.len() < rows * nw {
+                    tile.resize(rows * nw, 0.0);
                 }
-            }
+                let tile = &mut tile[..rows * nw];
+                tile_fn(ty, layout, k, w.rows(r0, nw), &act, tile);
+                // SAFETY: task `t` alone handles weight rows `r0..r0 + nw`, so it alone
+                // touches those columns of `out`, and `r0 + nw <= n`.
+                unsafe { cols.put(r0, tile) };
+            });
         });
-        if let Ok(mut kept) = self.tiles.try_lock() {
-            if kept.capacity() < tiles.capacity() {
-                *kept = tiles;
-            }
-        }
         Ok(())
     }
 

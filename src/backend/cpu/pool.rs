@@ -62,6 +62,21 @@ impl Pool {
         self.threads
     }
 
+    /// Run `f(i)` for each `i` in `0..n`, in parallel.
+    pub fn for_each_index(&self, n: usize, f: impl Fn(usize) + Sync + Send) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            if n <= 1 || self.threads == 1 {
+                (0..n).for_each(f);
+            } else {
+                self.pool.install(|| (0..n).into_par_iter().for_each(f));
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        (0..n).for_each(f);
+    }
+
     /// Run `f(index, chunk)` for each consecutive `chunk`-sized piece of `out` (the last may
     /// be shorter), in parallel.
     pub fn for_chunks<T: Send>(&self, out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {

@@ -570,12 +570,20 @@ unsafe fn direct<const K: u8, const CC: usize>(
     let mut acc = [_mm256_setzero_ps(); CC];
     for b in 0..nb {
         let y: [*const u8; CC] = std::array::from_fn(|c| y_row.add(c * act.row_bytes + b * ACT_BLOCK));
-        let mut isum = [[_mm256_setzero_si256(); L]; CC];
-        let mut msum = [[_mm256_setzero_si256(); L]; CC];
+        // Every entry is written below (zero past `nr`): left uninitialized here, because
+        // zeroing these `2 · CC · 8` vectors per super-block compiled to a `memset` call that
+        // cost a batched decode step about 1%.
+        let mut isum = [[std::mem::MaybeUninit::<__m256i>::uninit(); L]; CC];
+        let mut msum = [[std::mem::MaybeUninit::<__m256i>::uninit(); L]; CC];
         let mut d = [0f32; L];
         let mut dmin = [0f32; L];
         for r in 0..L {
-            if r < nr {
+            if r >= nr {
+                for c in 0..CC {
+                    isum[c][r].write(_mm256_setzero_si256());
+                    msum[c][r].write(_mm256_setzero_si256());
+                }
+            } else {
                 let q = wp.add(r * rb + b * wb);
                 // Decode streams each weight once from memory: ask for the same super-block of
                 // the next tile of rows, so enough lines are in flight.
@@ -586,8 +594,8 @@ unsafe fn direct<const K: u8, const CC: usize>(
                 let h = header::<K>(q);
                 let (is, ms) = body::<K, CC>(q, &h, y.map(|p| p.add(4)));
                 for c in 0..CC {
-                    isum[c][r] = is[c];
-                    msum[c][r] = ms[c];
+                    isum[c][r].write(is[c]);
+                    msum[c][r].write(ms[c]);
                 }
                 d[r] = h.d;
                 dmin[r] = h.dmin;
@@ -595,14 +603,16 @@ unsafe fn direct<const K: u8, const CC: usize>(
         }
         for c in 0..CC {
             let dy = _mm256_set1_ps(std::ptr::read_unaligned(y[c] as *const f32));
-            let is = transpose_sum(&isum[c]);
+            // SAFETY: every row `r < L` was written above.
+            let is = transpose_sum(&isum[c].map(|v| v.assume_init()));
             acc[c] = _mm256_fmadd_ps(
                 _mm256_cvtepi32_ps(is),
                 _mm256_mul_ps(_mm256_loadu_ps(d.as_ptr()), dy),
                 acc[c],
             );
             if K == Q4_K {
-                let ms = transpose_sum(&msum[c]);
+                // SAFETY: as for `isum`.
+                let ms = transpose_sum(&msum[c].map(|v| v.assume_init()));
                 acc[c] = _mm256_fnmadd_ps(
                     _mm256_cvtepi32_ps(ms),
                     _mm256_mul_ps(_mm256_loadu_ps(dmin.as_ptr()), dy),
