@@ -261,14 +261,14 @@ fn attend_block_generic<const F16C: bool>(
         widen::<F16C>(&k_cache[base..base + hd], kr);
         widen::<F16C>(&v_cache[base..base + hd], vr);
     }
-    block_rows(q, p, b, lo, kf, vf, q16, scores, inv, out);
+    block_rows::<F16C>(q, p, b, lo, kf, vf, q16, scores, inv, out);
 }
 
 /// The rows of `b` once its visible K/V rows (from `lo`) are widened in `kf`/`vf` (`[_][hd]`);
 /// `q16` (`[heads][hd]`), `scores` (`[heads][n]`) and `inv` (`[heads]`) are scratch.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn block_rows(
+fn block_rows<const F16C: bool>(
     q: &[f32],
     p: &AttnParams,
     b: &Block,
@@ -288,9 +288,7 @@ fn block_rows(
         let first = first_visible(pos, p.window);
         let m = pos + 1 - first;
         let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hd..][..b.heads * hd];
-        for (d, &v) in q16.iter_mut().zip(qrow) {
-            *d = f16::from_f32(v).to_f32();
-        }
+        round_f16::<F16C>(qrow, q16);
         // q·k for every visible key, HEAD_TILE heads at a time.
         let krows = &kf[(first - lo) * hd..(pos + 1 - lo) * hd];
         let mut g0 = 0;
@@ -315,20 +313,87 @@ fn block_rows(
             }
             *inv = (1.0 / sum) as f32;
         }
+        // Head by head: the probabilities (rounded to f16) weigh the V rows in key order, so
+        // each output value is the same sum as key by key over all heads, while one head's
+        // output stays in registers.
         let o = &mut out[r * b.heads * hd..(r + 1) * b.heads * hd];
-        o.fill(0.0);
-        for idx in 0..m {
-            let vrow = &vf[(first - lo + idx) * hd..][..hd];
-            for (g, og) in o.chunks_exact_mut(hd).enumerate() {
-                let pj = f16::from_f32(scores[g * n + idx] * inv[g]).to_f32();
-                if pj == 0.0 {
-                    continue;
-                }
-                for (o, &v) in og.iter_mut().zip(vrow) {
-                    *o += pj * v;
-                }
+        let vrows = &vf[(first - lo) * hd..(pos + 1 - lo) * hd];
+        for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+            let probs = &mut scores[g * n..g * n + m];
+            probs.iter_mut().for_each(|s| *s *= inv[g]);
+            round_f16_in_place::<F16C>(probs);
+            match hd {
+                64 => weigh::<64>(probs, vrows, og),
+                128 => weigh::<128>(probs, vrows, og),
+                256 => weigh::<256>(probs, vrows, og),
+                _ => weigh_any(probs, vrows, og),
             }
         }
+    }
+}
+
+/// `o = Σ_j probs[j] · vrows[j]` (`vrows`: `[probs.len()][HD]`), in key order from zero,
+/// skipping zero probabilities, with the accumulator in registers.
+#[inline(always)]
+fn weigh<const HD: usize>(probs: &[f32], vrows: &[f32], o: &mut [f32]) {
+    let mut acc = [0f32; HD];
+    for (&pj, v) in probs.iter().zip(vrows.chunks_exact(HD)) {
+        if pj == 0.0 {
+            continue;
+        }
+        for (a, &v) in acc.iter_mut().zip(v) {
+            *a += pj * v;
+        }
+    }
+    o.copy_from_slice(&acc);
+}
+
+/// [`weigh`] for any head size.
+#[inline(always)]
+fn weigh_any(probs: &[f32], vrows: &[f32], o: &mut [f32]) {
+    o.fill(0.0);
+    for (&pj, v) in probs.iter().zip(vrows.chunks_exact(o.len())) {
+        if pj == 0.0 {
+            continue;
+        }
+        for (a, &v) in o.iter_mut().zip(v) {
+            *a += pj * v;
+        }
+    }
+}
+
+/// `dst[i] = src[i]` rounded to f16 (nearest, ties to even) and back.
+#[inline(always)]
+fn round_f16<const F16C: bool>(src: &[f32], dst: &mut [f32]) {
+    dst.copy_from_slice(src);
+    round_f16_in_place::<F16C>(dst);
+}
+
+/// Each value rounded to f16 (nearest, ties to even) and back; with `F16C` eight at a time.
+#[inline(always)]
+fn round_f16_in_place<const F16C: bool>(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if F16C {
+        // SAFETY: `F16C` is set only by `attend_block_avx2`, which enables AVX2 and F16C.
+        unsafe { round_f16_f16c(x) };
+        return;
+    }
+    x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn round_f16_f16c(x: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        let v = _mm256_loadu_ps(c.as_ptr());
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+        _mm256_storeu_ps(c.as_mut_ptr(), _mm256_cvtph_ps(h));
+    }
+    for v in chunks.into_remainder() {
+        *v = f16::from_f32(*v).to_f32();
     }
 }
 
