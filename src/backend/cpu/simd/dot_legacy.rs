@@ -202,6 +202,15 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
     let mut macc = [_mm256_setzero_ps(); CC];
     for b in 0..nb {
         let p = tile.add(b * R * block_bytes(K));
+        if !BUF {
+            // The weights stream from memory once per decode step: ask for the bytes
+            // `PREFETCH_AHEAD` further on now, so that enough lines are in flight (a prefetch
+            // past the end of the weights is dropped, never a fault).
+            let ahead = p.wrapping_add(PREFETCH_AHEAD);
+            for line in (0..R * block_bytes(K)).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+            }
+        }
         // Macros rather than closures: closures would not inherit the target features.
         macro_rules! grp {
             ($g:expr) => {
@@ -272,6 +281,11 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
         store_lanes(v, nr, w0, a0 + c, act.rows, out);
     }
 }
+
+/// How far ahead of the tile block being read the decode path prefetches, in bytes: 15 to 23
+/// tile blocks. Measured on the engine's batched decode (qwen2.5-coder, 2 threads): one sequence
+/// +10–17% tok/s over none, four +0–10%; 1024, 2048 and 4096 were within noise of each other.
+const PREFETCH_AHEAD: usize = 4096;
 
 /// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;
 /// smaller ones unpack it block by block for every group of up to four rows.
