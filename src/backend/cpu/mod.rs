@@ -489,18 +489,13 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
-        need("swiglu", "gate", gate.0.len(), len)?;
-        need("swiglu", "up", up.0.len(), len)?;
-        let (up, swiglu) = (&up.0[..len], self.kernels.swiglu);
-        self.pool.for_chunks(&mut gate.0[..len], ELEMENTWISE_CHUNK, |i, c| {
-            let o = i * ELEMENTWISE_CHUNK;
-            swiglu(c, &up[o..o + c.len()]);
-        });
-        Ok(())
+        self.gated("swiglu", gate, up, len, self.kernels.swiglu)
     }
 
     fn geglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
-        self.gated("geglu", gate, up, len, ops::gelu)
+        self.gated("geglu", gate, up, len, |g: &mut [f32], u: &[f32]| {
+            g.iter_mut().zip(u).for_each(|(g, &u)| *g = ops::gelu(*g) * u);
+        })
     }
 
     fn copy_rows(
@@ -561,22 +556,21 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
+    /// A gated activation over `len` values: `apply(gate_chunk, up_chunk)` on matching pieces.
     fn gated(
         &self,
         op: &'static str,
         gate: &mut CpuBuffer,
         up: &CpuBuffer,
         len: usize,
-        // Generic rather than a `fn` pointer, so the activation inlines into the loop.
-        act: impl Fn(f32) -> f32 + Sync + Send,
+        apply: impl Fn(&mut [f32], &[f32]) + Sync + Send,
     ) -> Result<(), BackendError> {
         need(op, "gate", gate.0.len(), len)?;
         need(op, "up", up.0.len(), len)?;
         let up = &up.0[..len];
         self.pool.for_chunks(&mut gate.0[..len], ELEMENTWISE_CHUNK, |i, c| {
             let o = i * ELEMENTWISE_CHUNK;
-            let n = c.len();
-            c.iter_mut().zip(&up[o..o + n]).for_each(|(g, &u)| *g = act(*g) * u);
+            apply(c, &up[o..o + c.len()]);
         });
         Ok(())
     }

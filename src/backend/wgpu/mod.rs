@@ -253,7 +253,6 @@ fn u(op: &'static str, v: usize) -> Result<u32, BackendError> {
     u32::try_from(v).map_err(|_| shape(op, format!("{v} exceeds the 32-bit index range")))
 }
 
-/// Parameter block from 32-bit words.
 /// The parameter block of every matmul kernel (matmul_params.wgsl) for `part` of `w`: `rows`
 /// activation rows from `row0` (texture tiles; 0 otherwise), weight rows `row_bytes` apart.
 fn matmul_params(
@@ -281,6 +280,7 @@ fn matmul_params(
     ]))
 }
 
+/// Parameter block from 32-bit words.
 fn words(w: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(w).to_vec()
 }
@@ -325,10 +325,7 @@ impl WebGpuBackend {
         });
         let ctx_subgroups = ctx.device.features().contains(wgpu::Features::SUBGROUP);
         let ctx_f16 = ctx.device.features().contains(wgpu::Features::SHADER_F16);
-        let subgroups = !opts.no_subgroups
-            && ctx.device.features().contains(wgpu::Features::SUBGROUP)
-            && ctx.subgroup_sizes.0 >= 8
-            && ctx.subgroup_sizes.1 <= 64;
+        let subgroups = !opts.no_subgroups && ctx_subgroups && ctx.subgroup_sizes.0 >= 8 && ctx.subgroup_sizes.1 <= 64;
         let be = WebGpuBackend {
             ctx,
             pipes: Arc::new(Mutex::new(HashMap::new())),
@@ -378,7 +375,6 @@ impl WebGpuBackend {
         self.matmul
     }
 
-    /// The buffer-weight matmul kernel of this variant.
     /// The storage-buffer matmul kernel for rows of `n_in` values of type `ty`.
     fn matmul_kernel(&self, ty: GgmlType, n_in: usize) -> Kernel {
         match self.matmul {
