@@ -327,6 +327,15 @@ fn i16_pair(lo: i16, hi: i16) -> u32 {
 }
 
 impl Packed {
+    /// For the direct path, which reads the file layout in place: nothing to build per call.
+    const EMPTY: Packed = Packed {
+        u: Vec::new(),
+        sc: Vec::new(),
+        pair: Vec::new(),
+        d: Vec::new(),
+        dmin: Vec::new(),
+    };
+
     fn new(nb: usize, kind: u8) -> Self {
         const L: usize = LANE_ROWS;
         Packed {
@@ -638,7 +647,7 @@ const REPACK_MIN_ROWS: usize = 8;
 unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
     let rb = nb * block_bytes(K);
     let batched = act.rows >= REPACK_MIN_ROWS;
-    let mut packed = Packed::new(if batched { nb } else { 0 }, K);
+    let mut packed = if batched { Packed::new(nb, K) } else { Packed::EMPTY };
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(LANE_ROWS);

@@ -145,6 +145,14 @@ struct Unpacked {
 }
 
 impl Unpacked {
+    /// For the decode path, which reads the tile in place: nothing to build per call.
+    const EMPTY: Unpacked = Unpacked {
+        u: Vec::new(),
+        s: Vec::new(),
+        d: Vec::new(),
+        m: Vec::new(),
+    };
+
     fn new(nb: usize, kind: u8) -> Self {
         // SAFETY: all-zero bytes are valid vectors.
         let zi = unsafe { _mm256_setzero_si256() };
@@ -298,7 +306,11 @@ unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activatio
     let tb = nb * R * block_bytes(K);
     let rows = act.rows;
     let buffered = rows >= UNPACK_MIN_ROWS;
-    let mut x = Unpacked::new(if buffered { nb } else { 0 }, K);
+    let mut x = if buffered {
+        Unpacked::new(nb, K)
+    } else {
+        Unpacked::EMPTY
+    };
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(R);
