@@ -197,11 +197,12 @@ fn batch_matches_alone_on_fixtures() {
     }
 }
 
-/// The CPU backend without its `paste_rows`: batches go through the trait's default (a host
-/// round trip), the path a backend gets before it implements the method.
-struct DefaultPaste(CpuBackend);
+/// The CPU backend without its `paste_rows` and `attention_seqs`: batches go through the
+/// trait's defaults (a host round trip; one sequence's attention at a time), the path a backend
+/// gets before it implements them (the WebGPU backend's attention).
+struct TraitDefaults(CpuBackend);
 
-impl Backend for DefaultPaste {
+impl Backend for TraitDefaults {
     type Buffer = CpuBuffer;
     type Kv = CpuKv;
     type Weight = CpuWeight;
@@ -307,14 +308,15 @@ impl Backend for DefaultPaste {
     }
 }
 
-/// The trait's default `paste_rows` (the slow twin of the CPU copy) gives the same batches.
+/// The trait's default `paste_rows` and `attention_seqs` (the slow twins of the CPU copy and
+/// one-dispatch attention) give the same batches.
 #[test]
-fn batch_matches_alone_with_the_default_paste_rows() {
+fn batch_matches_alone_with_the_trait_defaults() {
     for name in ["qwen2.Q8_0", "gemma3.Q8_0"] {
         let path = common::golden(&format!("fixtures/{name}.gguf"));
-        let model = load_on(&path, DefaultPaste(CpuBackend::new(0).unwrap()));
+        let model = load_on(&path, TraitDefaults(CpuBackend::new(0).unwrap()));
         let prompt = golden_prompt(&format!("fixtures/{name}.golden.jsonl"));
-        check_batch_matches_alone(&model, &prompt, &format!("{name} (default paste_rows)"));
+        check_batch_matches_alone(&model, &prompt, &format!("{name} (trait defaults)"));
     }
 }
 

@@ -62,6 +62,16 @@ pub struct AttnParams {
     pub window: Option<usize>,
 }
 
+/// One sequence of a multi-sequence attention call ([`Backend::attention_seqs`]): its query and
+/// output rows are `row0..row0 + p.rows` of the batch, its keys and values its own caches.
+#[derive(Debug)]
+pub struct SeqAttn<'a, K> {
+    pub row0: usize,
+    pub p: AttnParams,
+    pub k_cache: &'a K,
+    pub v_cache: &'a K,
+}
+
 impl AttnParams {
     /// Error unless the head layout is whole (query heads in groups per KV head, non-empty
     /// heads) and the buffers hold what the call reads and writes: `q` and `out` `rows` rows of
@@ -214,6 +224,30 @@ pub trait Backend: Send + Sync {
         p: &AttnParams,
         out: &mut Self::Buffer,
     ) -> Result<(), BackendError>;
+
+    /// [`Backend::attention`] for several sequences of one batch: each gets rows
+    /// `row0..row0 + p.rows` of `q` and `out`. `seg_q` and `seg_att` (each at least the longest
+    /// sequence's rows of `n_head * head_dim`) are scratch.
+    ///
+    /// The default runs the sequences one after another through the scratch; the CPU backend
+    /// overrides it with one parallel dispatch for all of them (a decode batch has one row per
+    /// sequence, too few tasks to be worth a dispatch each).
+    fn attention_seqs(
+        &self,
+        q: &Self::Buffer,
+        seqs: &[SeqAttn<'_, Self::Kv>],
+        out: &mut Self::Buffer,
+        seg_q: &mut Self::Buffer,
+        seg_att: &mut Self::Buffer,
+    ) -> Result<(), BackendError> {
+        for s in seqs {
+            let q_dim = s.p.n_head * s.p.head_dim;
+            self.copy_rows(q, s.row0, s.p.rows, q_dim, seg_q)?;
+            self.attention(seg_q, s.k_cache, s.v_cache, &s.p, seg_att)?;
+            self.paste_rows(seg_att, s.p.rows, q_dim, out, s.row0)?;
+        }
+        Ok(())
+    }
 
     /// `gate[i] = silu(gate[i]) * up[i]` for the first `len` values.
     fn swiglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError>;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 pub use config::{Arch, Config, Rope, RopeKind, TensorSpec};
 
-use crate::backend::{AttnParams, Backend, BackendError};
+use crate::backend::{AttnParams, Backend, BackendError, SeqAttn};
 use crate::engine::KvCache;
 use crate::gguf::{GgufError, GgufFile};
 use crate::sample::Candidates;
@@ -361,22 +361,37 @@ impl<B: Backend> Model<B> {
             };
             self.attend_segment(one, bufs, il)?;
         } else {
+            // Each sequence's rows are roped and stored in its own cache (through the segment
+            // buffers, with its own positions), the roped q put back in place; then one call
+            // attends every sequence's rows.
+            let mut params = Vec::with_capacity(seqs.len());
             let mut row0 = 0;
             for seq in seqs.iter_mut() {
                 let n = seq.tokens.len();
                 be.copy_rows(&s.q, row0, n, c.q_dim(), &mut s.seg_q)?;
                 be.copy_rows(&s.k, row0, n, c.kv_dim(), &mut s.seg_k)?;
                 be.copy_rows(&s.v, row0, n, c.kv_dim(), &mut s.seg_v)?;
-                let bufs = SegBufs {
-                    q: &mut s.seg_q,
-                    k: &mut s.seg_k,
-                    v: &mut s.seg_v,
-                    att: &mut s.seg_att,
-                };
-                self.attend_segment(seq, bufs, il)?;
-                be.paste_rows(&s.seg_att, n, c.q_dim(), &mut s.att, row0)?;
+                params.push((
+                    row0,
+                    self.prepare_segment(seq, &mut s.seg_q, &mut s.seg_k, &s.seg_v, il)?,
+                ));
+                be.paste_rows(&s.seg_q, n, c.q_dim(), &mut s.q, row0)?;
                 row0 += n;
             }
+            let items: Vec<SeqAttn<'_, B::Kv>> = seqs
+                .iter()
+                .zip(params)
+                .map(|(seq, (row0, p))| {
+                    let (k_cache, v_cache) = seq.kv.layer(il);
+                    SeqAttn {
+                        row0,
+                        p,
+                        k_cache,
+                        v_cache,
+                    }
+                })
+                .collect();
+            be.attention_seqs(&s.q, &items, &mut s.att, &mut s.seg_q, &mut s.seg_att)?;
         }
         be.matmul(&l.wo, &s.att, rows, &mut s.xn)?;
         Ok(())
@@ -384,18 +399,35 @@ impl<B: Backend> Model<B> {
 
     /// Rope, KV store and attention of one sequence's rows (held at the start of `b`).
     fn attend_segment(&self, seq: &mut SeqChunk<'_, B>, b: SegBufs<'_, B>, il: usize) -> Result<(), ModelError> {
+        let p = self.prepare_segment(seq, b.q, b.k, b.v, il)?;
+        let (kc, vc) = seq.kv.layer(il);
+        self.backend.attention(b.q, kc, vc, &p, b.att)?;
+        Ok(())
+    }
+
+    /// Rope `q` and `k` (one sequence's rows, at the start of the buffers) at the sequence's
+    /// positions, scale `q`, store `k` and `v` in the sequence's cache; the parameters of its
+    /// attention.
+    fn prepare_segment(
+        &self,
+        seq: &mut SeqChunk<'_, B>,
+        q: &mut B::Buffer,
+        k: &mut B::Buffer,
+        v: &B::Buffer,
+        il: usize,
+    ) -> Result<AttnParams, ModelError> {
         let (be, c) = (&self.backend, &self.config);
         let (rows, pos0) = (seq.tokens.len(), seq.pos0);
         let rope = c.rope_for(il);
         let factors = self.weights.rope_freqs.as_ref();
-        be.rope(b.q, rows, c.n_head, c.head_dim, pos0, rope, factors)?;
-        be.rope(b.k, rows, c.n_head_kv, c.head_dim, pos0, rope, factors)?;
+        be.rope(q, rows, c.n_head, c.head_dim, pos0, rope, factors)?;
+        be.rope(k, rows, c.n_head_kv, c.head_dim, pos0, rope, factors)?;
         if let Some(qs) = c.q_scale {
-            be.scale(b.q, rows * c.q_dim(), qs)?;
+            be.scale(q, rows * c.q_dim(), qs)?;
         }
         let (kc, vc) = seq.kv.layer_mut(il);
-        be.kv_store(kc, vc, b.k, b.v, rows, c.kv_dim(), pos0)?;
-        let p = AttnParams {
+        be.kv_store(kc, vc, k, v, rows, c.kv_dim(), pos0)?;
+        Ok(AttnParams {
             rows,
             pos0,
             n_head: c.n_head,
@@ -403,10 +435,7 @@ impl<B: Backend> Model<B> {
             head_dim: c.head_dim,
             scale: c.kq_scale,
             window: c.window_for(il),
-        };
-        let (kc, vc) = seq.kv.layer(il);
-        be.attention(b.q, kc, vc, &p, b.att)?;
-        Ok(())
+        })
     }
 
     /// Gated FFN of layer `il`: reads `s.xn`, writes `s.xn`. `gelu` picks GEGLU over SwiGLU.

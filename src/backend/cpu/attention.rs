@@ -137,11 +137,13 @@ impl Plan {
         }
     }
 
-    /// Copy the task chunks of `scratch` (`tasks() * chunk()`) to `out` (`[rows][n_head][head_dim]`).
-    pub fn scatter(&self, scratch: &[f32], rows: usize, out: &mut [f32]) {
+    /// Copy the task chunks of `scratch` (task `t`'s at `t * stride`, `stride >= chunk()`) to
+    /// `out` (`[rows][n_head][head_dim]`).
+    pub fn scatter(&self, scratch: &[f32], stride: usize, rows: usize, out: &mut [f32]) {
         let hd = self.head_dim;
         let q_dim = self.n_head_kv * self.group * hd;
-        for (t, chunk) in scratch.chunks_exact(self.chunk()).enumerate() {
+        for t in 0..self.tasks() {
+            let chunk = &scratch[t * stride..t * stride + self.chunk()];
             let b = self.block(t, rows);
             let width = b.heads * hd;
             for r in 0..b.rows {
@@ -561,7 +563,7 @@ mod tests {
             attend_block(q, k, v, p, &plan.block(t, p.rows), c);
         }
         let mut out = vec![f32::NAN; p.rows * p.n_head * p.head_dim];
-        plan.scatter(&scratch, p.rows, &mut out);
+        plan.scatter(&scratch, plan.chunk(), p.rows, &mut out);
         out
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use half::f16;
 
-use super::{check_top_k, need, shape, weight_matrix, AttnParams, Backend, BackendError};
+use super::{check_top_k, need, shape, weight_matrix, AttnParams, Backend, BackendError, SeqAttn};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Rope;
 use crate::quant::{self, GgmlType};
@@ -30,6 +30,14 @@ const ELEMENTWISE_CHUNK: usize = 1 << 14;
 thread_local! {
     /// A batched matmul task's result (`[rows][nw]`, grown only), before it is copied into place.
     static TILE_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Values per task of a norm over groups of `g`: whole groups, about [`ELEMENTWISE_CHUNK`] of
+/// them, so that a decode batch's few rows are normed in place rather than dispatched (waking
+/// the pool cost more than the work).
+fn norm_task_values(g: usize) -> usize {
+    let g = g.max(1);
+    g * (ELEMENTWISE_CHUNK / g).max(1)
 }
 
 /// A matmul output `[rows][n]` that the tasks of one matmul write at once, each only the
@@ -404,8 +412,12 @@ impl Backend for CpuBackend {
         need("rmsnorm", "input", x.0.len(), groups * g)?;
         need("rmsnorm", "output", out.0.len(), groups * g)?;
         let x = &x.0[..groups * g];
-        self.pool.for_chunks(&mut out.0[..groups * g], g, |i, o| {
-            ops::rmsnorm(&x[i * g..(i + 1) * g], wv, eps, o)
+        let per_task = norm_task_values(g);
+        self.pool.for_chunks(&mut out.0[..groups * g], per_task, |i, o| {
+            let x = &x[i * per_task..i * per_task + o.len()];
+            for (x, o) in x.chunks_exact(g).zip(o.chunks_exact_mut(g)) {
+                ops::rmsnorm(x, wv, eps, o);
+            }
         });
         Ok(())
     }
@@ -415,7 +427,9 @@ impl Backend for CpuBackend {
         let g = wv.len();
         need("rmsnorm", "input", x.0.len(), groups * g)?;
         self.pool
-            .for_chunks(&mut x.0[..groups * g], g, |_, c| ops::rmsnorm_inplace(c, wv, eps));
+            .for_chunks(&mut x.0[..groups * g], norm_task_values(g), |_, c| {
+                c.chunks_exact_mut(g).for_each(|c| ops::rmsnorm_inplace(c, wv, eps));
+            });
         Ok(())
     }
 
@@ -491,7 +505,52 @@ impl Backend for CpuBackend {
             self.pool.for_chunks(scratch, plan.chunk(), |t, o| {
                 attention::attend_block(q, &k_cache.0, &v_cache.0, p, &plan.block(t, p.rows), o);
             });
-            plan.scatter(scratch, p.rows, &mut out.0[..p.rows * q_dim]);
+            plan.scatter(scratch, plan.chunk(), p.rows, &mut out.0[..p.rows * q_dim]);
+        });
+        Ok(())
+    }
+
+    fn attention_seqs(
+        &self,
+        q: &CpuBuffer,
+        seqs: &[SeqAttn<'_, CpuKv>],
+        out: &mut CpuBuffer,
+        _seg_q: &mut CpuBuffer,
+        _seg_att: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        // Every sequence's tasks in one dispatch, into a scratch of equal task slots (the
+        // largest task's size), then scattered per sequence.
+        let mut plans = Vec::with_capacity(seqs.len());
+        let (mut tasks, mut slot) = (0, 0);
+        for s in seqs {
+            // The head layout and the caches (q and the output are checked at their offset).
+            let seg = s.p.rows * s.p.n_head * s.p.head_dim;
+            s.p.check(seg, seg, s.k_cache.0.len(), s.v_cache.0.len())?;
+            let end = (s.row0 + s.p.rows) * s.p.n_head * s.p.head_dim;
+            need("attention", "q", q.0.len(), end)?;
+            need("attention", "output", out.0.len(), end)?;
+            let plan = attention::Plan::new(&s.p, self.pool.threads());
+            plans.push((tasks, plan));
+            tasks += plan.tasks();
+            slot = slot.max(plan.chunk());
+        }
+        // The sequence and its first task, for each task of the dispatch.
+        let owner = |t: usize| plans.partition_point(|(first, _)| *first <= t) - 1;
+        attention::with_out_scratch(tasks * slot, |scratch| {
+            self.pool.for_chunks(scratch, slot, |t, o| {
+                let i = owner(t);
+                let (first, plan) = &plans[i];
+                let s = &seqs[i];
+                let q_dim = s.p.n_head * s.p.head_dim;
+                let q = &q.0[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
+                let b = plan.block(t - first, s.p.rows);
+                attention::attend_block(q, &s.k_cache.0, &s.v_cache.0, &s.p, &b, &mut o[..plan.chunk()]);
+            });
+            for ((first, plan), s) in plans.iter().zip(seqs) {
+                let q_dim = s.p.n_head * s.p.head_dim;
+                let dst = &mut out.0[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
+                plan.scatter(&scratch[first * slot..], slot, s.p.rows, dst);
+            }
         });
         Ok(())
     }
