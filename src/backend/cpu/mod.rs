@@ -118,6 +118,46 @@ impl CpuBackend {
 }
 
 impl CpuBackend {
+    /// Attention for the rows of every sequence of `seqs` (`q` and `out`: the batch's
+    /// `[rows][n_head * head_dim]`) in one dispatch: the tasks of each sequence's
+    /// [`attention::Plan`] (query row blocks × KV heads × head groups) go into a scratch of
+    /// equal slots (the largest task's size), then are scattered into place per sequence.
+    fn attend(&self, q: &[f32], seqs: &[SeqAttn<'_, CpuKv>], out: &mut [f32]) -> Result<(), BackendError> {
+        let mut plans = Vec::with_capacity(seqs.len());
+        let (mut tasks, mut slot) = (0, 0);
+        for s in seqs {
+            // The head layout and the caches (q and the output are checked at their offset).
+            let seg = s.p.rows * s.p.n_head * s.p.head_dim;
+            s.p.check(seg, seg, s.k_cache.0.len(), s.v_cache.0.len())?;
+            let end = (s.row0 + s.p.rows) * s.p.n_head * s.p.head_dim;
+            need("attention", "q", q.len(), end)?;
+            need("attention", "output", out.len(), end)?;
+            let plan = attention::Plan::new(&s.p, self.pool.threads());
+            plans.push((tasks, plan));
+            tasks += plan.tasks();
+            slot = slot.max(plan.chunk());
+        }
+        // The sequence owning task `t` of the dispatch: the last whose first task is `<= t`.
+        let owner = |t: usize| plans.partition_point(|(first, _)| *first <= t) - 1;
+        attention::with_out_scratch(tasks * slot, |scratch| {
+            self.pool.for_chunks(scratch, slot, |t, o| {
+                let i = owner(t);
+                let (first, plan) = &plans[i];
+                let s = &seqs[i];
+                let q_dim = s.p.n_head * s.p.head_dim;
+                let q = &q[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
+                let b = plan.block(t - first, s.p.rows);
+                attention::attend_block(q, &s.k_cache.0, &s.v_cache.0, &s.p, &b, &mut o[..plan.chunk()]);
+            });
+            for ((first, plan), s) in plans.iter().zip(seqs) {
+                let q_dim = s.p.n_head * s.p.head_dim;
+                let dst = &mut out[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
+                plan.scatter(&scratch[first * slot..], slot, s.p.rows, dst);
+            }
+        });
+        Ok(())
+    }
+
     /// The interleaved copy of a tensor's `rows` (`k` values each), made in parallel. Each
     /// part's file pages are released once copied, so the tensor is never resident twice.
     fn interleave(&self, file: &GgufFile, info: &TensorInfo, k: usize, rows: &[u8]) -> Option<Vec<u8>> {
@@ -495,19 +535,13 @@ impl Backend for CpuBackend {
         p: &AttnParams,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        p.check(q.0.len(), out.0.len(), k_cache.0.len(), v_cache.0.len())?;
-        let q_dim = p.n_head * p.head_dim;
-        let q = &q.0[..p.rows * q_dim];
-        // Tasks of (query row block, KV head, heads) into a scratch buffer laid out by task,
-        // then copied to `out` ([rows][n_head][head_dim]); see `attention::Plan`.
-        let plan = attention::Plan::new(p, self.pool.threads());
-        attention::with_out_scratch(plan.tasks() * plan.chunk(), |scratch| {
-            self.pool.for_chunks(scratch, plan.chunk(), |t, o| {
-                attention::attend_block(q, &k_cache.0, &v_cache.0, p, &plan.block(t, p.rows), o);
-            });
-            plan.scatter(scratch, plan.chunk(), p.rows, &mut out.0[..p.rows * q_dim]);
-        });
-        Ok(())
+        let one = SeqAttn {
+            row0: 0,
+            p: *p,
+            k_cache,
+            v_cache,
+        };
+        self.attend(&q.0, &[one], &mut out.0)
     }
 
     fn attention_seqs(
@@ -518,41 +552,7 @@ impl Backend for CpuBackend {
         _seg_q: &mut CpuBuffer,
         _seg_att: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        // Every sequence's tasks in one dispatch, into a scratch of equal task slots (the
-        // largest task's size), then scattered per sequence.
-        let mut plans = Vec::with_capacity(seqs.len());
-        let (mut tasks, mut slot) = (0, 0);
-        for s in seqs {
-            // The head layout and the caches (q and the output are checked at their offset).
-            let seg = s.p.rows * s.p.n_head * s.p.head_dim;
-            s.p.check(seg, seg, s.k_cache.0.len(), s.v_cache.0.len())?;
-            let end = (s.row0 + s.p.rows) * s.p.n_head * s.p.head_dim;
-            need("attention", "q", q.0.len(), end)?;
-            need("attention", "output", out.0.len(), end)?;
-            let plan = attention::Plan::new(&s.p, self.pool.threads());
-            plans.push((tasks, plan));
-            tasks += plan.tasks();
-            slot = slot.max(plan.chunk());
-        }
-        // The sequence and its first task, for each task of the dispatch.
-        let owner = |t: usize| plans.partition_point(|(first, _)| *first <= t) - 1;
-        attention::with_out_scratch(tasks * slot, |scratch| {
-            self.pool.for_chunks(scratch, slot, |t, o| {
-                let i = owner(t);
-                let (first, plan) = &plans[i];
-                let s = &seqs[i];
-                let q_dim = s.p.n_head * s.p.head_dim;
-                let q = &q.0[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
-                let b = plan.block(t - first, s.p.rows);
-                attention::attend_block(q, &s.k_cache.0, &s.v_cache.0, &s.p, &b, &mut o[..plan.chunk()]);
-            });
-            for ((first, plan), s) in plans.iter().zip(seqs) {
-                let q_dim = s.p.n_head * s.p.head_dim;
-                let dst = &mut out.0[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
-                plan.scatter(&scratch[first * slot..], slot, s.p.rows, dst);
-            }
-        });
-        Ok(())
+        self.attend(&q.0, seqs, &mut out.0)
     }
 
     fn swiglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
