@@ -137,22 +137,29 @@ impl CpuBackend {
             tasks += plan.tasks();
             slot = slot.max(plan.chunk());
         }
+        // The rows of sequence `s` in `q` or `out` (`[rows][n_head * head_dim]`).
+        let span = |s: &SeqAttn<'_, CpuKv>| {
+            let q_dim = s.p.n_head * s.p.head_dim;
+            s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim
+        };
         // The sequence owning task `t` of the dispatch: the last whose first task is `<= t`.
         let owner = |t: usize| plans.partition_point(|(first, _)| *first <= t) - 1;
         attention::with_out_scratch(tasks * slot, |scratch| {
             self.pool.for_chunks(scratch, slot, |t, o| {
                 let i = owner(t);
-                let (first, plan) = &plans[i];
-                let s = &seqs[i];
-                let q_dim = s.p.n_head * s.p.head_dim;
-                let q = &q[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
+                let ((first, plan), s) = (&plans[i], &seqs[i]);
                 let b = plan.block(t - first, s.p.rows);
-                attention::attend_block(q, &s.k_cache.0, &s.v_cache.0, &s.p, &b, &mut o[..plan.chunk()]);
+                attention::attend_block(
+                    &q[span(s)],
+                    &s.k_cache.0,
+                    &s.v_cache.0,
+                    &s.p,
+                    &b,
+                    &mut o[..plan.chunk()],
+                );
             });
             for ((first, plan), s) in plans.iter().zip(seqs) {
-                let q_dim = s.p.n_head * s.p.head_dim;
-                let dst = &mut out[s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim];
-                plan.scatter(&scratch[first * slot..], slot, s.p.rows, dst);
+                plan.scatter(&scratch[first * slot..], slot, s.p.rows, &mut out[span(s)]);
             }
         });
         Ok(())
