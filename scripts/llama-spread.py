@@ -106,17 +106,17 @@ def report(exe, model, stem, mode):
             if d > worst[0]:
                 worst = (d, f"{case['name']} step {i}")
             if argmax != gid:
-                misses.append(f"{case['name']} step {i} (golden gap {gp - g2:.3f})")
+                misses.append((f"{case['name']} step {i} (golden gap {gp - g2:.3f})", gp - g2))
             if gp - g2 > CLEAR_GAP and probs[0] - probs[1] <= CLEAR_GAP:
                 unclear.append(f"{case['name']} step {i}: golden gap {gp - g2:.3f}, here {probs[0] - probs[1]:.3f}")
     devs.sort()
-    clear = [m for m in misses if float(m.rsplit(" ", 1)[1].rstrip(")")) > CLEAR_GAP]
+    clear = [m for m, gap in misses if gap > CLEAR_GAP]
     print(
         f"{stem} {mode:9s}: {len(devs)} steps, top-1 |dp| median {devs[len(devs) // 2]:.2e}, "
         f"p90 {devs[int(0.9 * (len(devs) - 1))]:.2e}, max {worst[0]:.3f} ({worst[1]}); "
         f"argmax differs at {len(misses)} steps, {len(clear)} with a golden gap > {CLEAR_GAP}"
     )
-    for m in misses:
+    for m, _ in misses:
         print(f"    argmax differs: {m}")
     for u in unclear:
         print(f"    gap no longer clear: {u}")
