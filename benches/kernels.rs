@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use half::f16;
 use tinyllm::backend::cpu::interleave::{self, TILE_ROWS};
-use tinyllm::backend::cpu::kernels::{Kernels, Layout, AVX2_TYPES as TYPES};
+use tinyllm::backend::cpu::kernels::{Kernels, Layout, TileOut, AVX2_TYPES as TYPES};
 use tinyllm::quant::GgmlType;
 
 /// Values per row and rows of the matvec matrix.
@@ -119,7 +119,7 @@ fn matmul(
                 Layout::Interleaved => &w[interleave::span(ty, k, i * per, nw)],
             };
             let act = &act;
-            s.spawn(move || (kern.tile)(ty, layout, k, bytes, act, o));
+            s.spawn(move || (kern.tile)(ty, layout, k, bytes, act, &mut TileOut::new(o, rows)));
         }
     });
 }

@@ -97,12 +97,89 @@ pub enum Layout {
 pub type PrepareFn = fn(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError>;
 
 /// Consecutive weight rows (raw bytes of `k`-value rows of `ty` in `layout`: whole rows, or the
-/// whole tiles holding them) times every activation row: `out[a * nw + w]` for weight row `w`
-/// of the `nw = out.len() / rows` rows and activation row `a`
-/// (activation-row-major, the layout of the matmul's result, so a caller that hands out
-/// tiles of weight rows copies whole runs of a row back). A row
-/// that cannot be computed (never the case for weights validated at load) reads NaN.
-pub type TileFn = fn(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]);
+/// whole tiles holding them) times every activation row: output `(a, w)` of `out` for weight row
+/// `w` of the `out.nw()` rows and activation row `a` of `out.rows()` (which must be
+/// `act.rows()`). A row that cannot be computed (never the case for weights validated at load)
+/// reads NaN.
+pub type TileFn = fn(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>);
+
+/// Where a tile's results go: `rows` activation rows × `nw` weight rows, output `(a, w)` at
+/// `a * stride + w`. Either a whole `[rows][nw]` slice ([`TileOut::new`]), or the columns of one
+/// task's weight rows in a matmul's `[rows][n]` result that the tasks of the matmul fill at
+/// once ([`TileOut::columns`]): every kernel writes its results straight into place, so the
+/// tasks of a batched matmul copy nothing afterwards (the copy was 2% of a 4-row decode step).
+pub struct TileOut<'a> {
+    ptr: *mut f32,
+    rows: usize,
+    nw: usize,
+    stride: usize,
+    _out: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+impl<'a> TileOut<'a> {
+    /// All of `out` as `[rows][out.len() / rows]` (values past the last whole row are never
+    /// written; no rows: nothing is).
+    pub fn new(out: &'a mut [f32], rows: usize) -> Self {
+        let nw = out.len().checked_div(rows).unwrap_or(0);
+        TileOut {
+            ptr: out.as_mut_ptr(),
+            rows: if nw == 0 { 0 } else { rows },
+            nw,
+            stride: nw,
+            _out: std::marker::PhantomData,
+        }
+    }
+
+    /// Columns `w0..w0 + nw` of the `rows` runs of `stride` values at `ptr`.
+    ///
+    /// # Safety
+    /// `w0 + nw <= stride`; `ptr` is valid for writes of `rows * stride` values for `'a`; and
+    /// while the result lives nothing else reads or writes those columns.
+    pub unsafe fn columns(ptr: *mut f32, rows: usize, stride: usize, w0: usize, nw: usize) -> Self {
+        TileOut {
+            ptr: ptr.add(w0),
+            rows,
+            nw,
+            stride,
+            _out: std::marker::PhantomData,
+        }
+    }
+
+    /// Activation rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Weight rows.
+    pub fn nw(&self) -> usize {
+        self.nw
+    }
+
+    /// Set output `(a, w)`.
+    ///
+    /// # Panics
+    /// If `a >= rows()` or `w >= nw()` (a kernel bug: the kernels write only inside the tile).
+    #[inline]
+    pub fn set(&mut self, a: usize, w: usize, v: f32) {
+        assert!(
+            a < self.rows && w < self.nw,
+            "tile output ({a}, {w}) outside {}x{}",
+            self.rows,
+            self.nw
+        );
+        // SAFETY: inside the tile, which the constructors made writable and ours alone.
+        unsafe { self.ptr.add(a * self.stride + w).write(v) }
+    }
+
+    /// Set every output to `v`.
+    pub fn fill(&mut self, v: f32) {
+        for a in 0..self.rows {
+            for w in 0..self.nw {
+                self.set(a, w, v);
+            }
+        }
+    }
+}
 
 /// The kernel set of a backend.
 #[derive(Debug, Clone, Copy)]
@@ -187,7 +264,7 @@ fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn tile_avx2(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
+fn tile_avx2(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     // SAFETY: as in `prepare_avx2`.
     if super::simd::supports(ty) {
         if !unsafe { super::simd::tile(ty, layout, k, w, act, out) } {
@@ -195,54 +272,45 @@ fn tile_avx2(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations
         }
         return;
     }
-    let w = file_rows(ty, layout, k, w, act, out);
+    let w = file_rows(ty, layout, k, w, out);
     let mut scratch = vec![0f32; k];
     for_rows(k, &w, act, out, |wr, o| row_fast_avx2(ty, k, wr, act, &mut scratch, o));
 }
 
 /// The weight rows of a tile in the file layout (copied out of interleaved tiles: the portable
 /// kernels never get those from the backend, which interleaves only for kernel sets that ask).
-fn file_rows<'a>(
-    ty: GgmlType,
-    layout: Layout,
-    k: usize,
-    w: &'a [u8],
-    act: &Activations,
-    out: &[f32],
-) -> std::borrow::Cow<'a, [u8]> {
+fn file_rows<'a>(ty: GgmlType, layout: Layout, k: usize, w: &'a [u8], out: &TileOut<'_>) -> std::borrow::Cow<'a, [u8]> {
     match layout {
         Layout::Rows => std::borrow::Cow::Borrowed(w),
-        Layout::Interleaved => std::borrow::Cow::Owned(super::interleave::rows(ty, k, w, out.len() / act.rows.max(1))),
+        Layout::Interleaved => std::borrow::Cow::Owned(super::interleave::rows(ty, k, w, out.nw())),
     }
 }
 
 /// Run `row(weight_row, outputs)` for each whole weight row of `w`, `outputs` holding one value
 /// per activation row, scattered into `out` afterwards.
-fn for_rows(k: usize, w: &[u8], act: &Activations, out: &mut [f32], mut row: impl FnMut(&[u8], &mut [f32])) {
-    let rows = act.rows.max(1);
-    let n = out.len() / rows;
-    let rb = w.len().checked_div(n).unwrap_or(0);
-    if rb == 0 || k == 0 {
+fn for_rows(k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>, mut row: impl FnMut(&[u8], &mut [f32])) {
+    let rb = w.len().checked_div(out.nw()).unwrap_or(0);
+    if rb == 0 || k == 0 || out.rows() != act.rows {
         out.fill(f32::NAN);
         return;
     }
-    let mut col = vec![0f32; rows];
-    for (i, wr) in w.chunks_exact(rb).enumerate() {
+    let mut col = vec![0f32; out.rows()];
+    for (i, wr) in w.chunks_exact(rb).take(out.nw()).enumerate() {
         row(wr, &mut col);
         for (a, &v) in col.iter().enumerate() {
-            out[a * n + i] = v;
+            out.set(a, i, v);
         }
     }
 }
 
-fn tile_fast(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
-    let w = file_rows(ty, layout, k, w, act, out);
+fn tile_fast(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let w = file_rows(ty, layout, k, w, out);
     let mut scratch = vec![0f32; k];
     for_rows(k, &w, act, out, |wr, o| row_fast(ty, k, wr, act, &mut scratch, o));
 }
 
-fn tile_oracle(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut [f32]) {
-    let w = file_rows(ty, layout, k, w, act, out);
+fn tile_oracle(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let w = file_rows(ty, layout, k, w, out);
     for_rows(k, &w, act, out, |wr, o| row_oracle(ty, k, wr, act, o));
 }
 

@@ -20,17 +20,13 @@ use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Rope;
 use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
-use kernels::{Kernels, Layout};
+use kernels::{Kernels, Layout, TileOut};
 use pool::Pool;
 
 /// Output rows per matmul task (rows of `W`): whole interleaved tiles.
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
 /// Values per task of element-wise ops.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
-thread_local! {
-    /// A batched matmul task's result (`[rows][nw]`, grown only), before it is copied into place.
-    static TILE_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// Values per task of a norm over groups of `g`: whole groups, about [`ELEMENTWISE_CHUNK`] of
 /// them, so that a decode batch's few rows are normed in place rather than dispatched (waking
@@ -48,7 +44,8 @@ struct Columns {
     n: usize,
 }
 
-// SAFETY: `Columns` is only written through `put`, whose callers write disjoint columns.
+// SAFETY: `Columns` is only written through the tiles of `tile`, whose callers take disjoint
+// columns.
 unsafe impl Sync for Columns {}
 unsafe impl Send for Columns {}
 
@@ -64,23 +61,12 @@ impl Columns {
         }
     }
 
-    /// Copy `tile` (`[rows][nw]`) into columns `w0..w0 + nw` of every row.
+    /// Columns `w0..w0 + nw` of every row, for a kernel to write in place.
     ///
     /// # Safety
-    /// `w0 + nw <= n`, and no other thread touches those columns while this runs.
-    unsafe fn put(&self, w0: usize, tile: &[f32]) {
-        let nw = tile.len() / self.rows;
-        for a in 0..self.rows {
-            let (src, dst) = (tile.as_ptr().add(a * nw), self.ptr.add(a * self.n + w0));
-            if nw == MATMUL_TILE {
-                // A whole task's run: a fixed-size copy compiles to a few vector moves, where
-                // a run-time length calls `memmove` once per row (1.4% of a 4-row decode step).
-                dst.cast::<[f32; MATMUL_TILE]>()
-                    .write_unaligned(src.cast::<[f32; MATMUL_TILE]>().read_unaligned());
-            } else {
-                std::ptr::copy_nonoverlapping(src, dst, nw);
-            }
-        }
+    /// `w0 + nw <= n`, and no other thread touches those columns while the tile lives.
+    unsafe fn tile(&self, w0: usize, nw: usize) -> TileOut<'_> {
+        TileOut::columns(self.ptr, self.rows, self.n, w0, nw)
     }
 }
 
@@ -389,32 +375,16 @@ impl Backend for CpuBackend {
         let act = (self.kernels.prepare)(w.ty, &x.0[..rows * k], k)?;
         let tile_fn = self.kernels.tile;
         let (ty, layout) = (w.ty, w.layout());
-        // Each task takes MATMUL_TILE weight rows and meets them with every activation row.
-        // For one activation row its `[rows][nw]` result is a piece of `out` itself.
-        if rows == 1 {
-            self.pool.for_chunks(&mut out.0[..n], MATMUL_TILE, |t, dst| {
-                let r0 = t * MATMUL_TILE;
-                tile_fn(ty, layout, k, w.rows(r0, dst.len()), &act, dst);
-            });
-            return Ok(());
-        }
-        // Otherwise the task computes into its thread's scratch and copies each activation
-        // row's run into place while it is still in cache: no second pass over the result,
-        // which on a decode batch ran on one thread while the others waited.
+        // Each task takes MATMUL_TILE weight rows, meets them with every activation row and
+        // writes its columns of `out` in place.
         let cols = Columns::new(&mut out.0[..rows * n], rows, n);
         self.pool.for_each_index(n.div_ceil(MATMUL_TILE), |t| {
             let r0 = t * MATMUL_TILE;
             let nw = MATMUL_TILE.min(n - r0);
-            TILE_SCRATCH.with_borrow_mut(|tile| {
-                if tile.len() < rows * nw {
-                    tile.resize(rows * nw, 0.0);
-                }
-                let tile = &mut tile[..rows * nw];
-                tile_fn(ty, layout, k, w.rows(r0, nw), &act, tile);
-                // SAFETY: task `t` alone handles weight rows `r0..r0 + nw`, so it alone
-                // touches those columns of `out`, and `r0 + nw <= n`.
-                unsafe { cols.put(r0, tile) };
-            });
+            // SAFETY: task `t` alone handles weight rows `r0..r0 + nw`, so it alone touches
+            // those columns of `out`, and `r0 + nw <= n`.
+            let mut tile = unsafe { cols.tile(r0, nw) };
+            tile_fn(ty, layout, k, w.rows(r0, nw), &act, &mut tile);
         });
         Ok(())
     }

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::kernels::Activations;
+use super::super::kernels::{Activations, TileOut};
 use super::{for_tiles, hsum_ps};
 use crate::quant::GgmlType;
 
@@ -57,7 +57,7 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
     act: &Activations,
     w0: usize,
     a0: usize,
-    out: &mut [f32],
+    out: &mut TileOut<'_>,
 ) {
     let rb = k * elem_bytes(K);
     let w = weights.as_ptr().add(w0 * rb);
@@ -72,19 +72,18 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
             }
         }
     }
-    let nw = out.len() / act.rows;
     for r in 0..RR {
         let row = &weights[(w0 + r) * rb..(w0 + r + 1) * rb];
         for c in 0..CC {
             let y = &act.values[(a0 + c) * k..(a0 + c + 1) * k];
             let tail: f32 = (k8..k).map(|i| load1::<K>(row, i) * y[i]).sum();
-            out[(a0 + c) * nw + w0 + r] = hsum_ps(acc[r][c]) + tail;
+            out.set(a0 + c, w0 + r, hsum_ps(acc[r][c]) + tail);
         }
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let nw = weights.len() / (k * elem_bytes(K));
     for_tiles::<R, C>(nw, act.rows, |w0, a0, r, c| match (r, c) {
         (R, C) => kernel::<K, R, C>(k, weights, act, w0, a0, out),
@@ -96,7 +95,7 @@ unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mu
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
     match ty {
         GgmlType::F32 => run::<F32>(k, weights, act, out),
         GgmlType::F16 => run::<F16>(k, weights, act, out),

@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::kernels::Activations;
+use super::super::kernels::{Activations, TileOut};
 use super::dot_legacy::{nibbles, KVALUES_IQ4NL};
 use super::{for_tiles, hsum_ps, load_f16, store_lanes, transpose_sum, LANE_ROWS};
 use crate::quant::GgmlType;
@@ -234,7 +234,7 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
     act: &Activations,
     w0: usize,
     a0: usize,
-    out: &mut [f32],
+    out: &mut TileOut<'_>,
 ) {
     let wb = block_bytes(K);
     let rb = nb * wb;
@@ -262,16 +262,15 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
             }
         }
     }
-    let nw = out.len() / act.rows;
     for r in 0..RR {
         for c in 0..CC {
-            out[(a0 + c) * nw + w0 + r] = hsum_ps(acc[r][c]);
+            out.set(a0 + c, w0 + r, hsum_ps(acc[r][c]));
         }
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let nb = k / 256;
     let nw = weights.len() / (nb * block_bytes(K));
     if matches!(K, Q4_K | Q6_K) {
@@ -460,7 +459,7 @@ unsafe fn gemm<const K: u8, const CC: usize>(
     w0: usize,
     nr: usize,
     a0: usize,
-    out: &mut [f32],
+    out: &mut TileOut<'_>,
 ) {
     const L: usize = LANE_ROWS;
     let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
@@ -552,7 +551,7 @@ unsafe fn gemm<const K: u8, const CC: usize>(
         }
     }
     for c in 0..CC {
-        store_lanes(acc[c], nr, w0, a0 + c, act.rows, out);
+        store_lanes(acc[c], nr, w0, a0 + c, out);
     }
 }
 
@@ -569,7 +568,7 @@ unsafe fn direct<const K: u8, const CC: usize>(
     act: &Activations,
     w0: usize,
     a0: usize,
-    out: &mut [f32],
+    out: &mut TileOut<'_>,
 ) {
     const L: usize = LANE_ROWS;
     let wb = block_bytes(K);
@@ -631,7 +630,7 @@ unsafe fn direct<const K: u8, const CC: usize>(
         }
     }
     for c in 0..CC {
-        store_lanes(acc[c], nr, w0, a0 + c, act.rows, out);
+        store_lanes(acc[c], nr, w0, a0 + c, out);
     }
 }
 
@@ -644,7 +643,7 @@ const REPACK_MIN_ROWS: usize = 8;
 /// at least [`REPACK_MIN_ROWS`] rows ([`repack`] once per tile, then [`gemm`] over register tiles
 /// of up to four rows) or else [`direct`] over such groups.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let rb = nb * block_bytes(K);
     let batched = act.rows >= REPACK_MIN_ROWS;
     let mut packed = if batched { Packed::new(nb, K) } else { Packed::EMPTY };
@@ -665,7 +664,7 @@ unsafe fn run_lanes<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Act
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
     match ty {
         GgmlType::Q4_K => run::<Q4_K>(k, weights, act, out),
         GgmlType::Q5_K => run::<Q5_K>(k, weights, act, out),

@@ -21,7 +21,7 @@
 use std::arch::x86_64::*;
 
 use super::super::interleave::{self, TILE_ROWS as R};
-use super::super::kernels::Activations;
+use super::super::kernels::{Activations, TileOut};
 use super::store_lanes;
 use crate::quant::GgmlType;
 
@@ -198,7 +198,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
     w0: usize,
     nr: usize,
     a0: usize,
-    out: &mut [f32],
+    out: &mut TileOut<'_>,
 ) {
     let ones = _mm256_set1_epi16(1);
     let a = act.bytes.as_ptr().add(a0 * act.row_bytes + 2);
@@ -286,7 +286,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
         } else {
             acc[c]
         };
-        store_lanes(v, nr, w0, a0 + c, act.rows, out);
+        store_lanes(v, nr, w0, a0 + c, out);
     }
 }
 
@@ -302,7 +302,7 @@ const UNPACK_MIN_ROWS: usize = 8;
 /// Every tile of `weights` (interleaved, `nw` rows of `nb` blocks) times every activation row,
 /// up to four activation rows at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut [f32]) {
+unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let tb = nb * R * block_bytes(K);
     let rows = act.rows;
     let buffered = rows >= UNPACK_MIN_ROWS;
@@ -336,11 +336,11 @@ pub(super) fn covers(ty: GgmlType) -> bool {
 }
 
 /// See [`super::tile`]; lengths were checked there. `weights` is interleaved: whole tiles
-/// holding the `out.len() / act.rows` rows.
+/// holding the `out.nw()` rows.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
     let nb = k / 32;
-    let nw = out.len() / act.rows;
+    let nw = out.nw();
     if weights.len() != interleave::len(ty, k, nw) {
         return false;
     }

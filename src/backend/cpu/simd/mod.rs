@@ -78,7 +78,7 @@ mod tests;
 
 use std::arch::x86_64::*;
 
-use super::kernels::{Activations, Layout};
+use super::kernels::{Activations, Layout, TileOut};
 use crate::quant::GgmlType;
 
 /// Whether this CPU has what the kernels use (AVX2 integer ops, FMA, F16C conversions).
@@ -93,23 +93,30 @@ pub fn supports(ty: GgmlType) -> bool {
     super::kernels::AVX2_TYPES.contains(&ty)
 }
 
-/// `out[a * nw + w]` = row `w` of the `nw = out.len() / act.rows` rows of `weights` (`k` values
-/// of `ty` per row, in `layout`) times row `a` of `act` (prepared by [`q8::prepare`] for `ty`).
-/// Returns false, leaving `out` untouched, when `ty` is not covered or the lengths do not fit.
+/// Output `(a, w)` of `out` = row `w` of the `out.nw()` rows of `weights` (`k` values of `ty` per
+/// row, in `layout`) times row `a` of `act` (prepared by [`q8::prepare`] for `ty`). Returns
+/// false, leaving `out` untouched, when `ty` is not covered or the shapes do not fit.
 /// The 32-value formats work on interleaved tiles; given file rows, they interleave them first
 /// (the backend interleaves such weights once at load).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
-pub unsafe fn tile(ty: GgmlType, layout: Layout, k: usize, weights: &[u8], act: &Activations, out: &mut [f32]) -> bool {
+pub unsafe fn tile(
+    ty: GgmlType,
+    layout: Layout,
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+) -> bool {
     let rows = act.rows;
     if !supports(ty) || k == 0 || !k.is_multiple_of(ty.block_size()) || rows == 0 || act.k != k {
         return false;
     }
-    if !out.len().is_multiple_of(rows) {
+    if out.rows() != rows {
         return false;
     }
-    let nw = out.len() / rows;
+    let nw = out.nw();
     let row_bytes = k / ty.block_size() * ty.block_bytes();
     let want = match layout {
         Layout::Rows => nw * row_bytes,
@@ -190,15 +197,14 @@ pub(super) unsafe fn transpose_sum(p: &[__m256i; LANE_ROWS]) -> __m256i {
     )
 }
 
-/// Write lanes `0..nr` of `v` to `out[a * nw + w0 + i]` (`nw = out.len() / rows`).
+/// Write lanes `0..nr` of `v` to outputs `(a, w0 + i)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn store_lanes(v: __m256, nr: usize, w0: usize, a: usize, rows: usize, out: &mut [f32]) {
-    let nw = out.len() / rows;
+pub(super) unsafe fn store_lanes(v: __m256, nr: usize, w0: usize, a: usize, out: &mut TileOut<'_>) {
     let mut lanes = [0f32; LANE_ROWS];
     _mm256_storeu_ps(lanes.as_mut_ptr(), v);
     for (i, &x) in lanes[..nr].iter().enumerate() {
-        out[a * nw + w0 + i] = x;
+        out.set(a, w0 + i, x);
     }
 }
 

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::super::interleave;
-use super::super::kernels::{Activations, Kernels, Layout, AVX2_TYPES as TYPES};
+use super::super::kernels::{Activations, Kernels, Layout, TileOut, AVX2_TYPES as TYPES};
 use crate::quant::{self, GgmlType};
 
 fn avx2() -> Kernels {
@@ -119,9 +119,16 @@ fn run(k: Kernels, ty: GgmlType, kk: usize, w: &[u8], x: &[f32]) -> Vec<f32> {
     let mut out = vec![f32::NAN; nw * act.rows()];
     if (k.interleaves)(ty) {
         let tiles = interleave::interleave(ty, kk, w).unwrap();
-        (k.tile)(ty, Layout::Interleaved, kk, &tiles, &act, &mut out);
+        (k.tile)(
+            ty,
+            Layout::Interleaved,
+            kk,
+            &tiles,
+            &act,
+            &mut TileOut::new(&mut out, act.rows()),
+        );
     } else {
-        (k.tile)(ty, Layout::Rows, kk, w, &act, &mut out);
+        (k.tile)(ty, Layout::Rows, kk, w, &act, &mut TileOut::new(&mut out, act.rows()));
     }
     out
 }
@@ -275,12 +282,26 @@ fn mismatched_lengths_give_nan_not_a_panic() {
     // Half a row of weights.
     let w = vec![0u8; 72];
     let mut out = vec![0f32; 1];
-    (fast.tile)(GgmlType::Q4_K, Layout::Rows, 256, &w, &act, &mut out);
+    (fast.tile)(
+        GgmlType::Q4_K,
+        Layout::Rows,
+        256,
+        &w,
+        &act,
+        &mut TileOut::new(&mut out, act.rows()),
+    );
     assert!(out[0].is_nan());
     // Activations prepared for a Q8_0 type handed to a Q8_K type.
     let act = (fast.prepare)(GgmlType::Q4_0, &x, 256).unwrap();
     let w = vec![0u8; 144];
-    (fast.tile)(GgmlType::Q4_K, Layout::Rows, 256, &w, &act, &mut out);
+    (fast.tile)(
+        GgmlType::Q4_K,
+        Layout::Rows,
+        256,
+        &w,
+        &act,
+        &mut TileOut::new(&mut out, act.rows()),
+    );
     assert!(out[0].is_nan());
     // A K-quant has no interleaved layout; a short interleaved tile.
     (fast.tile)(
@@ -289,11 +310,18 @@ fn mismatched_lengths_give_nan_not_a_panic() {
         256,
         &vec![0u8; 144 * 8],
         &act,
-        &mut out,
+        &mut TileOut::new(&mut out, act.rows()),
     );
     assert!(out[0].is_nan());
     let act = (fast.prepare)(GgmlType::Q4_0, &x, 256).unwrap();
-    (fast.tile)(GgmlType::Q4_0, Layout::Interleaved, 256, &w, &act, &mut out);
+    (fast.tile)(
+        GgmlType::Q4_0,
+        Layout::Interleaved,
+        256,
+        &w,
+        &act,
+        &mut TileOut::new(&mut out, act.rows()),
+    );
     assert!(out[0].is_nan());
 }
 
@@ -309,8 +337,15 @@ fn every_kernel_set_reads_both_layouts() {
             let act = (kern.prepare)(ty, &x, k).unwrap();
             let mut rows = vec![f32::NAN; nw * 3];
             let mut inter = vec![f32::NAN; nw * 3];
-            (kern.tile)(ty, Layout::Rows, k, &w, &act, &mut rows);
-            (kern.tile)(ty, Layout::Interleaved, k, &tiles, &act, &mut inter);
+            (kern.tile)(ty, Layout::Rows, k, &w, &act, &mut TileOut::new(&mut rows, act.rows()));
+            (kern.tile)(
+                ty,
+                Layout::Interleaved,
+                k,
+                &tiles,
+                &act,
+                &mut TileOut::new(&mut inter, act.rows()),
+            );
             assert!(rows.iter().all(|v| v.is_finite()), "{} {ty}", kern.variant);
             assert_eq!(
                 rows.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -318,6 +353,64 @@ fn every_kernel_set_reads_both_layouts() {
                 "{} {ty}",
                 kern.variant
             );
+        }
+    }
+}
+
+/// A matmul's tasks write their columns of the shared result in place: tiles of 16 columns (as
+/// the backend hands out, and a ragged last one) give the bits of the whole-matrix tile, and
+/// nothing outside their columns is touched (the rows here have two spare columns past the
+/// last tile's, which must keep their sentinel). Every kernel set and both weight families
+/// (interleaved 32-value, lane-per-row K-quant).
+#[test]
+fn column_tiles_write_only_their_columns() {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    for (ty, k) in [(GgmlType::Q5_0, 64), (GgmlType::Q8_0, 64), (GgmlType::Q4_K, 256)] {
+        let (n, rows, stride) = (27, 3, 29);
+        let w = weights(&mut rng, ty, k, n);
+        let x = activations(&mut rng, k * rows);
+        for kern in [avx2(), Kernels::fast(), Kernels::oracle()] {
+            let act = (kern.prepare)(ty, &x, k).unwrap();
+            let interleaved = (kern.interleaves)(ty);
+            let placed = if interleaved {
+                interleave::interleave(ty, k, &w).unwrap()
+            } else {
+                w.clone()
+            };
+            let layout = if interleaved { Layout::Interleaved } else { Layout::Rows };
+            let mut whole = vec![f32::NAN; n * rows];
+            (kern.tile)(ty, layout, k, &placed, &act, &mut TileOut::new(&mut whole, rows));
+            assert!(whole.iter().all(|v| v.is_finite()), "{} {ty}", kern.variant);
+            let mut shared = vec![-7.0f32; stride * rows];
+            let row_bytes = k / ty.block_size() * ty.block_bytes();
+            for w0 in (0..n).step_by(16) {
+                let nw = 16.min(n - w0);
+                let bytes = if interleaved {
+                    &placed[interleave::span(ty, k, w0, nw)]
+                } else {
+                    &placed[w0 * row_bytes..(w0 + nw) * row_bytes]
+                };
+                // SAFETY: `w0 + nw <= stride`, `shared` holds `rows * stride` values, and one
+                // tile at a time is alive.
+                let mut tile = unsafe { TileOut::columns(shared.as_mut_ptr(), rows, stride, w0, nw) };
+                (kern.tile)(ty, layout, k, bytes, &act, &mut tile);
+            }
+            for a in 0..rows {
+                let got = &shared[a * stride..(a + 1) * stride];
+                let want = &whole[a * n..(a + 1) * n];
+                assert_eq!(
+                    got[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{} {ty} row {a}",
+                    kern.variant
+                );
+                assert_eq!(
+                    got[n..],
+                    [-7.0, -7.0],
+                    "{} {ty} row {a}: written past its columns",
+                    kern.variant
+                );
+            }
         }
     }
 }
