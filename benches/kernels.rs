@@ -1,6 +1,6 @@
 //! Matmul kernel throughput per weight type: matvec (decode, one activation row) as GB/s of
-//! weights streamed with one thread and with every core, the same with four activation rows
-//! (the batched decode of four streams), and matmul (prefill, 512 activation rows) as GOP/s, for
+//! weights streamed with one thread and with every core, the same with four and with eight
+//! activation rows (the batched decode of four or eight streams), and matmul (prefill, 512 activation rows) as GOP/s, for
 //! the `avx2` kernels (where the CPU has them) and the portable `fast` ones.
 //!
 //! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
@@ -132,18 +132,20 @@ fn main() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let x1: Vec<f32> = (0..K).map(|_| rng.unit()).collect();
     let x4: Vec<f32> = (0..4 * K).map(|_| rng.unit()).collect();
+    let x8: Vec<f32> = (0..8 * K).map(|_| rng.unit()).collect();
     let xm: Vec<f32> = (0..K * MM_ROWS).map(|_| rng.unit()).collect();
     println!(
         "kernels: {} ({threads} threads); matvec {N}x{K}, matmul {MM_N}x{K} x {MM_ROWS} rows",
         best.variant
     );
     println!(
-        "{:<8} {:>9} {:>12} {:>12} {:>14} {:>12} {:>14} {:>14}",
+        "{:<8} {:>9} {:>12} {:>12} {:>14} {:>14} {:>12} {:>14} {:>14}",
         "type",
         "MiB",
         "GB/s 1T",
         format!("GB/s {threads}T"),
         format!("4 rows GB/s {threads}T"),
+        format!("8 rows GB/s {threads}T"),
         "fast GB/s 1T",
         format!("GOP/s {threads}T"),
         "fast GOP/s"
@@ -160,6 +162,8 @@ fn main() {
         let mvn = gb / time(|| matmul(best, ty, K, N, &wb, &x1, &mut out, threads));
         let mut out4 = vec![0f32; 4 * N];
         let mv4 = gb / time(|| matmul(best, ty, K, N, &wb, &x4, &mut out4, threads));
+        let mut out8 = vec![0f32; 8 * N];
+        let mv8 = gb / time(|| matmul(best, ty, K, N, &wb, &x8, &mut out8, threads));
         let mvf = gb / time(|| matmul(fast, ty, K, N, &wf, &x1, &mut out, 1));
         let wm = &w[..w.len() / N * MM_N];
         let (wb, wf) = (placed(best, ty, K, wm), placed(fast, ty, K, wm));
@@ -168,12 +172,13 @@ fn main() {
         let mm = ops / time(|| matmul(best, ty, K, MM_N, &wb, &xm, &mut out, threads));
         let mmf = ops / time(|| matmul(fast, ty, K, MM_N, &wf, &xm, &mut out, threads));
         println!(
-            "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>14.2} {:>12.2} {:>14.1} {:>14.1}",
+            "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>14.2} {:>14.2} {:>12.2} {:>14.1} {:>14.1}",
             ty.name(),
             w.len() as f64 / (1 << 20) as f64,
             mv1,
             mvn,
             mv4,
+            mv8,
             mvf,
             mm,
             mmf

@@ -296,8 +296,19 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
 const PREFETCH_AHEAD: usize = 4096;
 
 /// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;
-/// smaller ones unpack it block by block for every group of up to four rows.
-const UNPACK_MIN_ROWS: usize = 8;
+/// smaller ones unpack it block by block for every group of up to four rows. Where that pays
+/// depends on what unpacking saves (one thread, L2-resident 896-wide weights, cycles per
+/// activation row against the 4-row direct groups): the 4/5-bit formats' masks and fifth-bit
+/// merges gain from 8 rows on (Q5_0 8.9 against 11); IQ4_NL's table lookup only from about 32
+/// (equal at 16 and 32, 15% faster at 128); Q8_0, whose unpacking is one `abs`, never (the
+/// buffered loads cost more: direct is 7–30% faster from 8 to 512 rows).
+const fn unpack_min_rows(kind: u8) -> usize {
+    match kind {
+        Q8_0 => usize::MAX,
+        IQ4_NL => 32,
+        _ => 8,
+    }
+}
 
 /// Every tile of `weights` (interleaved, `nw` rows of `nb` blocks) times every activation row,
 /// up to four activation rows at a time.
@@ -305,7 +316,7 @@ const UNPACK_MIN_ROWS: usize = 8;
 unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let tb = nb * R * block_bytes(K);
     let rows = act.rows;
-    let buffered = rows >= UNPACK_MIN_ROWS;
+    let buffered = rows >= unpack_min_rows(K);
     let mut x = if buffered {
         Unpacked::new(nb, K)
     } else {

@@ -256,9 +256,10 @@ fn dot_products_match_the_oracle_on_odd_shapes() {
             t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
         };
         // Weight rows around the 8-row tile of the 32-value formats; activation rows on both
-        // sides of their repacking threshold and around its 4-row register tile.
+        // sides of the repacking thresholds (8 rows, 32 rows) and around the 4-row register
+        // tile.
         for nw in [1, 3, 5, 8, 17] {
-            for rows in [1, 2, 3, 4, 7, 9] {
+            for rows in [1, 2, 3, 4, 7, 9, 31, 33] {
                 check(&mut rng, ty, k, nw, rows);
             }
         }
