@@ -291,10 +291,12 @@ fn qwen25_coder_matches_llama_cpp() {
 }
 
 /// Gemma-3-270m under the README rule (argmax where the golden gap exceeds 2·tol, at most 2
-/// steps beyond 0.1). With the current kernels one step leaves 0.1 (`code_def` step 23, 0.107).
-/// Under DESIGN's stricter rule (argmax wherever the gap exceeds 0.05, no step beyond 0.1) it
-/// also misses `code_py_200` step 0 (gap 0.138), the step where llama.cpp's own
-/// flash-attention run picks the other token; the next test bounds the overall spread.
+/// steps beyond 0.1). With the current kernels two steps leave 0.1: `code_def` step 23 (0.107)
+/// and `code_py_200` step 0 (0.158), which under DESIGN's stricter rule (argmax wherever the gap
+/// exceeds 0.05, no step beyond 0.1) is also an argmax miss at a 0.138 gap, the step where
+/// llama.cpp's own flash-attention run picks the other token. Which steps cross 0.1 changes with
+/// any last-bit change (the softmax's `exp` moved `code_py_200` step 0 from below 0.1 to 0.158);
+/// the next test bounds the overall spread.
 ///
 /// Why these steps: gemma-3-270m amplifies rounding-level differences about tenfold per layer
 /// (compared tensor by tensor with llama.cpp: 1e-7 after the first matmuls, 1e-3 by layer 1,
