@@ -1,9 +1,9 @@
 //! Softmax attention over the F16 KV cache, one task per (block of query rows, KV head, heads).
 //!
 //! Mirrors ggml's non-flash path: q is rounded to f16 for the q·k products (K is f16), the
-//! softmax runs in f32 (our own vectorizable `exp`, as ggml has its own) with an f64 sum, and the probabilities are rounded to f16 before they
-//! weight the f16 V rows. A probability that rounds to zero in f16 contributes nothing and its
-//! V row is skipped.
+//! softmax runs in f32 (our own vectorizable `exp`, as ggml has its own) with an f64 sum, and
+//! the probabilities are rounded to f16 before they weight the f16 V rows. A probability that
+//! rounds to zero in f16 contributes nothing and its V row is skipped.
 //!
 //! Why tasks are blocks: every K/V row a task can see is widened to f32 once and then reused
 //! by all the query heads sharing its KV head (4 for Gemma 3, 7 for Qwen 2.5) and by a block
@@ -564,9 +564,9 @@ mod tests {
     }
 
     /// `exp` against f64's over its whole range (every 1/1024 from -110 to 95, plus random
-    /// points): within 1 ulp where the result is a normal f32 (0.97 at worst when written), within one smallest subnormal
-    /// below that, 0 under -104 and infinity over 89 (as f64's rounded to f32), NaN for NaN,
-    /// exactly 1 at 0.
+    /// points): within 1 ulp where the result is a normal f32 (0.97 at worst when written),
+    /// within one smallest subnormal below that, 0 under -104 and infinity over 89 (as f64's
+    /// rounded to f32), NaN for NaN, exactly 1 at 0.
     #[test]
     fn exp_is_within_one_ulp() {
         let mut xs: Vec<f32> = (-110 * 1024..=95 * 1024).map(|i| i as f32 / 1024.0).collect();

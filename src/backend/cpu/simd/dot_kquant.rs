@@ -225,7 +225,7 @@ unsafe fn body<const K: u8, const CC: usize>(
     (isum, msum)
 }
 
-/// Outputs `(w0..w0+RR) × (a0..a0+CC)` into `out[a * nw + w]`.
+/// Outputs `(w0..w0+RR) × (a0..a0+CC)` of `out`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
