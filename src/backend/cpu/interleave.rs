@@ -1,25 +1,27 @@
-//! The interleaved weight layout of the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! IQ4_NL), made once at load for the AVX2 kernels.
+//! The interleaved weight layout of the formats the AVX2 kernels take eight rows at a time (the
+//! 32-value Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and the 256-value Q4_K, Q6_K), made once at
+//! load.
 //!
 //! In the file, each row's blocks follow each other, and a kernel that takes eight rows at a
-//! time (one per vector lane) must unpack each row's nibbles and fifth bits on its own and then
-//! sum across lanes. Decode spends most of its time there. Here the eight rows of a tile share
-//! each block: with a single load and a mask or shift, four consecutive values of all eight rows
-//! land in one vector, a row per 32-bit lane, which is the operand of the integer dot product
-//! as it is. The bytes per weight do not change (the layout is a permutation), so neither does
-//! the memory the model takes or the bandwidth decode needs.
+//! time (one per vector lane) must unpack each row's nibbles and scales on its own and then sum
+//! across lanes. Decode spends most of its time there. Here the eight rows of a tile share each
+//! block: with a single load and a mask or shift, four consecutive values of all eight rows land
+//! in one vector, a row per 32-bit lane, which is the operand of the integer dot product as it
+//! is; the per-row scales come the same way, eight rows per load. The bytes per weight do not
+//! change (the layout is a permutation), so neither does the memory the model takes or the
+//! bandwidth decode needs.
 //!
 //! Layout: rows in tiles of [`TILE_ROWS`] (the last tile padded with zero blocks), a tile's
-//! blocks in order, and each tile block (`TILE_ROWS` × the file's block bytes) as:
+//! blocks in order, and each tile block (`TILE_ROWS` × the file's block bytes) holds the fields
+//! of the eight rows' blocks one field after the other (in the order of [`fields`]), each as:
 //!
-//! * `d`: the 8 rows' f16 scales (16 bytes), then for Q4_1/Q5_1 `m`: their f16 minimums;
-//! * for Q5_0/Q5_1 `qh`: 8 × 4 bytes, row `i` at `4i`; bit `p` of its byte `t` is the fifth
-//!   bit of value `4p + t` (so a shift by `p` brings the bits of values `4p..4p + 4` to one
-//!   place in their bytes);
-//! * `qs`: 32 bytes per group of four file bytes (4 groups for the 4-bit formats, 8 for Q8_0);
-//!   group `j` holds row `i`'s file bytes `4j..4j + 4` at `32j + 4i`. For the 4-bit formats
-//!   their low nibbles are values `4j..4j + 4` and their high nibbles values `16 + 4j..`; for
-//!   Q8_0 they are values `4j..4j + 4`.
+//! * f16 scalars (`d`, the minimum `m` or `dmin`): row `i`'s at `2i`;
+//! * byte arrays (`qs`; Q4_K's packed scales; Q6_K's `ql`, `qh` and scales): in groups of four
+//!   file bytes, group `j` of row `i` at `32j + 4i`. So group `j` of Q4_0's `qs` holds values
+//!   `4j..4j + 4` (low nibbles) and `16 + 4j..` (high nibbles) of all eight rows;
+//! * Q5_0/Q5_1's `qh`: 8 × 4 bytes, row `i` at `4i`; bit `p` of its byte `t` is the fifth bit
+//!   of value `4p + t` (so a shift by `p` brings the bits of values `4p..4p + 4` to one place in
+//!   their bytes).
 //!
 //! [`rows`] undoes it: the embedding lookup reads its rows through it, and tests check the
 //! kernels on the interleaved layout against the oracle on the file layout.
@@ -31,35 +33,67 @@ use crate::quant::GgmlType;
 /// Rows per tile.
 pub const TILE_ROWS: usize = 8;
 
-/// Where a block's fields are in the file and in a tile block.
-struct Fields {
-    /// Bytes of one file block.
-    block: usize,
-    /// Offset of `m` in the file block, if the format has one.
-    min: Option<usize>,
-    /// Offset of `qh` in the file block, if the format has one.
-    high: Option<usize>,
-    /// Offset of `qs` in the file block.
-    quants: usize,
-    /// Groups of four `qs` bytes.
-    groups: usize,
+/// How a tile block holds one field of the eight rows' blocks.
+#[derive(Clone, Copy)]
+enum Place {
+    /// Units of this many bytes: unit `j` of row `i` at `TILE_ROWS · unit · j + unit · i`.
+    Units(usize),
+    /// The four `qh` bytes of Q5_0/Q5_1, bit-transposed (see the module doc).
+    FifthBits,
 }
 
-fn fields(ty: GgmlType) -> Option<Fields> {
-    let (min, high, quants) = match ty {
-        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q8_0 => (None, None, 2),
-        GgmlType::Q4_1 => (Some(2), None, 4),
-        GgmlType::Q5_0 => (None, Some(2), 6),
-        GgmlType::Q5_1 => (Some(2), Some(4), 8),
+/// One field of a file block: its offset, its length and how a tile block holds it.
+#[derive(Clone, Copy)]
+struct Field {
+    at: usize,
+    len: usize,
+    place: Place,
+}
+
+const fn f16_at(at: usize) -> Field {
+    Field {
+        at,
+        len: 2,
+        place: Place::Units(2),
+    }
+}
+
+const fn bytes_at(at: usize, len: usize) -> Field {
+    Field {
+        at,
+        len,
+        place: Place::Units(4),
+    }
+}
+
+const fn fifth_bits_at(at: usize) -> Field {
+    Field {
+        at,
+        len: 4,
+        place: Place::FifthBits,
+    }
+}
+
+/// The fields of a block of `ty`, in their order in a tile block (which the kernels' offsets
+/// follow), or `None` when `ty` has no interleaved layout. Together they cover the file block.
+fn fields(ty: GgmlType) -> Option<&'static [Field]> {
+    const Q4_0: &[Field] = &[f16_at(0), bytes_at(2, 16)];
+    const Q8_0: &[Field] = &[f16_at(0), bytes_at(2, 32)];
+    const Q4_1: &[Field] = &[f16_at(0), f16_at(2), bytes_at(4, 16)];
+    const Q5_0: &[Field] = &[f16_at(0), fifth_bits_at(2), bytes_at(6, 16)];
+    const Q5_1: &[Field] = &[f16_at(0), f16_at(2), fifth_bits_at(4), bytes_at(8, 16)];
+    // File blocks: Q4_K `d, dmin, scales[12], qs[128]`; Q6_K `ql[128], qh[64], scales[16], d`.
+    const Q4_K: &[Field] = &[f16_at(0), f16_at(2), bytes_at(4, 12), bytes_at(16, 128)];
+    const Q6_K: &[Field] = &[f16_at(208), bytes_at(192, 16), bytes_at(0, 128), bytes_at(128, 64)];
+    Some(match ty {
+        GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0,
+        GgmlType::Q8_0 => Q8_0,
+        GgmlType::Q4_1 => Q4_1,
+        GgmlType::Q5_0 => Q5_0,
+        GgmlType::Q5_1 => Q5_1,
+        GgmlType::Q4_K => Q4_K,
+        GgmlType::Q6_K => Q6_K,
         _ => return None,
-    };
-    let block = ty.block_bytes();
-    Some(Fields {
-        block,
-        min,
-        high,
-        quants,
-        groups: (block - quants) / 4,
     })
 }
 
@@ -68,12 +102,48 @@ pub fn supports(ty: GgmlType) -> bool {
     fields(ty).is_some()
 }
 
-/// Offsets of `m`, `qh` and `qs` in a tile block of a format with these fields.
-fn tile_offsets(f: &Fields) -> (usize, usize, usize) {
-    let m = 2 * TILE_ROWS;
-    let qh = m + if f.min.is_some() { 2 * TILE_ROWS } else { 0 };
-    let qs = qh + if f.high.is_some() { 4 * TILE_ROWS } else { 0 };
-    (m, qh, qs)
+/// Each field with its offset in a tile block.
+fn placed(fields: &[Field]) -> impl Iterator<Item = (Field, usize)> + '_ {
+    fields.iter().scan(0, |at, &f| {
+        let here = *at;
+        *at += TILE_ROWS * f.len;
+        Some((f, here))
+    })
+}
+
+/// Where row `i`'s `field` goes: pairs of a byte range in its file block and the range of a
+/// tile block (the field at `to` there) that holds the same bytes. (Empty for the fifth bits,
+/// which [`fifth_bits_to_tile`] and [`fifth_bits_from_tile`] move.)
+fn units(field: Field, to: usize, i: usize) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
+    let unit = match field.place {
+        Place::Units(unit) => unit,
+        Place::FifthBits => field.len,
+    };
+    let n = if matches!(field.place, Place::Units(_)) {
+        field.len / unit
+    } else {
+        0
+    };
+    (0..n).map(move |j| {
+        let at = to + TILE_ROWS * unit * j + unit * i;
+        (field.at + unit * j..field.at + unit * (j + 1), at..at + unit)
+    })
+}
+
+/// Q5's `qh` word (bit `4p + t` the fifth bit of value `4p + t`) as the tile's four bytes.
+fn fifth_bits_to_tile(qh: u32) -> [u8; 4] {
+    std::array::from_fn(|t| (0..8).fold(0u8, |b, p| b | ((((qh >> (4 * p + t)) & 1) as u8) << p)))
+}
+
+/// The inverse of [`fifth_bits_to_tile`].
+fn fifth_bits_from_tile(bytes: &[u8]) -> u32 {
+    let mut qh = 0u32;
+    for (t, &byte) in bytes.iter().enumerate() {
+        for p in 0..8 {
+            qh |= u32::from((byte >> p) & 1) << (4 * p + t);
+        }
+    }
+    qh
 }
 
 /// Bytes of one tile: `TILE_ROWS` rows of `k` values.
@@ -104,8 +174,8 @@ pub fn interleave(ty: GgmlType, k: usize, rows: &[u8]) -> Option<Vec<u8>> {
 /// How many whole file-layout rows of `k` values of `ty` `rows` holds, when `ty` has an
 /// interleaved layout and the lengths fit.
 pub fn row_count(ty: GgmlType, k: usize, rows: &[u8]) -> Option<usize> {
-    let f = fields(ty)?;
-    let rb = k / ty.block_size() * f.block;
+    fields(ty)?;
+    let rb = k / ty.block_size() * ty.block_bytes();
     (k > 0 && k.is_multiple_of(ty.block_size()) && rows.len().is_multiple_of(rb)).then(|| rows.len() / rb)
 }
 
@@ -113,34 +183,25 @@ pub fn row_count(ty: GgmlType, k: usize, rows: &[u8]) -> Option<usize> {
 /// accepted by [`row_count`]); rows past the end stay as they are in `dst` (zero when fresh).
 /// Tiles may be filled in parallel, a part of `dst` each.
 pub fn interleave_tiles(ty: GgmlType, k: usize, rows: &[u8], t0: usize, dst: &mut [u8]) {
-    let (Some(f), Some(n)) = (fields(ty), row_count(ty, k, rows)) else {
+    let (Some(fields), Some(n)) = (fields(ty), row_count(ty, k, rows)) else {
         return;
     };
-    let nb = k / ty.block_size();
-    let rb = nb * f.block;
-    let (mo, ho, qo) = tile_offsets(&f);
+    let block = ty.block_bytes();
+    let rb = k / ty.block_size() * block;
     for (t, tile) in dst.chunks_exact_mut(tile_bytes(ty, k)).enumerate() {
         let r0 = (t0 + t) * TILE_ROWS;
-        for (b, dst) in tile.chunks_exact_mut(TILE_ROWS * f.block).enumerate() {
+        for (b, dst) in tile.chunks_exact_mut(TILE_ROWS * block).enumerate() {
             for i in 0..TILE_ROWS.min(n.saturating_sub(r0)) {
-                let src = &rows[(r0 + i) * rb + b * f.block..][..f.block];
-                dst[2 * i..2 * i + 2].copy_from_slice(&src[..2]);
-                if let Some(m) = f.min {
-                    dst[mo + 2 * i..mo + 2 * i + 2].copy_from_slice(&src[m..m + 2]);
-                }
-                if let Some(h) = f.high {
-                    let qh = u32::from_le_bytes([src[h], src[h + 1], src[h + 2], src[h + 3]]);
-                    for tb in 0..4 {
-                        let mut byte = 0u8;
-                        for p in 0..8 {
-                            byte |= (((qh >> (4 * p + tb)) & 1) as u8) << p;
-                        }
-                        dst[ho + 4 * i + tb] = byte;
+                let src = &rows[(r0 + i) * rb + b * block..][..block];
+                for (field, to) in placed(fields) {
+                    if let Place::FifthBits = field.place {
+                        let h = &src[field.at..field.at + 4];
+                        let qh = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+                        dst[to + 4 * i..to + 4 * i + 4].copy_from_slice(&fifth_bits_to_tile(qh));
                     }
-                }
-                for j in 0..f.groups {
-                    let at = qo + 32 * j + 4 * i;
-                    dst[at..at + 4].copy_from_slice(&src[f.quants + 4 * j..f.quants + 4 * j + 4]);
+                    for (f, t) in units(field, to, i) {
+                        dst[t].copy_from_slice(&src[f]);
+                    }
                 }
             }
         }
@@ -150,35 +211,26 @@ pub fn interleave_tiles(ty: GgmlType, k: usize, rows: &[u8], t0: usize, dst: &mu
 /// Row `r` of interleaved `data` (rows of `k` values of `ty`) in the file layout, appended to
 /// `out`. Nothing is appended when `ty` has no interleaved layout or `r` is past the data.
 pub fn row(ty: GgmlType, k: usize, data: &[u8], r: usize, out: &mut Vec<u8>) {
-    let Some(f) = fields(ty) else { return };
+    let Some(fields) = fields(ty) else { return };
     let nb = k / ty.block_size();
+    let block = ty.block_bytes();
     let tb = tile_bytes(ty, k);
     let Some(tile) = data.get(r / TILE_ROWS * tb..(r / TILE_ROWS + 1) * tb) else {
         return;
     };
-    let (mo, ho, qo) = tile_offsets(&f);
     let i = r % TILE_ROWS;
-    for src in tile.chunks_exact(TILE_ROWS * f.block).take(nb) {
+    for src in tile.chunks_exact(TILE_ROWS * block).take(nb) {
         let at0 = out.len();
-        out.resize(at0 + f.block, 0);
+        out.resize(at0 + block, 0);
         let block = &mut out[at0..];
-        block[..2].copy_from_slice(&src[2 * i..2 * i + 2]);
-        if let Some(m) = f.min {
-            block[m..m + 2].copy_from_slice(&src[mo + 2 * i..mo + 2 * i + 2]);
-        }
-        if let Some(h) = f.high {
-            let mut qh = 0u32;
-            for tb in 0..4 {
-                let byte = src[ho + 4 * i + tb];
-                for p in 0..8 {
-                    qh |= u32::from((byte >> p) & 1) << (4 * p + tb);
-                }
+        for (field, from) in placed(fields) {
+            if let Place::FifthBits = field.place {
+                let qh = fifth_bits_from_tile(&src[from + 4 * i..from + 4 * i + 4]);
+                block[field.at..field.at + 4].copy_from_slice(&qh.to_le_bytes());
             }
-            block[h..h + 4].copy_from_slice(&qh.to_le_bytes());
-        }
-        for j in 0..f.groups {
-            let at = qo + 32 * j + 4 * i;
-            block[f.quants + 4 * j..f.quants + 4 * j + 4].copy_from_slice(&src[at..at + 4]);
+            for (f, t) in units(field, from, i) {
+                block[f].copy_from_slice(&src[t]);
+            }
         }
     }
 }
@@ -200,10 +252,14 @@ mod tests {
     fn interleaving_round_trips_every_row() {
         let mut state = 0x1234_5678_9abc_def0u64;
         let types: Vec<GgmlType> = GgmlType::ALL.iter().copied().filter(|&t| supports(t)).collect();
-        assert_eq!(types.len(), 6);
+        assert_eq!(types.len(), 8);
         for ty in types {
-            for (k, n) in [(32, 1), (64, 7), (96, 8), (32, 9), (128, 17)] {
-                let bytes = n * k / 32 * ty.block_bytes();
+            // A permutation: the fields fill the block (the round trip shows they do not overlap).
+            let fields = fields(ty).unwrap();
+            assert_eq!(fields.iter().map(|f| f.len).sum::<usize>(), ty.block_bytes(), "{ty}");
+            for (blocks, n) in [(1, 1), (2, 7), (3, 8), (1, 9), (4, 17)] {
+                let k = blocks * ty.block_size();
+                let bytes = n * blocks * ty.block_bytes();
                 let rows_in: Vec<u8> = (0..bytes)
                     .map(|_| {
                         state ^= state << 13;
@@ -227,7 +283,7 @@ mod tests {
 
     #[test]
     fn other_types_and_partial_rows_are_refused() {
-        assert!(interleave(GgmlType::Q4_K, 256, &[0; 144]).is_none());
+        assert!(interleave(GgmlType::Q5_K, 256, &[0; 176]).is_none());
         assert!(interleave(GgmlType::Q4_0, 32, &[0; 17]).is_none());
         assert!(interleave(GgmlType::Q4_0, 16, &[0; 18]).is_none());
         assert_eq!(span(GgmlType::Q4_0, 32, 8, 9), 144..432);

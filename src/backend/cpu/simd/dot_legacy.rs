@@ -293,7 +293,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
 /// How far ahead of the tile block being read the decode path prefetches, in bytes: 15 to 23
 /// tile blocks. Measured on the engine's batched decode (qwen2.5-coder, 2 threads): one sequence
 /// +10–17% tok/s over none, four +0–10%; 1024, 2048 and 4096 were within noise of each other.
-const PREFETCH_AHEAD: usize = 4096;
+pub(super) const PREFETCH_AHEAD: usize = 4096;
 
 /// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;
 /// smaller ones unpack it block by block for every group of up to four rows. Where that pays
@@ -336,14 +336,6 @@ unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activatio
         }
         w0 += nr;
     }
-}
-
-/// Whether [`tile`] covers `ty`.
-pub(super) fn covers(ty: GgmlType) -> bool {
-    matches!(
-        ty,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::IQ4_NL
-    )
 }
 
 /// See [`super::tile`]; lengths were checked there. `weights` is interleaved: whole tiles

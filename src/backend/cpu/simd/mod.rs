@@ -12,26 +12,23 @@
 //! operations in the same order whatever the tile shape, so results do not depend on how the
 //! work was split (thread count, tail tiles, batch size).
 //!
-//! The 32-value formats work on weights interleaved at load ([`super::interleave`]): one load
-//! and a mask give four values of eight rows, a row per lane, so a block's exact integer sums
-//! for eight rows land in one vector with no sum across lanes (decode), and batches unpack each
-//! tile once and reuse it for every activation row. Q4_K/Q6_K (most of the other weights of the
-//! common Q4_K_M files) stay in the file layout with one weight row per lane ([`LANE_ROWS`]
-//! rows per tile): each row's block product is summed across lanes (few activation rows), or
-//! from batches of a few rows on, the tile is repacked once so that one `maddubs` meets four
-//! values of all eight rows with four broadcast activation bytes; both give the same bits. The
-//! other formats keep an 8-lane accumulator per output, summed at the end.
+//! The 32-value formats and Q4_K/Q6_K (the K-quants of the common Q4_K_M files) work on weights
+//! interleaved at load ([`super::interleave`]): one load and a mask give four values of eight
+//! rows, a row per lane, so a block's exact integer sums for eight rows land in one vector with
+//! no sum across lanes (decode), and batches unpack each tile once and reuse it for every
+//! activation row. The other formats keep an 8-lane accumulator per output, summed at the end.
 //!
-//! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (32-value formats against Q8_0),
-//! `dot_kquant.rs` (256-value formats against Q8_K), `dot_float.rs` (F32/F16/BF16 rows).
+//! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
+//! against Q8_0), `dot_ktile.rs` (interleaved Q4_K/Q6_K against Q8_K), `dot_kquant.rs` (Q5_K,
+//! IQ4_XS against Q8_K), `dot_float.rs` (F32/F16/BF16 rows).
 
 // Register tiles are `[[acc; C]; R]` arrays indexed by (weight row, activation row) in nested
 // loops that the compiler unrolls; iterators would hide that shape.
 #![allow(clippy::needless_range_loop)]
 
-/// Weight rows per tile of the lane-per-row kernels (`dot_kquant` for Q4_K and Q6_K; the
-/// interleaved tiles of `dot_legacy` have as many): one lane of an i32/f32 vector each.
-pub(super) const LANE_ROWS: usize = 8;
+/// Weight rows per tile of the lane-per-row kernels on interleaved weights: one lane of an
+/// i32/f32 vector each.
+pub(super) const LANE_ROWS: usize = super::interleave::TILE_ROWS;
 /// Activation rows per register tile of the lane-per-row kernels (the widths
 /// [`for_row_groups`] instantiates).
 const LANE_C: usize = 4;
@@ -71,6 +68,7 @@ macro_rules! for_row_groups {
 pub(super) mod activation;
 mod dot_float;
 mod dot_kquant;
+mod dot_ktile;
 mod dot_legacy;
 pub(super) mod q8;
 #[cfg(test)]
@@ -96,8 +94,8 @@ pub fn supports(ty: GgmlType) -> bool {
 /// Output `(a, w)` of `out` = row `w` of the `out.nw()` rows of `weights` (`k` values of `ty` per
 /// row, in `layout`) times row `a` of `act` (prepared by [`q8::prepare`] for `ty`). Returns
 /// false, leaving `out` untouched, when `ty` is not covered or the shapes do not fit.
-/// The 32-value formats work on interleaved tiles; given file rows, they interleave them first
-/// (the backend interleaves such weights once at load).
+/// The interleaved formats ([`super::interleave`]) work on interleaved tiles; given file rows,
+/// they interleave them first (the backend interleaves such weights once at load).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`available`]).
@@ -120,7 +118,7 @@ pub unsafe fn tile(
     let row_bytes = k / ty.block_size() * ty.block_bytes();
     let want = match layout {
         Layout::Rows => nw * row_bytes,
-        Layout::Interleaved if dot_legacy::covers(ty) => super::interleave::len(ty, k, nw),
+        Layout::Interleaved if super::interleave::supports(ty) => super::interleave::len(ty, k, nw),
         Layout::Interleaved => return false,
     };
     if weights.len() != want {
@@ -149,16 +147,21 @@ pub unsafe fn tile(
     }
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::IQ4_XS => {
-            dot_kquant::tile(ty, k, weights, act, out)
+        GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
+        _ => {
+            let tiles = match layout {
+                Layout::Interleaved => std::borrow::Cow::Borrowed(weights),
+                Layout::Rows => match super::interleave::interleave(ty, k, weights) {
+                    Some(tiles) => std::borrow::Cow::Owned(tiles),
+                    None => return false,
+                },
+            };
+            if dot_ktile::covers(ty) {
+                dot_ktile::tile(ty, k, &tiles, act, out)
+            } else {
+                dot_legacy::tile(ty, k, &tiles, act, out)
+            }
         }
-        _ => match layout {
-            Layout::Interleaved => dot_legacy::tile(ty, k, weights, act, out),
-            Layout::Rows => match super::interleave::interleave(ty, k, weights) {
-                Some(tiles) => dot_legacy::tile(ty, k, &tiles, act, out),
-                None => false,
-            },
-        },
     }
 }
 
@@ -178,23 +181,6 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 unsafe fn load_f16(p: *const u8) -> f32 {
     let h = std::ptr::read_unaligned(p as *const u16);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
-}
-
-/// Lane `i` = the sum of the eight lanes of `p[i]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn transpose_sum(p: &[__m256i; LANE_ROWS]) -> __m256i {
-    let s01 = _mm256_hadd_epi32(p[0], p[1]);
-    let s23 = _mm256_hadd_epi32(p[2], p[3]);
-    let s45 = _mm256_hadd_epi32(p[4], p[5]);
-    let s67 = _mm256_hadd_epi32(p[6], p[7]);
-    // Per 128-bit half: rows 0..4, then rows 4..8, each summed over that half's four lanes.
-    let t0 = _mm256_hadd_epi32(s01, s23);
-    let t1 = _mm256_hadd_epi32(s45, s67);
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256::<0x20>(t0, t1),
-        _mm256_permute2x128_si256::<0x31>(t0, t1),
-    )
 }
 
 /// Write lanes `0..nr` of `v` to outputs `(a, w0 + i)`.

@@ -255,9 +255,8 @@ fn dot_products_match_the_oracle_on_odd_shapes() {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 263,
             t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
         };
-        // Weight rows around the 8-row tile of the 32-value formats; activation rows on both
-        // sides of the repacking thresholds (8 rows, 32 rows) and around the 4-row register
-        // tile.
+        // Weight rows around the 8-row interleaved tile; activation rows on both sides of the
+        // unpacking thresholds (8, 16 and 32 rows) and around the 4-row register tile.
         for nw in [1, 3, 5, 8, 17] {
             for rows in [1, 2, 3, 4, 7, 9, 31, 33] {
                 check(&mut rng, ty, k, nw, rows);
@@ -291,8 +290,12 @@ fn mismatched_lengths_give_nan_not_a_panic() {
     // Activations prepared for a Q8_0 type handed to a Q8_K type.
     let act = (fast.prepare)(GgmlType::Q4_0, &x, 256).unwrap();
     assert!(nan(GgmlType::Q4_K, Layout::Rows, &[0u8; 144], &act));
-    // A K-quant has no interleaved layout; a short interleaved tile.
+    // The same on an interleaved K-quant tile; a K-quant without an interleaved layout given
+    // as interleaved; a short interleaved tile.
     assert!(nan(GgmlType::Q4_K, Layout::Interleaved, &[0u8; 144 * 8], &act));
+    let act_k = (fast.prepare)(GgmlType::Q5_K, &x, 256).unwrap();
+    assert!(nan(GgmlType::Q5_K, Layout::Interleaved, &[0u8; 176 * 8], &act_k));
+    assert!(nan(GgmlType::Q4_K, Layout::Interleaved, &[0u8; 144], &act_k));
     assert!(nan(GgmlType::Q4_0, Layout::Interleaved, &[0u8; 144], &act));
     // An output of two activation rows for one.
     let mut two = [0f32; 2];
@@ -310,8 +313,8 @@ fn mismatched_lengths_give_nan_not_a_panic() {
 #[test]
 fn every_kernel_set_reads_both_layouts() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
-    for ty in [GgmlType::Q5_0, GgmlType::Q8_0] {
-        let (k, nw) = (96, 11);
+    for ty in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        let (k, nw) = (3 * ty.block_size(), 11);
         let w = weights(&mut rng, ty, k, nw);
         let tiles = interleave::interleave(ty, k, &w).unwrap();
         let x = activations(&mut rng, k * 3);
@@ -342,12 +345,17 @@ fn every_kernel_set_reads_both_layouts() {
 /// A matmul's tasks write their columns of the shared result in place: tiles of 16 columns (as
 /// the backend hands out, and a ragged last one) give the bits of the whole-matrix tile, and
 /// nothing outside their columns is touched (the rows here have two spare columns past the
-/// last tile's, which must keep their sentinel). Every kernel set and both weight families
-/// (interleaved 32-value, lane-per-row K-quant).
+/// last tile's, which must keep their sentinel). Every kernel set and both families of
+/// interleaved formats (32-value, K-quant).
 #[test]
 fn column_tiles_write_only_their_columns() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
-    for (ty, k) in [(GgmlType::Q5_0, 64), (GgmlType::Q8_0, 64), (GgmlType::Q4_K, 256)] {
+    for (ty, k) in [
+        (GgmlType::Q5_0, 64),
+        (GgmlType::Q8_0, 64),
+        (GgmlType::Q4_K, 256),
+        (GgmlType::Q6_K, 512),
+    ] {
         let (n, rows, stride) = (27, 3, 29);
         let w = weights(&mut rng, ty, k, n);
         let x = activations(&mut rng, k * rows);

@@ -1,0 +1,454 @@
+//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files) against Q8_K activations, on
+//! weights interleaved at load ([`super::super::interleave`]: eight rows per tile).
+//!
+//! As in `dot_legacy`: one load and a mask or shift give four consecutive values of all eight
+//! rows, a row per 32-bit lane; a broadcast of the activation's four bytes meets them in
+//! `maddubs`, and the i16 sums of a sub-block meet the eight rows' sub-block scales (unpacked
+//! once per tile block, eight rows per vector op) in `madd`. So each lane ends a super-block
+//! with its row's exact integer sums, with no sum across lanes: ggml's `Σ sc·Σq·q8` (less
+//! `32·Σ sc·bsum` for Q6_K, whose values are `q - 32`) and for Q4_K `Σ m·bsum` for the
+//! minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
+//! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
+//!
+//! Few activation rows (decode) unpack each tile block in registers and meet it with every row;
+//! from [`unpack_min_rows`] rows on, each tile is unpacked once into a buffer first. Both give
+//! the same bits.
+
+use std::arch::x86_64::*;
+
+use super::super::interleave::{self, TILE_ROWS as R};
+use super::super::kernels::{Activations, TileOut};
+use super::dot_legacy::PREFETCH_AHEAD;
+use super::store_lanes;
+use crate::quant::GgmlType;
+
+const Q4_K: u8 = 0;
+const Q6_K: u8 = 1;
+
+/// A Q8_K activation block: f32 scale, then 256 values at [`ACT_VALUES`], then 16 i16 sums of
+/// 16 values each at [`ACT_BSUMS`].
+const ACT_BLOCK: usize = 292;
+const ACT_VALUES: usize = 4;
+const ACT_BSUMS: usize = 260;
+
+const fn block_bytes(kind: u8) -> usize {
+    if kind == Q4_K {
+        144
+    } else {
+        210
+    }
+}
+
+// Offsets of the fields in a tile block (their order in `interleave`). Q4_K: `d` (8 f16),
+// `dmin` (8 f16), the 12 bytes of packed 6-bit scales and minimums (3 groups), `qs` (32 groups).
+const Q4K_DMIN: usize = 2 * R;
+const Q4K_SCALES: usize = 4 * R;
+const Q4K_QS: usize = 16 * R;
+// Q6_K: `d`, the 16 signed scales (4 groups), `ql` (32 groups), `qh` (16 groups).
+const Q6K_SCALES: usize = 2 * R;
+const Q6K_QL: usize = 18 * R;
+const Q6K_QH: usize = 146 * R;
+
+/// A `shuffle_epi8` mask filling every 32-bit lane from its own four bytes: the lane's byte
+/// `k` becomes its byte `pick[k]`, or zero where `pick[k]` is negative.
+const fn lane_mask(pick: [i8; 4]) -> [i8; 32] {
+    let mut m = [0i8; 32];
+    let mut i = 0;
+    while i < 32 {
+        let p = pick[i % 4];
+        // `shuffle_epi8` indexes within each 128-bit half: the lane's first byte is 4·(i/4 % 4).
+        m[i] = if p < 0 { -128 } else { (i / 4 % 4 * 4) as i8 + p };
+        i += 1;
+    }
+    m
+}
+
+/// Byte `t` of each lane as two zero-extended i16.
+static ZEXT_DUP: [[i8; 32]; 4] = [
+    lane_mask([0, -1, 0, -1]),
+    lane_mask([1, -1, 1, -1]),
+    lane_mask([2, -1, 2, -1]),
+    lane_mask([3, -1, 3, -1]),
+];
+/// Bytes `2h`, `2h + 1` of each lane as zero-extended i16.
+static ZEXT_PAIR: [[i8; 32]; 2] = [lane_mask([0, -1, 1, -1]), lane_mask([2, -1, 3, -1])];
+/// Byte `t` of each lane in the high byte of both i16 (an arithmetic shift by 8 then
+/// sign-extends it).
+static HIGH_DUP: [[i8; 32]; 4] = [
+    lane_mask([-1, 0, -1, 0]),
+    lane_mask([-1, 1, -1, 1]),
+    lane_mask([-1, 2, -1, 2]),
+    lane_mask([-1, 3, -1, 3]),
+];
+/// Bytes `2h`, `2h + 1` of each lane in the high bytes of the two i16.
+static HIGH_PAIR: [[i8; 32]; 2] = [lane_mask([-1, 0, -1, 1]), lane_mask([-1, 2, -1, 3])];
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn shuffle(v: __m256i, m: &[i8; 32]) -> __m256i {
+    _mm256_shuffle_epi8(v, _mm256_loadu_si256(m.as_ptr() as *const __m256i))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// A tile block's per-row factors, lane `i` for row `i`.
+#[derive(Clone, Copy)]
+struct Scales {
+    /// The scale of sub-block `j` as two equal i16, the `madd` operand of its values' i16 sums
+    /// (Q4_K: 8 sub-blocks of 32 values; Q6_K: 16 of 16).
+    sc: [__m256i; 16],
+    /// Q4_K: minimums `2j`, `2j + 1` as i16 (4 pairs), to meet the activations' sums over
+    /// sub-blocks `2j`, `2j + 1`; Q6_K: scales `2j`, `2j + 1` (8 pairs), to meet pairs of the
+    /// 16-value `bsums`. One `madd` each.
+    pair: [__m256i; 8],
+    d: __m256,
+    dmin: __m256,
+}
+
+/// The factors of the tile block at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const K: u8>(p: *const u8) -> Scales {
+    let zero = _mm256_setzero_si256();
+    let mut s = Scales {
+        sc: [zero; 16],
+        pair: [zero; 8],
+        d: _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+        dmin: _mm256_setzero_ps(),
+    };
+    if K == Q4_K {
+        // Eight rows at once of `quant::kquant::scale_min_k4`: the first four scales and
+        // minimums are the low 6 bits of bytes 0..4 / 4..8; the last four take 4 bits from
+        // bytes 8..12 and their top 2 bits from the spare top bits of bytes 0..8.
+        let (u0, u1, u2) = (
+            load(p.add(Q4K_SCALES)),
+            load(p.add(Q4K_SCALES + 32)),
+            load(p.add(Q4K_SCALES + 64)),
+        );
+        let six = _mm256_set1_epi32(0x3f3f_3f3f);
+        let four = _mm256_set1_epi32(0x0f0f_0f0f);
+        let two = _mm256_set1_epi32(0x0303_0303);
+        // (A macro: closures would not inherit the target features.)
+        macro_rules! top {
+            ($u:expr) => {
+                _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>($u), two))
+            };
+        }
+        let sc = [
+            _mm256_and_si256(u0, six),
+            _mm256_or_si256(_mm256_and_si256(u2, four), top!(u0)),
+        ];
+        let mins = [
+            _mm256_and_si256(u1, six),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(u2), four), top!(u1)),
+        ];
+        for j in 0..8 {
+            s.sc[j] = shuffle(sc[j / 4], &ZEXT_DUP[j % 4]);
+        }
+        for j in 0..4 {
+            s.pair[j] = shuffle(mins[j / 2], &ZEXT_PAIR[j % 2]);
+        }
+        s.dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q4K_DMIN) as *const __m128i));
+    } else {
+        let g = [
+            load(p.add(Q6K_SCALES)),
+            load(p.add(Q6K_SCALES + 32)),
+            load(p.add(Q6K_SCALES + 64)),
+            load(p.add(Q6K_SCALES + 96)),
+        ];
+        for t in 0..16 {
+            s.sc[t] = _mm256_srai_epi16::<8>(shuffle(g[t / 4], &HIGH_DUP[t % 4]));
+        }
+        for j in 0..8 {
+            s.pair[j] = _mm256_srai_epi16::<8>(shuffle(g[j / 2], &HIGH_PAIR[j % 2]));
+        }
+    }
+    s
+}
+
+/// Q4_K value groups `16j + r` and `16j + 8 + r` (values `4g..4g + 4` of the super-block, for
+/// `j` < 4, `r` < 8) of all eight rows of the tile block at `p`, a row per lane: each 32 bytes
+/// of `qs` hold 64 values, the low nibbles the first 32, the high nibbles the next.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
+    let low = _mm256_set1_epi8(0x0F);
+    let v = load(p.add(Q4K_QS + 32 * (8 * j + r)));
+    [
+        _mm256_and_si256(v, low),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+    ]
+}
+
+/// Q6_K value groups `32n + 8q + l` for `q` = 0..4 (`n` < 2, `l` < 8) of all eight rows of the
+/// tile block at `p`, unsigned (`q`, before its -32): value `128n + 32q + i` is the low (q < 2)
+/// or high nibble of `ql` byte `64n + 32(q % 2) + i` with bits `2q, 2q + 1` of `qh` byte
+/// `32n + i` on top.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_groups(p: *const u8, n: usize, l: usize) -> [__m256i; 4] {
+    let low = _mm256_set1_epi8(0x0F);
+    let top = _mm256_set1_epi8(0x30);
+    let ql0 = load(p.add(Q6K_QL + 32 * (16 * n + l)));
+    let ql1 = load(p.add(Q6K_QL + 32 * (16 * n + 8 + l)));
+    let qh = load(p.add(Q6K_QH + 32 * (8 * n + l)));
+    // The two bits to bits 4..6 (16-bit shifts by at most 4 keep each byte's bits 4..6 from
+    // its own byte).
+    // (A macro: closures would not inherit the target features.)
+    macro_rules! with {
+        ($nib:expr, $at4:expr) => {
+            _mm256_or_si256($nib, _mm256_and_si256($at4, top))
+        };
+    }
+    [
+        with!(_mm256_and_si256(ql0, low), _mm256_slli_epi16::<4>(qh)),
+        with!(_mm256_and_si256(ql1, low), _mm256_slli_epi16::<2>(qh)),
+        with!(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low), qh),
+        with!(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
+            _mm256_srli_epi16::<2>(qh)
+        ),
+    ]
+}
+
+/// One tile unpacked for batches: `u[64b + g]` is value group `g` of block `b` (values
+/// `4g..4g + 4` of all eight rows), `scales[b]` its factors.
+struct Unpacked {
+    u: Vec<__m256i>,
+    scales: Vec<Scales>,
+}
+
+impl Unpacked {
+    /// For the decode path, which reads the tile in place: nothing to build per call.
+    const EMPTY: Unpacked = Unpacked {
+        u: Vec::new(),
+        scales: Vec::new(),
+    };
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack<const K: u8>(tile: *const u8, nb: usize, out: &mut Unpacked) {
+    out.u.clear();
+    out.scales.clear();
+    for b in 0..nb {
+        let p = tile.add(b * R * block_bytes(K));
+        let u = out.u.len();
+        out.u.resize(u + 64, _mm256_setzero_si256());
+        let u = &mut out.u[u..];
+        if K == Q4_K {
+            for j in 0..4 {
+                for r in 0..8 {
+                    [u[16 * j + r], u[16 * j + 8 + r]] = q4k_groups(p, j, r);
+                }
+            }
+        } else {
+            for n in 0..2 {
+                for l in 0..8 {
+                    let q = q6k_groups(p, n, l);
+                    for (k, v) in q.into_iter().enumerate() {
+                        u[32 * n + 8 * k + l] = v;
+                    }
+                }
+            }
+        }
+        out.scales.push(scales::<K>(p));
+    }
+}
+
+/// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` of one tile: lane `i` of an accumulator is weight
+/// row `i`. With `BUF` the values and factors come from `x`, the unpacked tile, otherwise they
+/// are unpacked from the interleaved bytes at `tile` block by block (`x` unused).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
+    nb: usize,
+    tile: *const u8,
+    x: &Unpacked,
+    act: &Activations,
+    w0: usize,
+    nr: usize,
+    a0: usize,
+    out: &mut TileOut<'_>,
+) {
+    let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); CC];
+    for b in 0..nb {
+        let p = tile.add(b * R * block_bytes(K));
+        if !BUF {
+            // As in `dot_legacy`: the weights stream from memory once per decode step.
+            let ahead = p.wrapping_add(PREFETCH_AHEAD);
+            for line in (0..R * block_bytes(K)).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+            }
+        }
+        let own;
+        let s = if BUF {
+            &x.scales[b]
+        } else {
+            own = scales::<K>(p);
+            &own
+        };
+        // Activation row c of this super-block.
+        macro_rules! blk {
+            ($c:expr) => {
+                a.add($c * act.row_bytes + b * ACT_BLOCK)
+            };
+        }
+        // Values 4g..4g+4 of activation row c, in every lane (macros rather than closures:
+        // closures would not inherit the target features).
+        macro_rules! y {
+            ($c:expr, $g:expr) => {
+                _mm256_set1_epi32(std::ptr::read_unaligned(
+                    blk!($c).add(ACT_VALUES + 4 * $g) as *const i32
+                ))
+            };
+        }
+        // Value group g from the buffer.
+        macro_rules! buf {
+            ($g:expr) => {
+                *x.u.as_ptr().add(64 * b + $g)
+            };
+        }
+        let mut isum = [_mm256_setzero_si256(); CC];
+        if K == Q4_K {
+            // Values below 16: eight i16 pair sums stay below 8 · 2 · 15 · 128 < 2^15. Sub-block
+            // 2j + h is value groups 16j + 8h + r, r < 8.
+            for j in 0..4 {
+                for h in 0..2 {
+                    let mut hs = [_mm256_setzero_si256(); CC];
+                    for r in 0..8 {
+                        let g = 16 * j + 8 * h + r;
+                        let u = if BUF { buf!(g) } else { q4k_groups(p, j, r)[h] };
+                        for c in 0..CC {
+                            hs[c] = _mm256_add_epi16(hs[c], _mm256_maddubs_epi16(u, y!(c, g)));
+                        }
+                    }
+                    for c in 0..CC {
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(hs[c], s.sc[2 * j + h]));
+                    }
+                }
+            }
+        } else {
+            // Values below 64: two i16 pair sums stay below 2 · 2 · 63 · 128 < 2^15. Value groups
+            // g, g + 1 (positions l, l + 1 of quarter q) share sub-block g / 4.
+            for n in 0..2 {
+                for l in (0..8).step_by(2) {
+                    let (u0, u1) = if BUF {
+                        let g = |q: usize| 32 * n + 8 * q + l;
+                        (
+                            [buf!(g(0)), buf!(g(1)), buf!(g(2)), buf!(g(3))],
+                            [buf!(g(0) + 1), buf!(g(1) + 1), buf!(g(2) + 1), buf!(g(3) + 1)],
+                        )
+                    } else {
+                        (q6k_groups(p, n, l), q6k_groups(p, n, l + 1))
+                    };
+                    for q in 0..4 {
+                        let g = 32 * n + 8 * q + l;
+                        for c in 0..CC {
+                            let h = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(u0[q], y!(c, g)),
+                                _mm256_maddubs_epi16(u1[q], y!(c, g + 1)),
+                            );
+                            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(h, s.sc[g / 4]));
+                        }
+                    }
+                }
+            }
+        }
+        for c in 0..CC {
+            let y = blk!(c);
+            let dy = _mm256_set1_ps(std::ptr::read_unaligned(y as *const f32));
+            let bsums = y.add(ACT_BSUMS);
+            let mut psum = _mm256_setzero_si256();
+            if K == Q4_K {
+                // The sums over each 32 values (|sum| <= 32 · 128 fits an i16), as i16 pairs
+                // per 32-bit lane: (0, 1), (2, 3) in lanes 0, 1 and (4, 5), (6, 7) in lanes 4, 5.
+                let s32 = _mm256_madd_epi16(load(bsums), ones);
+                let s16 = _mm256_packs_epi32(s32, s32);
+                for (j, lane) in [0, 1, 4, 5].into_iter().enumerate() {
+                    let pair = _mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(lane));
+                    psum = _mm256_add_epi32(psum, _mm256_madd_epi16(s.pair[j], pair));
+                }
+            } else {
+                for j in 0..8 {
+                    let pair = _mm256_set1_epi32(std::ptr::read_unaligned(bsums.add(4 * j) as *const i32));
+                    psum = _mm256_add_epi32(psum, _mm256_madd_epi16(s.pair[j], pair));
+                }
+                isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<5>(psum));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(s.d, dy), acc[c]);
+            if K == Q4_K {
+                acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(psum), _mm256_mul_ps(s.dmin, dy), acc[c]);
+            }
+        }
+    }
+    for c in 0..CC {
+        store_lanes(acc[c], nr, w0, a0 + c, out);
+    }
+}
+
+/// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;
+/// smaller ones unpack it block by block for every group of up to four rows. Measured with
+/// `cargo bench --bench kernels` (4096², 2 threads, GB/s of weights, direct against buffered):
+/// Q4_K, whose unpacking is a mask or a shift, 16.5 / 13.2 at 8 rows, 8.5 / 8.5 at 16, 4.2 / 4.8
+/// at 32; Q6_K, which merges two bit fields per value, 17.0 / 17.7 at 8 rows and 4.7 / 6.3 at 32.
+const fn unpack_min_rows(kind: u8) -> usize {
+    if kind == Q4_K {
+        16
+    } else {
+        8
+    }
+}
+
+/// Every tile of `weights` (interleaved, `nw` rows of `nb` super-blocks) times every activation
+/// row, up to four activation rows at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let tb = nb * R * block_bytes(K);
+    let buffered = act.rows >= unpack_min_rows(K);
+    let mut x = Unpacked::EMPTY;
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(R);
+        let tile = weights.as_ptr().add(w0 / R * tb);
+        if buffered {
+            unpack::<K>(tile, nb, &mut x);
+            for_row_groups!(act.rows, |a0, CC| dot::<K, CC, true>(
+                nb, tile, &x, act, w0, nr, a0, out
+            ));
+        } else {
+            for_row_groups!(act.rows, |a0, CC| dot::<K, CC, false>(
+                nb, tile, &x, act, w0, nr, a0, out
+            ));
+        }
+        w0 += nr;
+    }
+}
+
+/// Whether [`tile`] covers `ty`.
+pub(super) fn covers(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
+}
+
+/// See [`super::tile`]; lengths were checked there. `weights` is interleaved: whole tiles
+/// holding the `out.nw()` rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+    let nb = k / 256;
+    let nw = out.nw();
+    if weights.len() != interleave::len(ty, k, nw) {
+        return false;
+    }
+    match ty {
+        GgmlType::Q4_K => run::<Q4_K>(nb, nw, weights, act, out),
+        GgmlType::Q6_K => run::<Q6_K>(nb, nw, weights, act, out),
+        _ => return false,
+    }
+    true
+}
