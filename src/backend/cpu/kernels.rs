@@ -48,7 +48,8 @@ pub struct Activations {
     pub(super) bytes: Vec<u8>,
     pub(super) row_bytes: usize,
     /// Q8_0 under `avx2`: each block's scale `d` as f32; for Q4_1/Q5_1 weights `d · Σq` over
-    /// its 32 values, for Q4_0/Q5_0 weights the offset (-8, -16) times `Σq`. (Only the AVX2
+    /// its 32 values, for Q4_0/Q5_0 weights the offset (-8, -16) times `Σq`, for Q8_0/IQ4_NL
+    /// weights -128 times `Σq` (the VNNI kernels take their weights as `w + 128`). (Only the AVX2
     /// kernels read these, so other targets never do.)
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) scales: Vec<f32>,
@@ -196,24 +197,48 @@ pub struct Kernels {
 
 impl Kernels {
     /// The best kernels this CPU supports. The environment variable `TINYLLM_CPU_KERNELS`
-    /// (`fast`, `oracle`) overrides the choice, for comparisons and bisecting.
+    /// (`fast`, `oracle`, `avx2` for the AVX2 set without VNNI) overrides the choice, for
+    /// comparisons and bisecting.
     pub fn detect() -> Self {
-        match std::env::var("TINYLLM_CPU_KERNELS").as_deref() {
+        let choice = std::env::var("TINYLLM_CPU_KERNELS");
+        match choice.as_deref() {
             Ok("fast") => return Self::fast(),
             Ok("oracle") => return Self::oracle(),
             _ => {}
         }
         #[cfg(target_arch = "x86_64")]
-        if super::simd::available() {
-            return Kernels {
-                prepare: prepare_avx2,
-                tile: tile_avx2,
-                interleaves: super::interleave::supports,
-                swiglu: swiglu_avx2,
-                variant: "avx2",
+        {
+            use super::simd::Isa;
+            let isa = match choice.as_deref() {
+                Ok("avx2") => Isa::Avx2,
+                _ => Isa::vnni().first().copied().unwrap_or(Isa::Avx2),
             };
+            if let Some(k) = Self::simd(isa) {
+                return k;
+            }
         }
         Self::fast()
+    }
+
+    /// The AVX2 kernels with `isa`'s dot products, where the CPU has both.
+    #[cfg(target_arch = "x86_64")]
+    pub fn simd(isa: super::simd::Isa) -> Option<Self> {
+        use super::simd::Isa;
+        if !super::simd::available() || (isa != Isa::Avx2 && !Isa::vnni().contains(&isa)) {
+            return None;
+        }
+        let (tile, variant): (TileFn, _) = match isa {
+            Isa::Avx2 => (tile_avx2::<0>, "avx2"),
+            Isa::AvxVnni => (tile_avx2::<1>, "avxvnni"),
+            Isa::Avx512Vnni => (tile_avx2::<2>, "avx512vnni"),
+        };
+        Some(Kernels {
+            prepare: prepare_avx2,
+            tile,
+            interleaves: super::interleave::supports,
+            swiglu: swiglu_avx2,
+            variant,
+        })
     }
 
     /// Decode each weight row to f32, f32 dot products (the portable default).
@@ -246,7 +271,7 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantE
     if !super::simd::supports(ty) {
         return prepare_values(ty, x, k);
     }
-    // SAFETY: `Kernels::detect` picks this function only after `simd::available()`.
+    // SAFETY: `Kernels::simd` picks this function only after `simd::available()`.
     unsafe { super::simd::q8::prepare(ty, x, k) }
 }
 
@@ -263,11 +288,21 @@ fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
     unsafe { super::simd::activation::swiglu(gate, up) }
 }
 
+/// The AVX2 tile with the dot products of ISA ([`super::simd::Isa`] in declaration order).
 #[cfg(target_arch = "x86_64")]
-fn tile_avx2(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
-    // SAFETY: as in `prepare_avx2`.
+fn tile_avx2<const ISA: u8>(
+    ty: GgmlType,
+    layout: Layout,
+    k: usize,
+    w: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+) {
+    use super::simd::Isa;
+    let isa = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni][usize::from(ISA)];
+    // SAFETY: as in `prepare_avx2`; `Kernels::simd` picks a VNNI ISA only where the CPU has it.
     if super::simd::supports(ty) {
-        if !unsafe { super::simd::tile(ty, layout, k, w, act, out) } {
+        if !unsafe { super::simd::tile(ty, layout, k, w, act, out, isa) } {
             out.fill(f32::NAN);
         }
         return;

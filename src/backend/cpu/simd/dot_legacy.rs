@@ -14,6 +14,11 @@
 //! `offset · Σq_a` (-8 or -16 times the sum) to the integer lanes, which makes the sum exactly
 //! the oracle's; the `_1` formats add `m · (d_a · Σq_a)` in f32 as the oracle does.
 //!
+//! With VNNI ([`super::Isa`]) one `vpdpbusd` per group and activation row replaces `maddubs`,
+//! the i16 sums and `madd`, and signed weights go in as `w + 128` (their sign bit flipped, once
+//! per group for all rows) with `-128 · Σq_a` added like Q4_0's offset. The integer sums are the
+//! same, so are the bits.
+//!
 //! Few activation rows (decode) unpack each tile block in registers and meet it with every row.
 //! Larger batches unpack each tile once into [`Unpacked`] and read the groups from there; both
 //! give the same bits.
@@ -22,7 +27,7 @@ use std::arch::x86_64::*;
 
 use super::super::interleave::{self, TILE_ROWS as R};
 use super::super::kernels::{Activations, TileOut};
-use super::store_lanes;
+use super::{dpbusd, store_lanes, AVX2};
 use crate::quant::GgmlType;
 
 const Q4_0: u8 = 0;
@@ -186,11 +191,11 @@ unsafe fn unpack<const K: u8>(tile: *const u8, nb: usize, out: &mut Unpacked) {
 
 /// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` of one tile: lane `i` of an accumulator is weight
 /// row `i`. With `BUF` the groups come from `x`, the unpacked tile, otherwise they are
-/// unpacked from the interleaved bytes at `tile` block by block (`x` unused).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+/// unpacked from the interleaved bytes at `tile` block by block (`x` unused). `V`: the
+/// [`super::Isa`] (this body inlines into its entry point, see `isa_entries!`).
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
+unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
     nb: usize,
     tile: *const u8,
     x: &Unpacked,
@@ -242,7 +247,31 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
         // register: the rows' partial sums stay in registers too, and the loads are only the
         // weights' and the activations' own.
         let mut isum = [_mm256_setzero_si256(); CC];
-        if signed(K) {
+        if V != AVX2 {
+            // With one or two rows, the odd groups go into a second chain of sums: one chain
+            // of eight `vpdpbusd` would wait on its latency.
+            let mut odd = [_mm256_setzero_si256(); CC];
+            for g in 0..8 {
+                let (u, s) = grp!(g);
+                let u = if signed(K) {
+                    _mm256_xor_si256(s, _mm256_set1_epi8(-128))
+                } else {
+                    u
+                };
+                for c in 0..CC {
+                    if CC <= 2 && g % 2 == 1 {
+                        odd[c] = dpbusd::<V>(odd[c], u, y!(c, g));
+                    } else {
+                        isum[c] = dpbusd::<V>(isum[c], u, y!(c, g));
+                    }
+                }
+            }
+            if CC <= 2 {
+                for c in 0..CC {
+                    isum[c] = _mm256_add_epi32(isum[c], odd[c]);
+                }
+            }
+        } else if signed(K) {
             // |w| · |a| can reach 2 · 127 · 127 per i16 lane: widen every product pair.
             for g in 0..8 {
                 let (u, s) = grp!(g);
@@ -269,7 +298,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool>(
         let d = if BUF { *xd.add(b) } else { halves(p) };
         for c in 0..CC {
             let mut isum = isum[c];
-            if has_offset(K) {
+            if has_offset(K) || (signed(K) && V != AVX2) {
                 isum = _mm256_add_epi32(isum, _mm256_set1_epi32(*oa.add(c * nb + b)));
             }
             let scale = _mm256_mul_ps(d, _mm256_set1_ps(*da.add(c * nb + b)));
@@ -311,9 +340,15 @@ const fn unpack_min_rows(kind: u8) -> usize {
 }
 
 /// Every tile of `weights` (interleaved, `nw` rows of `nb` blocks) times every activation row,
-/// up to four activation rows at a time.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+/// up to four activation rows at a time, with the dot products of ISA `V`.
+#[inline(always)]
+unsafe fn run<const K: u8, const V: u8>(
+    nb: usize,
+    nw: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+) {
     let tb = nb * R * block_bytes(K);
     let rows = act.rows;
     let buffered = rows >= unpack_min_rows(K);
@@ -330,31 +365,42 @@ unsafe fn run<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activatio
             unpack::<K>(tile, nb, &mut x);
         }
         if buffered {
-            for_row_groups!(rows, |a0, CC| dot::<K, CC, true>(nb, tile, &x, act, w0, nr, a0, out));
+            for_row_groups!(rows, |a0, CC| dot::<K, CC, true, V>(nb, tile, &x, act, w0, nr, a0, out));
         } else {
-            for_row_groups!(rows, |a0, CC| dot::<K, CC, false>(nb, tile, &x, act, w0, nr, a0, out));
+            for_row_groups!(rows, |a0, CC| dot::<K, CC, false, V>(
+                nb, tile, &x, act, w0, nr, a0, out
+            ));
         }
         w0 += nr;
     }
 }
 
+isa_entries!(run, entry);
+
 /// See [`super::tile`]; lengths were checked there. `weights` is interleaved: whole tiles
 /// holding the `out.nw()` rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+pub(super) unsafe fn tile(
+    ty: GgmlType,
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+    isa: super::Isa,
+) -> bool {
     let nb = k / 32;
     let nw = out.nw();
     if weights.len() != interleave::len(ty, k, nw) {
         return false;
     }
-    match ty {
-        GgmlType::Q4_0 => run::<Q4_0>(nb, nw, weights, act, out),
-        GgmlType::Q4_1 => run::<Q4_1>(nb, nw, weights, act, out),
-        GgmlType::Q5_0 => run::<Q5_0>(nb, nw, weights, act, out),
-        GgmlType::Q5_1 => run::<Q5_1>(nb, nw, weights, act, out),
-        GgmlType::Q8_0 => run::<Q8_0>(nb, nw, weights, act, out),
-        GgmlType::IQ4_NL => run::<IQ4_NL>(nb, nw, weights, act, out),
+    let run = match ty {
+        GgmlType::Q4_0 => entry::<Q4_0>(isa),
+        GgmlType::Q4_1 => entry::<Q4_1>(isa),
+        GgmlType::Q5_0 => entry::<Q5_0>(isa),
+        GgmlType::Q5_1 => entry::<Q5_1>(isa),
+        GgmlType::Q8_0 => entry::<Q8_0>(isa),
+        GgmlType::IQ4_NL => entry::<IQ4_NL>(isa),
         _ => return false,
-    }
+    };
+    run(nb, nw, weights, act, out);
     true
 }

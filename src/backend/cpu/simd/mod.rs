@@ -65,6 +65,45 @@ macro_rules! for_row_groups {
     }};
 }
 
+/// Entry points of a kernel module's `$run::<K, V>` (`#[inline(always)]`, with no target
+/// features of its own) compiled for each [`Isa`]: the body inlines into a function with that
+/// ISA's target features, so the intrinsics it calls inline there too. `$entry::<K>(isa)` picks
+/// one. (A macro because a function's target features cannot depend on a const parameter.)
+macro_rules! isa_entries {
+    ($run:ident, $entry:ident) => {
+        type RunFn = unsafe fn(usize, usize, &[u8], &Activations, &mut TileOut<'_>);
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn run_avx2<const K: u8>(nb: usize, nw: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+            $run::<K, { super::AVX2 }>(nb, nw, w, act, out)
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+        unsafe fn run_avxvnni<const K: u8>(nb: usize, nw: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+            $run::<K, { super::AVX_VNNI }>(nb, nw, w, act, out)
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+        unsafe fn run_avx512vnni<const K: u8>(
+            nb: usize,
+            nw: usize,
+            w: &[u8],
+            act: &Activations,
+            out: &mut TileOut<'_>,
+        ) {
+            $run::<K, { super::AVX512_VNNI }>(nb, nw, w, act, out)
+        }
+
+        fn $entry<const K: u8>(isa: super::Isa) -> RunFn {
+            match isa {
+                super::Isa::Avx2 => run_avx2::<K>,
+                super::Isa::AvxVnni => run_avxvnni::<K>,
+                super::Isa::Avx512Vnni => run_avx512vnni::<K>,
+            }
+        }
+    };
+}
+
 pub(super) mod activation;
 mod dot_float;
 mod dot_kquant;
@@ -86,6 +125,48 @@ pub fn available() -> bool {
         && std::is_x86_feature_detected!("f16c")
 }
 
+/// The instructions of the integer kernels' u8 × i8 dot products: AVX2's `maddubs` (to i16) and
+/// `madd` (to i32), or VNNI's `vpdpbusd`, which adds the four products of each 32-bit lane
+/// straight to an i32, in its AVX (VEX) or AVX-512VL (EVEX) encoding. The sums are exact either
+/// way, so every ISA gives the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Avx2,
+    AvxVnni,
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The VNNI encodings this CPU has, the AVX one first (besides [`available`]'s features).
+    pub fn vnni() -> Vec<Isa> {
+        let mut v = Vec::new();
+        if std::is_x86_feature_detected!("avxvnni") {
+            v.push(Isa::AvxVnni);
+        }
+        if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl") {
+            v.push(Isa::Avx512Vnni);
+        }
+        v
+    }
+}
+
+// [`Isa`] as the const parameter of the kernel bodies.
+const AVX2: u8 = 0;
+const AVX_VNNI: u8 = 1;
+const AVX512_VNNI: u8 = 2;
+
+/// `acc` plus, per 32-bit lane, the four products of `u`'s unsigned bytes with `s`'s signed
+/// bytes (`vpdpbusd`). Only for `V` = [`AVX_VNNI`] or [`AVX512_VNNI`], inlined into a function
+/// with that ISA's target features.
+#[inline(always)]
+unsafe fn dpbusd<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    if V == AVX_VNNI {
+        _mm256_dpbusd_avx_epi32(acc, u, s)
+    } else {
+        _mm256_dpbusd_epi32(acc, u, s)
+    }
+}
+
 /// Whether [`tile`] covers weights of type `ty`.
 pub fn supports(ty: GgmlType) -> bool {
     super::kernels::AVX2_TYPES.contains(&ty)
@@ -98,7 +179,7 @@ pub fn supports(ty: GgmlType) -> bool {
 /// they interleave them first (the backend interleaves such weights once at load).
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C ([`available`]).
+/// The CPU must support AVX2, FMA and F16C ([`available`]), and `isa` ([`Isa::vnni`]).
 pub unsafe fn tile(
     ty: GgmlType,
     layout: Layout,
@@ -106,6 +187,7 @@ pub unsafe fn tile(
     weights: &[u8],
     act: &Activations,
     out: &mut TileOut<'_>,
+    isa: Isa,
 ) -> bool {
     let rows = act.rows;
     if !supports(ty) || k == 0 || !k.is_multiple_of(ty.block_size()) || rows == 0 || act.k != k {
@@ -135,7 +217,9 @@ pub unsafe fn tile(
                 && (act_ty == GgmlType::Q8_K
                     || (act.scales.len() == blocks
                         && match ty {
-                            GgmlType::Q4_0 | GgmlType::Q5_0 => act.offsets.len() == blocks,
+                            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => {
+                                act.offsets.len() == blocks
+                            }
                             GgmlType::Q4_1 | GgmlType::Q5_1 => act.dsums.len() == blocks,
                             _ => true,
                         }))
@@ -157,9 +241,9 @@ pub unsafe fn tile(
                 },
             };
             if dot_ktile::covers(ty) {
-                dot_ktile::tile(ty, k, &tiles, act, out)
+                dot_ktile::tile(ty, k, &tiles, act, out, isa)
             } else {
-                dot_legacy::tile(ty, k, &tiles, act, out)
+                dot_legacy::tile(ty, k, &tiles, act, out, isa)
             }
         }
     }

@@ -1,5 +1,6 @@
 //! AVX2 kernels against the scalar oracles of `crate::quant` on random data: quantizers byte
-//! for byte, dot products within the f32 reordering bound, tiles bit-identical to single pairs.
+//! for byte, dot products within the f32 reordering bound, tiles bit-identical to single pairs,
+//! and the VNNI variants (where this CPU has them) bit-identical to plain AVX2.
 
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
@@ -7,13 +8,20 @@ use rand_chacha::ChaCha8Rng;
 
 use super::super::interleave;
 use super::super::kernels::{Activations, Kernels, Layout, TileOut, AVX2_TYPES as TYPES};
+use super::Isa;
 use crate::quant::{self, GgmlType};
 
+/// The AVX2 kernels without VNNI.
 fn avx2() -> Kernels {
     assert!(super::available(), "these tests need a CPU with AVX2, FMA and F16C");
-    let k = Kernels::detect();
-    assert_eq!(k.variant, "avx2");
-    k
+    Kernels::simd(Isa::Avx2).unwrap()
+}
+
+/// The AVX2 kernels, then each VNNI variant this CPU has.
+fn simd_sets() -> Vec<Kernels> {
+    let mut sets = vec![avx2()];
+    sets.extend(Isa::vnni().into_iter().map(|isa| Kernels::simd(isa).unwrap()));
+    sets
 }
 
 /// Activations with a magnitude that changes every 32 values, some exact zeros, and a block
@@ -143,6 +151,16 @@ fn check(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, nw: usize, rows: usize) {
     let x = activations(rng, k * rows);
     let got = run(fast, ty, k, w, &x);
     let want = run(Kernels::oracle(), ty, k, w, &x);
+    // The VNNI variants: the same exact integer sums, so the same bits.
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for vnni in &simd_sets()[1..] {
+        assert_eq!(
+            bits(&run(*vnni, ty, k, w, &x)),
+            bits(&got),
+            "{ty} k={k} {nw}x{rows}: {} differs from avx2",
+            vnni.variant
+        );
+    }
 
     // Error bound of reordered f32 sums: (sequential adds) · eps · Σ|terms|.
     let mut wf = vec![0f32; k * nw];
@@ -318,7 +336,7 @@ fn every_kernel_set_reads_both_layouts() {
         let w = weights(&mut rng, ty, k, nw);
         let tiles = interleave::interleave(ty, k, &w).unwrap();
         let x = activations(&mut rng, k * 3);
-        for kern in [avx2(), Kernels::fast(), Kernels::oracle()] {
+        for kern in simd_sets().into_iter().chain([Kernels::fast(), Kernels::oracle()]) {
             let act = (kern.prepare)(ty, &x, k).unwrap();
             let mut rows = vec![f32::NAN; nw * 3];
             let mut inter = vec![f32::NAN; nw * 3];
@@ -359,7 +377,7 @@ fn column_tiles_write_only_their_columns() {
         let (n, rows, stride) = (27, 3, 29);
         let w = weights(&mut rng, ty, k, n);
         let x = activations(&mut rng, k * rows);
-        for kern in [avx2(), Kernels::fast(), Kernels::oracle()] {
+        for kern in simd_sets().into_iter().chain([Kernels::fast(), Kernels::oracle()]) {
             let act = (kern.prepare)(ty, &x, k).unwrap();
             let interleaved = (kern.interleaves)(ty);
             let placed = if interleaved {
