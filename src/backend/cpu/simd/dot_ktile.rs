@@ -10,11 +10,11 @@
 //! minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
 //! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
 //!
-//! With VNNI ([`super::Isa`]), Q4_K's `vpdpbusd` sums a sub-block's products per row straight
-//! into i32 lanes, which then meet the sub-block scales (as i32) in `mullo`: the same integer
-//! sums. Q6_K keeps the AVX2 products: its 16-value sub-blocks take a `mullo` per 16 products
-//! per row, and measured no faster (`cargo bench --bench kernels`, 4 rows 32.2 against 32.5
-//! GB/s, 8 rows 15.8 against 17.5, 512 rows 450 against 532 GOP/s).
+//! With VNNI ([`super::Isa`]), `vpdpbusd` sums a sub-block's products per row straight into i32
+//! lanes, which then meet the sub-block scales (as i32) in `mullo`: the same integer sums. Q6_K
+//! does so only on buffered tiles (batches): unpacking its 16-value sub-blocks one value group at
+//! a time for few rows measured slower than the AVX2 products (`cargo bench --bench kernels`, 4
+//! rows 20 against 31-33 GB/s; buffered, 512 rows 570-583 against 493-527 GOP/s).
 //!
 //! Few activation rows (decode) unpack each tile block in registers and meet it with every row;
 //! from [`unpack_min_rows`] rows on, each tile is unpacked once into a buffer first. Both give
@@ -37,9 +37,10 @@ const ACT_BLOCK: usize = 292;
 const ACT_VALUES: usize = 4;
 const ACT_BSUMS: usize = 260;
 
-/// Whether kernels of `kind` for ISA `v` use `vpdpbusd` (see the module doc).
-const fn vnni(kind: u8, v: u8) -> bool {
-    kind == Q4_K && v != AVX2
+/// Whether kernels of `kind` for ISA `v` use `vpdpbusd`, on a buffered tile if `buf` (see
+/// the module doc).
+const fn vnni(kind: u8, v: u8, buf: bool) -> bool {
+    v != AVX2 && (kind == Q4_K || buf)
 }
 
 const fn block_bytes(kind: u8) -> usize {
@@ -93,6 +94,13 @@ static HIGH_DUP: [[i8; 32]; 4] = [
 ];
 /// Bytes `2h`, `2h + 1` of each lane in the high bytes of the two i16.
 static HIGH_PAIR: [[i8; 32]; 2] = [lane_mask([-1, 0, -1, 1]), lane_mask([-1, 2, -1, 3])];
+/// Byte `t` of each lane in its top byte (an arithmetic shift by 24 then sign-extends it).
+static HIGH_32: [[i8; 32]; 4] = [
+    lane_mask([-1, -1, -1, 0]),
+    lane_mask([-1, -1, -1, 1]),
+    lane_mask([-1, -1, -1, 2]),
+    lane_mask([-1, -1, -1, 3]),
+];
 /// Byte `t` of each lane zero-extended to i32.
 static ZEXT_32: [[i8; 32]; 4] = [
     lane_mask([0, -1, -1, -1]),
@@ -127,10 +135,11 @@ struct Scales {
     dmin: __m256,
 }
 
-/// The factors of the tile block at `p`, for the dot products of ISA `V`.
+/// The factors of the tile block at `p`, for the dot products of ISA `V` on a buffered tile if
+/// `BUF`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales<const K: u8, const V: u8>(p: *const u8) -> Scales {
+unsafe fn scales<const K: u8, const V: u8, const BUF: bool>(p: *const u8) -> Scales {
     let zero = _mm256_setzero_si256();
     let mut s = Scales {
         sc: [zero; 16],
@@ -165,7 +174,14 @@ unsafe fn scales<const K: u8, const V: u8>(p: *const u8) -> Scales {
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(u2), four), top!(u1)),
         ];
         for j in 0..8 {
-            s.sc[j] = shuffle(sc[j / 4], if vnni(K, V) { &ZEXT_32[j % 4] } else { &ZEXT_DUP[j % 4] });
+            s.sc[j] = shuffle(
+                sc[j / 4],
+                if vnni(K, V, BUF) {
+                    &ZEXT_32[j % 4]
+                } else {
+                    &ZEXT_DUP[j % 4]
+                },
+            );
         }
         for j in 0..4 {
             s.pair[j] = shuffle(mins[j / 2], &ZEXT_PAIR[j % 2]);
@@ -179,7 +195,11 @@ unsafe fn scales<const K: u8, const V: u8>(p: *const u8) -> Scales {
             load(p.add(Q6K_SCALES + 96)),
         ];
         for t in 0..16 {
-            s.sc[t] = _mm256_srai_epi16::<8>(shuffle(g[t / 4], &HIGH_DUP[t % 4]));
+            s.sc[t] = if vnni(K, V, BUF) {
+                _mm256_srai_epi32::<24>(shuffle(g[t / 4], &HIGH_32[t % 4]))
+            } else {
+                _mm256_srai_epi16::<8>(shuffle(g[t / 4], &HIGH_DUP[t % 4]))
+            };
         }
         for j in 0..8 {
             s.pair[j] = _mm256_srai_epi16::<8>(shuffle(g[j / 2], &HIGH_PAIR[j % 2]));
@@ -233,6 +253,27 @@ unsafe fn q6k_groups(p: *const u8, n: usize, l: usize) -> [__m256i; 4] {
     ]
 }
 
+/// Value group `32n + 8q + l` alone: [`q6k_groups`]'s entry `q`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_group(p: *const u8, n: usize, l: usize, q: usize) -> __m256i {
+    let low = _mm256_set1_epi8(0x0F);
+    let ql = load(p.add(Q6K_QL + 32 * (16 * n + 8 * (q % 2) + l)));
+    let qh = load(p.add(Q6K_QH + 32 * (8 * n + l)));
+    let nib = if q < 2 {
+        _mm256_and_si256(ql, low)
+    } else {
+        _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low)
+    };
+    let at4 = match q {
+        0 => _mm256_slli_epi16::<4>(qh),
+        1 => _mm256_slli_epi16::<2>(qh),
+        2 => qh,
+        _ => _mm256_srli_epi16::<2>(qh),
+    };
+    _mm256_or_si256(nib, _mm256_and_si256(at4, _mm256_set1_epi8(0x30)))
+}
+
 /// One tile unpacked for batches: `u[64b + g]` is value group `g` of block `b` (values
 /// `4g..4g + 4` of all eight rows), `scales[b]` its factors.
 struct Unpacked {
@@ -273,7 +314,7 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
                 }
             }
         }
-        out.scales.push(scales::<K, V>(p));
+        out.scales.push(scales::<K, V, true>(p));
     }
 }
 
@@ -309,7 +350,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
         let s = if BUF {
             &x.scales[b]
         } else {
-            own = scales::<K, V>(p);
+            own = scales::<K, V, BUF>(p);
             &own
         };
         // Activation row c of this super-block.
@@ -346,7 +387,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                         let g = 16 * j + 8 * h + r;
                         let u = if BUF { buf!(g) } else { q4k_groups(p, j, r)[h] };
                         for c in 0..CC {
-                            if !vnni(K, V) {
+                            if !vnni(K, V, BUF) {
                                 hs[c] = _mm256_add_epi16(hs[c], _mm256_maddubs_epi16(u, y!(c, g)));
                             } else if CC <= 2 && r % 2 == 1 {
                                 odd[c] = dpbusd::<V>(odd[c], u, y!(c, g));
@@ -355,19 +396,49 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                             }
                         }
                     }
-                    if vnni(K, V) && CC <= 2 {
+                    if vnni(K, V, BUF) && CC <= 2 {
                         for c in 0..CC {
                             hs[c] = _mm256_add_epi32(hs[c], odd[c]);
                         }
                     }
                     for c in 0..CC {
                         let sc = s.sc[2 * j + h];
-                        let prod = if vnni(K, V) {
+                        let prod = if vnni(K, V, BUF) {
                             _mm256_mullo_epi32(hs[c], sc)
                         } else {
                             _mm256_madd_epi16(hs[c], sc)
                         };
                         isum[c] = _mm256_add_epi32(isum[c], prod);
+                    }
+                }
+            }
+        } else if vnni(K, V, BUF) {
+            // Sub-block t = 8n + 2q + h: positions l = 4h..4h + 4 of quarter q, value groups
+            // 32n + 8q + l, one at a time (as many mask and shift ops per group as four at a
+            // time, only more loads). With one or two rows, odd positions in a second chain.
+            for n in 0..2 {
+                for q in 0..4 {
+                    for h in 0..2 {
+                        let mut s32 = [_mm256_setzero_si256(); CC];
+                        let mut odd = [_mm256_setzero_si256(); CC];
+                        for l in 4 * h..4 * h + 4 {
+                            let g = 32 * n + 8 * q + l;
+                            let u = if BUF { buf!(g) } else { q6k_group(p, n, l, q) };
+                            for c in 0..CC {
+                                if CC <= 2 && l % 2 == 1 {
+                                    odd[c] = dpbusd::<V>(odd[c], u, y!(c, g));
+                                } else {
+                                    s32[c] = dpbusd::<V>(s32[c], u, y!(c, g));
+                                }
+                            }
+                        }
+                        for c in 0..CC {
+                            if CC <= 2 {
+                                s32[c] = _mm256_add_epi32(s32[c], odd[c]);
+                            }
+                            let prod = _mm256_mullo_epi32(s32[c], s.sc[8 * n + 2 * q + h]);
+                            isum[c] = _mm256_add_epi32(isum[c], prod);
+                        }
                     }
                 }
             }
