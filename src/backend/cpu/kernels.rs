@@ -197,8 +197,9 @@ pub struct Kernels {
 
 impl Kernels {
     /// The best kernels this CPU supports. The environment variable `TINYLLM_CPU_KERNELS`
-    /// (`fast`, `oracle`, `avx2` for the AVX2 set without VNNI) overrides the choice, for
-    /// comparisons and bisecting.
+    /// (`fast`, `oracle`, `avx2` for the AVX2 set without VNNI, `avxvnni`, `avx512vnni`)
+    /// overrides the choice, for comparisons and bisecting; a set this CPU lacks gives the best
+    /// it has.
     pub fn detect() -> Self {
         let choice = std::env::var("TINYLLM_CPU_KERNELS");
         match choice.as_deref() {
@@ -209,11 +210,14 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         {
             use super::simd::Isa;
+            let best = Isa::vnni().first().copied().unwrap_or(Isa::Avx2);
             let isa = match choice.as_deref() {
                 Ok("avx2") => Isa::Avx2,
-                _ => Isa::vnni().first().copied().unwrap_or(Isa::Avx2),
+                Ok("avxvnni") => Isa::AvxVnni,
+                Ok("avx512vnni") => Isa::Avx512Vnni,
+                _ => best,
             };
-            if let Some(k) = Self::simd(isa) {
+            if let Some(k) = Self::simd(isa).or_else(|| Self::simd(best)) {
                 return k;
             }
         }
