@@ -1,8 +1,8 @@
 //! Matmul kernel throughput per weight type: matvec (decode, one activation row) as GB/s of
 //! weights streamed with one thread and with every core, the same with four and with eight
 //! activation rows (the batched decode of four or eight streams), and matmul (prefill, 512
-//! activation rows) as GOP/s, for the `avx2` kernels (where the CPU has them) and the portable
-//! `fast` ones.
+//! activation rows) as GOP/s, for the best SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`,
+//! `avxvnni` or `avx512vnni` picks a set) and the portable `fast` ones.
 //!
 //! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
 

@@ -201,8 +201,8 @@ fn check(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, nw: usize, rows: usize) {
         }
     }
 
-    // Every output must be the same whatever tile it was computed in (and, for the 32-value
-    // formats, whether the batch was large enough to repack the weights or not): all of them
+    // Every output must be the same whatever tile it was computed in (and, for the interleaved
+    // formats, whether the batch was large enough to unpack the tiles first or not): all of them
     // on small shapes, corners and the middle on large ones.
     let all = nw * rows <= 64;
     let (pick_w, pick_r): (Vec<usize>, Vec<usize>) = if all {
