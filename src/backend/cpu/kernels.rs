@@ -232,9 +232,9 @@ impl Kernels {
             return None;
         }
         let (tile, variant): (TileFn, _) = match isa {
-            Isa::Avx2 => (tile_avx2::<0>, "avx2"),
-            Isa::AvxVnni => (tile_avx2::<1>, "avxvnni"),
-            Isa::Avx512Vnni => (tile_avx2::<2>, "avx512vnni"),
+            Isa::Avx2 => (tile_avx2::<{ Isa::Avx2 as u8 }>, "avx2"),
+            Isa::AvxVnni => (tile_avx2::<{ Isa::AvxVnni as u8 }>, "avxvnni"),
+            Isa::Avx512Vnni => (tile_avx2::<{ Isa::Avx512Vnni as u8 }>, "avx512vnni"),
         };
         Some(Kernels {
             prepare: prepare_avx2,
@@ -292,7 +292,7 @@ fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
     unsafe { super::simd::activation::swiglu(gate, up) }
 }
 
-/// The AVX2 tile with the dot products of ISA ([`super::simd::Isa`] in declaration order).
+/// The AVX2 tile with the dot products of ISA (a [`super::simd::Isa`] discriminant).
 #[cfg(target_arch = "x86_64")]
 fn tile_avx2<const ISA: u8>(
     ty: GgmlType,
@@ -302,8 +302,7 @@ fn tile_avx2<const ISA: u8>(
     act: &Activations,
     out: &mut TileOut<'_>,
 ) {
-    use super::simd::Isa;
-    let isa = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni][usize::from(ISA)];
+    let isa = super::simd::Isa::ALL[usize::from(ISA)];
     // SAFETY: as in `prepare_avx2`; `Kernels::simd` picks a VNNI ISA only where the CPU has it.
     if super::simd::supports(ty) {
         if !unsafe { super::simd::tile(ty, layout, k, w, act, out, isa) } {

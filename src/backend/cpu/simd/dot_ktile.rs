@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::interleave::{self, TILE_ROWS as R};
+use super::super::interleave::TILE_ROWS as R;
 use super::super::kernels::{Activations, TileOut};
 use super::dot_legacy::PREFETCH_AHEAD;
 use super::{dpbusd, store_lanes, AVX2};
@@ -289,6 +289,7 @@ impl Unpacked {
     };
 }
 
+/// Unpack the tile at `tile` (`nb` super-blocks) into `out`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut Unpacked) {
     out.u.clear();
@@ -515,64 +516,14 @@ const fn unpack_min_rows(kind: u8) -> usize {
     }
 }
 
-/// Every tile of `weights` (interleaved, `nw` rows of `nb` super-blocks) times every activation
-/// row, up to four activation rows at a time, with the dot products of ISA `V`.
-#[inline(always)]
-unsafe fn run<const K: u8, const V: u8>(
-    nb: usize,
-    nw: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-) {
-    let tb = nb * R * block_bytes(K);
-    let buffered = act.rows >= unpack_min_rows(K);
-    let mut x = Unpacked::EMPTY;
-    let mut w0 = 0;
-    while w0 < nw {
-        let nr = (nw - w0).min(R);
-        let tile = weights.as_ptr().add(w0 / R * tb);
-        if buffered {
-            unpack::<K, V>(tile, nb, &mut x);
-            for_row_groups!(act.rows, |a0, CC| dot::<K, CC, true, V>(
-                nb, tile, &x, act, w0, nr, a0, out
-            ));
-        } else {
-            for_row_groups!(act.rows, |a0, CC| dot::<K, CC, false, V>(
-                nb, tile, &x, act, w0, nr, a0, out
-            ));
-        }
-        w0 += nr;
-    }
-}
+interleaved_driver!();
 
-/// Whether [`tile`] covers `ty`.
-pub(super) fn covers(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
-}
-
-isa_entries!(run, entry);
-
-/// See [`super::tile`]; lengths were checked there. `weights` is interleaved: whole tiles
-/// holding the `out.nw()` rows.
-pub(super) unsafe fn tile(
-    ty: GgmlType,
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-    isa: super::Isa,
-) -> bool {
-    let nb = k / 256;
-    let nw = out.nw();
-    if weights.len() != interleave::len(ty, k, nw) {
-        return false;
-    }
-    let run = match ty {
+/// The entry point for weights of `ty` with the dot products of `isa`, if this module covers
+/// `ty` (see [`super::tile`], which checked the lengths).
+pub(super) fn kernel(ty: GgmlType, isa: super::Isa) -> Option<super::RunFn> {
+    Some(match ty {
         GgmlType::Q4_K => entry::<Q4_K>(isa),
         GgmlType::Q6_K => entry::<Q6_K>(isa),
-        _ => return false,
-    };
-    run(nb, nw, weights, act, out);
-    true
+        _ => return None,
+    })
 }

@@ -25,7 +25,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::interleave::{self, TILE_ROWS as R};
+use super::super::interleave::TILE_ROWS as R;
 use super::super::kernels::{Activations, TileOut};
 use super::{dpbusd, store_lanes, AVX2};
 use crate::quant::GgmlType;
@@ -171,8 +171,13 @@ impl Unpacked {
     }
 }
 
+/// Unpack the tile at `tile` (`nb` blocks) into `out`, sized here on first use. (`V`: the
+/// driver's ISA parameter; unpacking does not depend on it.)
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack<const K: u8>(tile: *const u8, nb: usize, out: &mut Unpacked) {
+unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut Unpacked) {
+    if out.u.len() != nb * 8 {
+        *out = Unpacked::new(nb, K);
+    }
     for b in 0..nb {
         let p = tile.add(b * R * block_bytes(K));
         for g in 0..8 {
@@ -339,68 +344,18 @@ const fn unpack_min_rows(kind: u8) -> usize {
     }
 }
 
-/// Every tile of `weights` (interleaved, `nw` rows of `nb` blocks) times every activation row,
-/// up to four activation rows at a time, with the dot products of ISA `V`.
-#[inline(always)]
-unsafe fn run<const K: u8, const V: u8>(
-    nb: usize,
-    nw: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-) {
-    let tb = nb * R * block_bytes(K);
-    let rows = act.rows;
-    let buffered = rows >= unpack_min_rows(K);
-    let mut x = if buffered {
-        Unpacked::new(nb, K)
-    } else {
-        Unpacked::EMPTY
-    };
-    let mut w0 = 0;
-    while w0 < nw {
-        let nr = (nw - w0).min(R);
-        let tile = weights.as_ptr().add(w0 / R * tb);
-        if buffered {
-            unpack::<K>(tile, nb, &mut x);
-        }
-        if buffered {
-            for_row_groups!(rows, |a0, CC| dot::<K, CC, true, V>(nb, tile, &x, act, w0, nr, a0, out));
-        } else {
-            for_row_groups!(rows, |a0, CC| dot::<K, CC, false, V>(
-                nb, tile, &x, act, w0, nr, a0, out
-            ));
-        }
-        w0 += nr;
-    }
-}
+interleaved_driver!();
 
-isa_entries!(run, entry);
-
-/// See [`super::tile`]; lengths were checked there. `weights` is interleaved: whole tiles
-/// holding the `out.nw()` rows.
-pub(super) unsafe fn tile(
-    ty: GgmlType,
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-    isa: super::Isa,
-) -> bool {
-    let nb = k / 32;
-    let nw = out.nw();
-    if weights.len() != interleave::len(ty, k, nw) {
-        return false;
-    }
-    let run = match ty {
+/// The entry point for weights of `ty` with the dot products of `isa`, if this module covers
+/// `ty` (see [`super::tile`], which checked the lengths).
+pub(super) fn kernel(ty: GgmlType, isa: super::Isa) -> Option<super::RunFn> {
+    Some(match ty {
         GgmlType::Q4_0 => entry::<Q4_0>(isa),
         GgmlType::Q4_1 => entry::<Q4_1>(isa),
         GgmlType::Q5_0 => entry::<Q5_0>(isa),
         GgmlType::Q5_1 => entry::<Q5_1>(isa),
         GgmlType::Q8_0 => entry::<Q8_0>(isa),
         GgmlType::IQ4_NL => entry::<IQ4_NL>(isa),
-        _ => return false,
-    };
-    run(nb, nw, weights, act, out);
-    true
+        _ => return None,
+    })
 }

@@ -71,8 +71,6 @@ macro_rules! for_row_groups {
 /// one. (A macro because a function's target features cannot depend on a const parameter.)
 macro_rules! isa_entries {
     ($run:ident, $entry:ident) => {
-        type RunFn = unsafe fn(usize, usize, &[u8], &Activations, &mut TileOut<'_>);
-
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn run_avx2<const K: u8>(nb: usize, nw: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
             $run::<K, { super::AVX2 }>(nb, nw, w, act, out)
@@ -94,13 +92,55 @@ macro_rules! isa_entries {
             $run::<K, { super::AVX512_VNNI }>(nb, nw, w, act, out)
         }
 
-        fn $entry<const K: u8>(isa: super::Isa) -> RunFn {
+        fn $entry<const K: u8>(isa: super::Isa) -> super::RunFn {
             match isa {
                 super::Isa::Avx2 => run_avx2::<K>,
                 super::Isa::AvxVnni => run_avxvnni::<K>,
                 super::Isa::Avx512Vnni => run_avx512vnni::<K>,
             }
         }
+    };
+}
+
+/// The driver of a kernel module on interleaved tiles (`dot_legacy`, `dot_ktile`), written once:
+/// `run::<K, V>` walks the tiles of `nw` weight rows of `nb` blocks and meets each with every
+/// activation row, up to four at a time, through the module's `dot::<K, CC, BUF, V>`; batches of
+/// at least `unpack_min_rows(K)` rows unpack each tile into the module's `Unpacked` first
+/// (`unpack::<K, V>`, which sizes it). Then [`isa_entries!`] makes its entry points. It uses
+/// those names, `R` and `block_bytes` of the module it expands in.
+macro_rules! interleaved_driver {
+    () => {
+        /// See `interleaved_driver!`.
+        #[inline(always)]
+        unsafe fn run<const K: u8, const V: u8>(
+            nb: usize,
+            nw: usize,
+            weights: &[u8],
+            act: &Activations,
+            out: &mut TileOut<'_>,
+        ) {
+            let tb = nb * R * block_bytes(K);
+            let buffered = act.rows >= unpack_min_rows(K);
+            let mut x = Unpacked::EMPTY;
+            let mut w0 = 0;
+            while w0 < nw {
+                let nr = (nw - w0).min(R);
+                let tile = weights.as_ptr().add(w0 / R * tb);
+                if buffered {
+                    unpack::<K, V>(tile, nb, &mut x);
+                    for_row_groups!(act.rows, |a0, CC| dot::<K, CC, true, V>(
+                        nb, tile, &x, act, w0, nr, a0, out
+                    ));
+                } else {
+                    for_row_groups!(act.rows, |a0, CC| dot::<K, CC, false, V>(
+                        nb, tile, &x, act, w0, nr, a0, out
+                    ));
+                }
+                w0 += nr;
+            }
+        }
+
+        isa_entries!(run, entry);
     };
 }
 
@@ -130,13 +170,17 @@ pub fn available() -> bool {
 /// straight to an i32, in its AVX (VEX) or AVX-512VL (EVEX) encoding. The sums are exact either
 /// way, so every ISA gives the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Isa {
-    Avx2,
-    AvxVnni,
-    Avx512Vnni,
+    Avx2 = 0,
+    AvxVnni = 1,
+    Avx512Vnni = 2,
 }
 
 impl Isa {
+    /// Every ISA, at the index of its discriminant (the kernels' const parameter).
+    pub const ALL: [Isa; 3] = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+
     /// The VNNI encodings this CPU has, best first (besides [`available`]'s features). The
     /// AVX-512VL one comes first: with it the compiler has 32 vector registers (and AVX-512's
     /// ternary logic and masks) for the same 256-bit kernels, which measured 5-25% faster
@@ -155,9 +199,9 @@ impl Isa {
 }
 
 // [`Isa`] as the const parameter of the kernel bodies.
-const AVX2: u8 = 0;
-const AVX_VNNI: u8 = 1;
-const AVX512_VNNI: u8 = 2;
+const AVX2: u8 = Isa::Avx2 as u8;
+const AVX_VNNI: u8 = Isa::AvxVnni as u8;
+const AVX512_VNNI: u8 = Isa::Avx512Vnni as u8;
 
 /// `acc` plus, per 32-bit lane, the four products of `u`'s unsigned bytes with `s`'s signed
 /// bytes (`vpdpbusd`). Only for `V` = [`AVX_VNNI`] or [`AVX512_VNNI`], inlined into a function
@@ -237,6 +281,9 @@ pub unsafe fn tile(
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
         GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
         _ => {
+            let Some(run) = dot_ktile::kernel(ty, isa).or_else(|| dot_legacy::kernel(ty, isa)) else {
+                return false;
+            };
             let tiles = match layout {
                 Layout::Interleaved => std::borrow::Cow::Borrowed(weights),
                 Layout::Rows => match super::interleave::interleave(ty, k, weights) {
@@ -244,14 +291,16 @@ pub unsafe fn tile(
                     None => return false,
                 },
             };
-            if dot_ktile::covers(ty) {
-                dot_ktile::tile(ty, k, &tiles, act, out, isa)
-            } else {
-                dot_legacy::tile(ty, k, &tiles, act, out, isa)
-            }
+            // The lengths were checked above: whole tiles holding the `nw` rows.
+            run(k / ty.block_size(), nw, &tiles, act, out);
+            true
         }
     }
 }
+
+/// A kernel module's entry point for one weight type and ISA: `(nb, nw, weights, act, out)`,
+/// `nw` interleaved weight rows of `nb` blocks.
+type RunFn = unsafe fn(usize, usize, &[u8], &Activations, &mut TileOut<'_>);
 
 /// Sum of the 8 lanes.
 #[inline]
