@@ -222,38 +222,10 @@ unsafe fn q4k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
     ]
 }
 
-/// Q6_K value groups `32n + 8q + l` for `q` = 0..4 (`n` < 2, `l` < 8) of all eight rows of the
-/// tile block at `p`, unsigned (`q`, before its -32): value `128n + 32q + i` is the low (q < 2)
-/// or high nibble of `ql` byte `64n + 32(q % 2) + i` with bits `2q, 2q + 1` of `qh` byte
-/// `32n + i` on top.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_groups(p: *const u8, n: usize, l: usize) -> [__m256i; 4] {
-    let low = _mm256_set1_epi8(0x0F);
-    let top = _mm256_set1_epi8(0x30);
-    let ql0 = load(p.add(Q6K_QL + 32 * (16 * n + l)));
-    let ql1 = load(p.add(Q6K_QL + 32 * (16 * n + 8 + l)));
-    let qh = load(p.add(Q6K_QH + 32 * (8 * n + l)));
-    // The two bits to bits 4..6 (16-bit shifts by at most 4 keep each byte's bits 4..6 from
-    // its own byte).
-    // (A macro: closures would not inherit the target features.)
-    macro_rules! with {
-        ($nib:expr, $at4:expr) => {
-            _mm256_or_si256($nib, _mm256_and_si256($at4, top))
-        };
-    }
-    [
-        with!(_mm256_and_si256(ql0, low), _mm256_slli_epi16::<4>(qh)),
-        with!(_mm256_and_si256(ql1, low), _mm256_slli_epi16::<2>(qh)),
-        with!(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low), qh),
-        with!(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low),
-            _mm256_srli_epi16::<2>(qh)
-        ),
-    ]
-}
-
-/// Value group `32n + 8q + l` alone: [`q6k_groups`]'s entry `q`.
+/// Q6_K value group `32n + 8q + l` (`n` < 2, `q` < 4, `l` < 8) of all eight rows of the tile
+/// block at `p`, unsigned (`q`, before its -32): value `128n + 32q + i` is the low (q < 2) or
+/// high nibble of `ql` byte `64n + 32(q % 2) + i` with bits `2q, 2q + 1` of `qh` byte `32n + i`
+/// on top.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_group(p: *const u8, n: usize, l: usize, q: usize) -> __m256i {
@@ -265,6 +237,8 @@ unsafe fn q6k_group(p: *const u8, n: usize, l: usize, q: usize) -> __m256i {
     } else {
         _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low)
     };
+    // The two bits to bits 4..6 (16-bit shifts by at most 4 keep each byte's bits 4..6 from
+    // its own byte).
     let at4 = match q {
         0 => _mm256_slli_epi16::<4>(qh),
         1 => _mm256_slli_epi16::<2>(qh),
@@ -272,6 +246,18 @@ unsafe fn q6k_group(p: *const u8, n: usize, l: usize, q: usize) -> __m256i {
         _ => _mm256_srli_epi16::<2>(qh),
     };
     _mm256_or_si256(nib, _mm256_and_si256(at4, _mm256_set1_epi8(0x30)))
+}
+
+/// [`q6k_group`] for `q` = 0..4 at once: the four share their `ql` and `qh` loads.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_groups(p: *const u8, n: usize, l: usize) -> [__m256i; 4] {
+    [
+        q6k_group(p, n, l, 0),
+        q6k_group(p, n, l, 1),
+        q6k_group(p, n, l, 2),
+        q6k_group(p, n, l, 3),
+    ]
 }
 
 /// One tile unpacked for batches: `u[64b + g]` is value group `g` of block `b` (values

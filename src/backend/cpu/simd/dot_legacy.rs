@@ -327,6 +327,9 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
 /// How far ahead of the tile block being read the decode path prefetches, in bytes: 15 to 23
 /// tile blocks. Measured on the engine's batched decode (qwen2.5-coder, 2 threads): one sequence
 /// +10–17% tok/s over none, four +0–10%; 1024, 2048 and 4096 were within noise of each other.
+/// On an AVX-512 EPYC with faster memory, one sequence: 2048 about 10% slower than 4096; 8192
+/// 10% faster in one window and 1–2% slower in others, so 4096 stays. The K-quant tiles of
+/// `dot_ktile` prefetch as far.
 pub(super) const PREFETCH_AHEAD: usize = 4096;
 
 /// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;

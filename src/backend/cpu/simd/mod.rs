@@ -182,8 +182,8 @@ impl Isa {
     pub const ALL: [Isa; 3] = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
 
     /// The VNNI encodings this CPU has, best first (besides [`available`]'s features). The
-    /// AVX-512VL one comes first: with it the compiler has 32 vector registers (and AVX-512's
-    /// ternary logic and masks) for the same 256-bit kernels, which measured 5-25% faster
+    /// AVX-512VL one comes first: with it the compiler has 32 vector registers (and may use
+    /// other AVX-512 instructions) for the same 256-bit kernels, which measured 5-25% faster
     /// than the AVX one (`cargo bench --bench kernels`, 4 rows: Q5_0 41-43 against 38-40 GB/s,
     /// Q8_0 56-59 against 46-52, Q6_K 38 against 32-33).
     pub fn vnni() -> Vec<Isa> {
