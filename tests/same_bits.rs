@@ -1,0 +1,256 @@
+//! Same bits across refactors: digests of what the engine computes, recorded once and compared
+//! on every run, so a change that means to move code without changing numbers proves it.
+//!
+//! Recorded in `tests/golden/same_bits.json`:
+//! - the CPU backend's logits (SHA-256 of the f32 bits) of every fixture and both real models,
+//!   teacher-forced over llama.cpp's golden cases (one chunked prefill returning every step's
+//!   logits), for the detected SIMD kernels and the portable set;
+//! - the same models through batched passes: several sequences at once, staggered, some
+//!   prefilling in chunks while others decode, as the server runs them;
+//! - the WebGPU backend's greedy tokens (argmax on the device) on the fixtures and both real
+//!   models (lavapipe in CI), as token lists.
+//!
+//! A change that is meant to change numbers re-records the file with
+//! `TINYLLM_RECORD_SAME_BITS=1 cargo test --release --test same_bits` and says why in its
+//! commit. Keys are compared one by one, so a failure names what moved.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tinyllm::backend::cpu::kernels::Kernels;
+use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::webgpu::WebGpuBackend;
+use tinyllm::backend::Backend;
+use tinyllm::engine::{forward_batch, BatchItem, Session, SessionConfig};
+use tinyllm::model::{Model, Scratch};
+
+use common::generation::{load_cases, load_on, teacher_forced, Case};
+
+/// Real-model golden cases digested (teacher-forced and batched); the fixtures use all.
+const REAL_CASES: usize = 3;
+/// Decode steps per sequence of the batched scenario.
+const BATCH_DECODE: usize = 4;
+/// Prompt tokens per prefill chunk of the batched scenario (odd, so chunks end mid-prompt).
+const BATCH_CHUNK: usize = 7;
+/// Greedy tokens generated on WebGPU per real model.
+const REAL_GREEDY: usize = 6;
+
+fn record_path() -> PathBuf {
+    common::golden("same_bits.json")
+}
+
+/// The models: every fixture, then the two real ones, as (name, path, golden cases).
+fn models() -> Vec<(String, PathBuf, Vec<Case>)> {
+    let dir = common::golden("fixtures");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("fixtures dir")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".gguf").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    let mut out: Vec<(String, PathBuf, Vec<Case>)> = names
+        .into_iter()
+        .map(|n| {
+            let cases = load_cases(&dir.join(format!("{n}.golden.jsonl")));
+            (n.clone(), dir.join(format!("{n}.gguf")), cases)
+        })
+        .collect();
+    for (gguf, golden) in [
+        ("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m"),
+        ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b"),
+    ] {
+        let mut cases = load_cases(&common::golden(&format!("generate/{golden}.jsonl")));
+        cases.truncate(REAL_CASES);
+        out.push((golden.to_string(), common::real_model(gguf), cases));
+    }
+    out
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn add_f32(h: &mut Sha256, xs: &[f32]) {
+    for x in xs {
+        h.update(x.to_bits().to_le_bytes());
+    }
+}
+
+/// Digest of every teacher-forced step's logits of `cases`.
+fn teacher_forced_digest<B: Backend>(model: &Arc<Model<B>>, cases: &[Case]) -> String {
+    let mut sess = session(model, 1024);
+    let mut h = Sha256::new();
+    for case in cases {
+        for step in teacher_forced(&mut sess, case) {
+            add_f32(&mut h, &step);
+        }
+    }
+    hex(&h.finalize())
+}
+
+fn session<B: Backend>(model: &Arc<Model<B>>, n_ctx: usize) -> Session<B> {
+    Session::new(
+        Arc::clone(model),
+        SessionConfig {
+            n_ctx,
+            ..SessionConfig::default()
+        },
+    )
+    .expect("session")
+}
+
+/// One sequence of the batched scenario: its prompt, then golden tokens fed one per pass.
+struct Stream {
+    session: usize,
+    prompt: Vec<u32>,
+    decode: Vec<u32>,
+    /// Pass at which it joins.
+    start: usize,
+}
+
+/// Digest of every logit row that batched passes return: one stream per case, the `i`-th
+/// joining at pass `i`, prompts in chunks of [`BATCH_CHUNK`] (the logits of a prompt's last
+/// token only), then [`BATCH_DECODE`] golden tokens one per pass, all in shared passes.
+fn batched_digest<B: Backend>(model: &Arc<Model<B>>, cases: &[Case]) -> String {
+    let mut streams: Vec<Stream> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Stream {
+            session: i,
+            prompt: c.prompt.clone(),
+            decode: c.tokens.iter().take(BATCH_DECODE).copied().collect(),
+            start: i,
+        })
+        .collect();
+    let n_ctx = cases.iter().map(|c| c.prompt.len()).max().unwrap_or(0) + BATCH_DECODE + 1;
+    let mut sessions: Vec<Session<B>> = streams.iter().map(|_| session(model, n_ctx)).collect();
+    let mut scratch = Scratch::new(model, streams.len() * BATCH_CHUNK, streams.len()).expect("scratch");
+    let mut h = Sha256::new();
+    for pass in 0.. {
+        // (stream, tokens, n_last) of this pass.
+        let mut feeds: Vec<(usize, Vec<u32>, usize)> = Vec::new();
+        for (i, st) in streams.iter_mut().enumerate() {
+            if pass < st.start {
+                continue;
+            }
+            let done = sessions[st.session].pos();
+            if done < st.prompt.len() {
+                let end = (done + BATCH_CHUNK).min(st.prompt.len());
+                feeds.push((i, st.prompt[done..end].to_vec(), usize::from(end == st.prompt.len())));
+            } else if let Some(t) = st.decode.first().copied() {
+                st.decode.remove(0);
+                feeds.push((i, vec![t], 1));
+            }
+        }
+        if feeds.is_empty() {
+            break;
+        }
+        let mut slots: Vec<Option<&mut Session<B>>> = sessions.iter_mut().map(Some).collect();
+        let mut items: Vec<BatchItem<'_, B>> = feeds
+            .iter()
+            .map(|(i, tokens, n_last)| BatchItem {
+                session: slots[streams[*i].session].take().expect("one feed per session"),
+                tokens,
+                n_last: *n_last,
+            })
+            .collect();
+        for logits in forward_batch(&mut scratch, &mut items).expect("batched pass") {
+            add_f32(&mut h, &logits);
+        }
+    }
+    hex(&h.finalize())
+}
+
+/// Greedy tokens through the backend's argmax, `n` of them after `prompt`.
+fn greedy<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut sess = session(model, prompt.len() + n + 1);
+    let mut out = vec![sess.forward_argmax(prompt).expect("prefill")];
+    while out.len() < n {
+        let last = *out.last().expect("a token");
+        out.push(sess.forward_argmax(&[last]).expect("decode"));
+    }
+    out
+}
+
+/// Everything this build computes, by key.
+fn compute() -> BTreeMap<String, Value> {
+    let mut got = BTreeMap::new();
+    let models = models();
+    for (set, kernels) in [("simd", Kernels::detect()), ("portable", Kernels::fast())] {
+        if set == "simd" && kernels.variant == "fast" {
+            // No SIMD set on this CPU: the portable entries cover it.
+            continue;
+        }
+        for (name, path, cases) in &models {
+            let model = load_on(CpuBackend::with_kernels(2, kernels).expect("cpu backend"), path);
+            let is_real = !path.starts_with(common::golden("fixtures"));
+            if set == "portable" && is_real {
+                // The portable set is slow on real models; the fixtures cover its code.
+                continue;
+            }
+            got.insert(format!("cpu/{set}/{name}/teacher_forced"), json!(teacher_forced_digest(&model, cases)));
+            got.insert(format!("cpu/{set}/{name}/batched"), json!(batched_digest(&model, cases)));
+        }
+    }
+    match WebGpuBackend::new() {
+        Ok(gpu) => {
+            for (name, path, cases) in &models {
+                let model = load_on(gpu.clone(), path);
+                let is_real = !path.starts_with(common::golden("fixtures"));
+                for case in cases.iter().take(if is_real { 1 } else { cases.len() }) {
+                    let n = if is_real { REAL_GREEDY } else { case.tokens.len() };
+                    got.insert(
+                        format!("webgpu/{name}/greedy/{}", case.name),
+                        json!(greedy(&model, &case.prompt, n)),
+                    );
+                }
+            }
+        }
+        Err(e) => {
+            assert!(
+                std::env::var("TINYLLM_REQUIRE_GPU").as_deref() != Ok("1"),
+                "TINYLLM_REQUIRE_GPU=1 but the WebGPU backend cannot start: {e}"
+            );
+            eprintln!("no WebGPU adapter ({e}): the webgpu entries are not compared");
+        }
+    }
+    got
+}
+
+#[test]
+fn outputs_have_the_recorded_bits() {
+    let got = compute();
+    let path = record_path();
+    if std::env::var("TINYLLM_RECORD_SAME_BITS").as_deref() == Ok("1") {
+        let text = serde_json::to_string_pretty(&got).expect("json") + "\n";
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        eprintln!("recorded {} entries in {}", got.len(), path.display());
+        return;
+    }
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let want: BTreeMap<String, Value> = serde_json::from_str(&text).expect("same_bits.json");
+    let mut moved = Vec::new();
+    for (key, value) in &got {
+        match want.get(key) {
+            Some(w) if w == value => {}
+            Some(w) => moved.push(format!("{key}: recorded {w}, now {value}")),
+            None => moved.push(format!("{key}: not recorded")),
+        }
+    }
+    // Every recorded entry is computed again (the webgpu ones only where there is an adapter).
+    let gpu_ran = got.keys().any(|k| k.starts_with("webgpu/"));
+    for key in want.keys() {
+        if !got.contains_key(key) && (gpu_ran || !key.starts_with("webgpu/")) {
+            moved.push(format!("{key}: recorded but no longer computed"));
+        }
+    }
+    println!("[same bits] {} entries compared, {} differ", got.len(), moved.len());
+    assert!(moved.is_empty(), "outputs moved:\n{}", moved.join("\n"));
+}
