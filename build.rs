@@ -1,13 +1,16 @@
 //! Generates the WGSL kernel variants into `OUT_DIR/wgsl/` (one file per template × block
-//! format × specialization, composed by `src/backend/wgpu/compose.rs`) and
+//! format × specialization, composed by `src/backend/gpu/compose.rs`) and
 //! `OUT_DIR/wgsl_variants.rs`, the table that embeds them in the library.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-#[path = "src/backend/wgpu/compose.rs"]
+#[path = "src/backend/gpu/compose.rs"]
 #[allow(dead_code)]
 mod compose;
+#[path = "src/quant/support.rs"]
+#[allow(dead_code)]
+mod support;
 
 fn main() {
     let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -16,14 +19,20 @@ fn main() {
     let dir = out.join("wgsl");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     println!("cargo:rerun-if-changed=shaders");
-    println!("cargo:rerun-if-changed=src/backend/wgpu/compose.rs");
+    println!("cargo:rerun-if-changed=src/backend/gpu/compose.rs");
+    println!("cargo:rerun-if-changed=src/quant/support.rs");
     let read = |rel: &str| -> String {
         let path = shaders.join(rel);
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
     };
     let mut table = String::from("/// Every generated kernel variant: (name, WGSL source), sorted by name.\n");
     table.push_str("pub static VARIANTS: &[(&str, &str)] = &[\n");
-    let mut variants = compose::variants(&read);
+    let quants: Vec<compose::Quant> = support::SUPPORT
+        .iter()
+        .filter(|s| s.wgsl)
+        .map(|s| (s.name, s.wgsl_texture))
+        .collect();
+    let mut variants = compose::variants(&read, &quants);
     variants.sort();
     for (name, src) in &variants {
         let file = dir.join(format!("{name}.wgsl"));

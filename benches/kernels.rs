@@ -2,7 +2,7 @@
 //! weights streamed with one thread and with every core, the same with four and with eight
 //! activation rows (the batched decode of four or eight streams), and matmul (prefill, 512
 //! activation rows) as GOP/s, for the best SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`,
-//! `avxvnni` or `avx512vnni` picks a set) and the portable `fast` ones.
+//! `avxvnni` or `avx512vnni` picks a set) and the portable ones.
 //!
 //! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use half::f16;
 use tinyllm::backend::cpu::interleave::{self, TILE_ROWS};
-use tinyllm::backend::cpu::kernels::{Kernels, Layout, TileOut, AVX2_TYPES as TYPES};
+use tinyllm::backend::cpu::kernels::{simd_types, Kernels, Layout, TileOut};
 use tinyllm::quant::GgmlType;
 
 /// Values per row and rows of the matvec matrix.
@@ -129,7 +129,7 @@ fn main() {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let best = Kernels::detect();
-    let fast = Kernels::fast();
+    let fast = Kernels::portable();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let x1: Vec<f32> = (0..K).map(|_| rng.unit()).collect();
     let x4: Vec<f32> = (0..4 * K).map(|_| rng.unit()).collect();
@@ -147,11 +147,11 @@ fn main() {
         format!("GB/s {threads}T"),
         format!("4 rows GB/s {threads}T"),
         format!("8 rows GB/s {threads}T"),
-        "fast GB/s 1T",
+        "portable GB/s 1T",
         format!("GOP/s {threads}T"),
-        "fast GOP/s"
+        "portable GOP/s"
     );
-    for &ty in TYPES {
+    for ty in simd_types() {
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(ty.name())) {
             continue;
         }

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): install what the tests need where it is missing
 # (models, openai client, Chromium, playwright-core; see setup-test-deps.sh), then run every
-# test of the workspace in release mode (the model tests need optimized code), and end with
-# one line adding up all of cargo's test binaries: "tests: N passed, N failed, N skipped".
+# test of the workspace in release mode (the model tests need optimized code), the fixture
+# goldens again on the portable CPU kernels (what every non-x86 target, wasm32 included, runs),
+# and end with one line adding up all of cargo's test binaries:
+# "tests: N passed, N failed, N skipped". Tests that skip at run time (no GPU adapter) are
+# counted as skipped, not passed (tests/common's device_or_skip records them).
 #   scripts/test.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-test-deps.sh
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+skips=$(mktemp)
+trap 'rm -f "$log" "$skips"' EXIT
+export TINYLLM_SKIP_LOG="$skips"
 status=0
 cargo test --workspace --release "$@" 2>&1 | tee "$log" || status=$?
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
-     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+echo "=== fixture goldens on the portable CPU kernels"
+TINYLLM_CPU_KERNELS=portable cargo test --release -p tinyllm --test model_golden -- fixtures 2>&1 | tee -a "$log" ||
+  status=$?
+n_skipped=$(wc -l < "$skips")
+if [ "$n_skipped" -gt 0 ]; then
+  echo "skipped at run time:"
+  sed 's/^/  /' "$skips"
+fi
+awk -v skipped="$n_skipped" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p - skipped, f, s + skipped }' "$log"
 exit "$status"

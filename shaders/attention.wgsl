@@ -1,6 +1,9 @@
-// Causal (optionally windowed) softmax attention with grouped KV heads. Mirrors the CPU path's
-// roundings (q and the normalized probabilities to f16; the cache already holds f16 values),
-// with the softmax statistics in f32.
+// Causal (optionally windowed) softmax attention with grouped KV heads, for the rows
+// `q_row0..q_row0 + rows` of a batch (one sequence's rows; positions pos0..). Mirrors the CPU
+// path's roundings (q and the normalized probabilities to f16; the cache already holds f16
+// values), with the softmax statistics in f32. K and V heads may differ in width (hd_k, hd_v,
+// at most MAX_HD, a constant of the variant); `softcap` (0: off) caps q·k at cap·tanh(q·k/cap)
+// before the scale; with `has_sinks`, the head's sink logit joins each softmax's max and sum.
 //
 // `main`: one workgroup per (query row, head); the WG invocations split the KV length. Pass 1
 // finds each invocation's running max and rescaled sum, combined across the workgroup; pass 2
@@ -12,20 +15,24 @@
 // `weigh` combines them into the row's max and sum (so each probability is normalized and
 // rounded exactly as in `main`) and writes the chunk's weighted V sum to S at `acc_off`;
 // `merge` adds the chunks' sums. S: [rows * n_head * n_split] pairs (max, sum), then
-// [rows * n_head * n_split][head_dim] partial outputs.
+// [rows * n_head * n_split][hd_v] partial outputs.
 
 struct Params {
     rows: u32,
     pos0: u32,
     n_head: u32,
     n_head_kv: u32,
-    head_dim: u32,
+    hd_k: u32,
+    hd_v: u32,
     window: u32,
     grid_x: u32,
     n_split: u32,
     scale: f32,
     chunk: u32,
     acc_off: u32,
+    q_row0: u32,
+    softcap: f32,
+    has_sinks: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -34,12 +41,15 @@ struct Params {
 @group(0) @binding(3) var<storage, read> VC: array<f32>;
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
 @group(0) @binding(5) var<storage, read_write> S: array<f32>;
+@group(0) @binding(6) var<storage, read> SINKS: array<f32>;
 
 const WG: u32 = 32u;
 const MAX_HD: u32 = 256u;
 const NEG_BIG: f32 = -3.0e38;
 
 var<private> q16: array<f32, MAX_HD>;
+// The head of the query being attended (for its sink).
+var<private> cur_head: u32;
 var<private> acc: array<f32, MAX_HD>;
 var<workgroup> red: array<f32, 32>;
 var<workgroup> tile: array<f32, 1024>; // [WG][32]
@@ -78,38 +88,61 @@ fn reduce_sum(v: f32, li: u32) -> f32 {
 }
 
 fn score(j: u32, kbase: u32) -> f32 {
-    let hd = P.head_dim;
+    let hd = P.hd_k;
     let kb = j * P.n_head_kv * hd + kbase;
     var s = 0.0;
     for (var d = 0u; d < hd; d++) {
         s += q16[d] * KC[kb + d];
     }
+    if (P.softcap != 0.0) {
+        s = tanh(s * (1.0 / P.softcap)) * P.softcap;
+    }
     return s * P.scale;
 }
 
-/// Where query `idx` (row-major over rows, heads) reads: its K/V head offset, its position
-/// and the first position its window sees.
+/// Where query `idx` (row-major over the call's rows, heads) reads: its K and V head offsets,
+/// its position and the first position its window sees.
 struct Head {
     kbase: u32,
+    vbase: u32,
     pos: u32,
     first: u32,
 }
 
 fn head(idx: u32) -> Head {
-    let hd = P.head_dim;
     let r = idx / P.n_head;
     let h = idx % P.n_head;
+    cur_head = h;
     let kvh = h / (P.n_head / P.n_head_kv);
     let pos = P.pos0 + r;
     var first = 0u;
     if (P.window != 0u && pos + 1u > P.window) {
         first = pos + 1u - P.window;
     }
-    for (var d = 0u; d < hd; d++) {
-        q16[d] = f16r(Q[idx * hd + d]);
+    let qb = (P.q_row0 * P.n_head + idx) * P.hd_k;
+    for (var d = 0u; d < P.hd_k; d++) {
+        q16[d] = f16r(Q[qb + d]);
+    }
+    for (var d = 0u; d < P.hd_v; d++) {
         acc[d] = 0.0;
     }
-    return Head(kvh * hd, pos, first);
+    return Head(kvh * P.hd_k, kvh * P.hd_v, pos, first);
+}
+
+/// The softmax max of the current head: `m`, or the head's sink logit when larger.
+fn with_sink_max(m: f32) -> f32 {
+    if (P.has_sinks != 0u) {
+        return max(m, SINKS[cur_head]);
+    }
+    return m;
+}
+
+/// The softmax sum `l` (relative to max `m`) plus the head's sink term.
+fn with_sink_sum(l: f32, m: f32) -> f32 {
+    if (P.has_sinks != 0u) {
+        return l + exp(SINKS[cur_head] - m);
+    }
+    return l;
 }
 
 /// Running max and sum of exp(s - max) of this invocation over positions lo + li, lo + li +
@@ -130,12 +163,12 @@ fn running(lo: u32, hi: u32, kbase: u32, li: u32) -> vec2<f32> {
 }
 
 /// Adds f16(exp(s - gm) * inv) * V over this invocation's positions to `acc`.
-fn weigh_v(lo: u32, hi: u32, kbase: u32, gm: f32, inv: f32, li: u32) {
-    let hd = P.head_dim;
+fn weigh_v(lo: u32, hi: u32, hq: Head, gm: f32, inv: f32, li: u32) {
+    let hd = P.hd_v;
     for (var j = lo + li; j < hi; j += WG) {
-        let p = f16r(exp(score(j, kbase) - gm) * inv);
+        let p = f16r(exp(score(j, hq.kbase) - gm) * inv);
         if (p != 0.0) {
-            let vb = j * P.n_head_kv * hd + kbase;
+            let vb = j * P.n_head_kv * hd + hq.vbase;
             for (var d = 0u; d < hd; d++) {
                 acc[d] += p * VC[vb + d];
             }
@@ -146,7 +179,7 @@ fn weigh_v(lo: u32, hi: u32, kbase: u32, gm: f32, inv: f32, li: u32) {
 /// Sums the invocations' `acc` into `summed`, 32 dimensions at a time: invocation li writes
 /// dimensions li, li + 32, ... (and may read those back without a barrier).
 fn reduce_acc(li: u32) {
-    let hd = P.head_dim;
+    let hd = P.hd_v;
     for (var c0 = 0u; c0 < hd; c0 += 32u) {
         for (var i = 0u; i < 32u; i++) {
             if (c0 + i < hd) {
@@ -173,13 +206,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let hq = head(idx);
     let ml = running(hq.first, hq.pos + 1u, hq.kbase, li);
-    let gm = reduce_max(ml.x, li);
-    let total = reduce_sum(ml.y * exp(ml.x - gm), li);
+    let gm = with_sink_max(reduce_max(ml.x, li));
+    let total = with_sink_sum(reduce_sum(ml.y * exp(ml.x - gm), li), gm);
     // Probabilities (rounded to f16, as the CPU does) weight the V rows.
-    weigh_v(hq.first, hq.pos + 1u, hq.kbase, gm, 1.0 / total, li);
+    weigh_v(hq.first, hq.pos + 1u, hq, gm, 1.0 / total, li);
     reduce_acc(li);
-    for (var d = li; d < P.head_dim; d += WG) {
-        O[idx * P.head_dim + d] = summed[d];
+    let ob = (P.q_row0 * P.n_head + idx) * P.hd_v;
+    for (var d = li; d < P.hd_v; d += WG) {
+        O[ob + d] = summed[d];
     }
 }
 
@@ -220,6 +254,7 @@ fn weigh(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     for (var c = 0u; c < P.n_split; c++) {
         gm = max(gm, S[2u * (idx * P.n_split + c)]);
     }
+    gm = with_sink_max(gm);
     var total = 0.0;
     for (var c = 0u; c < P.n_split; c++) {
         let l = S[2u * (idx * P.n_split + c) + 1u];
@@ -227,11 +262,12 @@ fn weigh(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
             total += l * exp(S[2u * (idx * P.n_split + c)] - gm);
         }
     }
+    total = with_sink_sum(total, gm);
     let range = chunk_range(hq, g % P.n_split);
-    weigh_v(range.x, range.y, hq.kbase, gm, 1.0 / total, li);
+    weigh_v(range.x, range.y, hq, gm, 1.0 / total, li);
     reduce_acc(li);
-    for (var d = li; d < P.head_dim; d += WG) {
-        S[P.acc_off + g * P.head_dim + d] = summed[d];
+    for (var d = li; d < P.hd_v; d += WG) {
+        S[P.acc_off + g * P.hd_v + d] = summed[d];
     }
 }
 
@@ -241,12 +277,13 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     if (idx >= P.rows * P.n_head) {
         return;
     }
-    let hd = P.head_dim;
+    let hd = P.hd_v;
+    let ob = (P.q_row0 * P.n_head + idx) * hd;
     for (var d = li; d < hd; d += WG) {
         var s = 0.0;
         for (var c = 0u; c < P.n_split; c++) {
             s += S[P.acc_off + (idx * P.n_split + c) * hd + d];
         }
-        O[idx * hd + d] = s;
+        O[ob + d] = s;
     }
 }

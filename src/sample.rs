@@ -527,6 +527,20 @@ fn greedy_pick(logits: &[f32]) -> u32 {
     best.map_or_else(|| argmax(logits), |(i, _)| i as u32)
 }
 
+/// A seed that differs between calls (for requests that give none): the clock's nanoseconds,
+/// and natively the process id.
+pub fn fresh_seed() -> u64 {
+    let t = web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    #[cfg(not(target_arch = "wasm32"))]
+    let t = t ^ u64::from(std::process::id());
+    t
+}
+
+/// The greedy choice every backend's argmax follows: the first index of the largest value,
+/// NaN never winning, 0 for a row of NaN.
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best: Option<(usize, f32)> = None;
     for (i, &l) in logits.iter().enumerate() {

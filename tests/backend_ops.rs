@@ -15,9 +15,8 @@ use std::sync::Arc;
 use half::f16;
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::webgpu::{kernels, MatmulVariant, WebGpuBackend, WebGpuOptions};
-use tinyllm::backend::{AttnParams, Backend};
+use tinyllm::backend::{AttnParams, Backend, Rope, RopeKind, RopeScaling, SeqAttn, Yarn};
 use tinyllm::gguf::GgufFile;
-use tinyllm::model::{Rope, RopeKind};
 use tinyllm::quant::GgmlType;
 
 /// The f32 path's bound (the acceptance criterion).
@@ -28,17 +27,7 @@ const NMSE_F16: f64 = 1e-5;
 /// The WebGPU backend, or `None` (with the reason printed) when there is no adapter and
 /// `TINYLLM_REQUIRE_GPU` is not `1`.
 fn gpu_with(opts: WebGpuOptions) -> Option<WebGpuBackend> {
-    match WebGpuBackend::with_options(opts) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            assert!(
-                std::env::var("TINYLLM_REQUIRE_GPU").as_deref() != Ok("1"),
-                "TINYLLM_REQUIRE_GPU=1 but the WebGPU backend cannot start: {e}"
-            );
-            eprintln!("skipping the WebGPU half: {e}");
-            None
-        }
-    }
+    common::device_or_skip(|| WebGpuBackend::with_options(opts))
 }
 
 fn gpu() -> Option<WebGpuBackend> {
@@ -155,9 +144,7 @@ fn upload<B: Backend>(be: &B, v: &[f32]) -> B::Buffer {
 }
 
 fn download<B: Backend>(be: &B, b: &B::Buffer, n: usize) -> Vec<f32> {
-    let mut v = vec![0f32; n];
-    be.read(b, &mut v).expect("read");
-    v
+    be.read(b, n).expect("read").wait().expect("readback")
 }
 
 fn try_matmul<B: Backend>(
@@ -251,7 +238,7 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
     let mut rng = Rng(0x1234_5678_9abc_def1);
     let n_out = 37;
     let mut tensors = Vec::new();
-    for &ty in &kernels::QUANT_TYPES {
+    for ty in kernels::quant_types() {
         let k = odd_width(ty);
         tensors.push((
             ty.name().to_string(),
@@ -262,7 +249,7 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
     }
     let file = gguf(&tensors);
     let mut failures = Vec::new();
-    for &ty in &kernels::QUANT_TYPES {
+    for ty in kernels::quant_types() {
         let (name, k) = (ty.name(), odd_width(ty));
         let wd = dequantized(&file, name);
         for rows in [1usize, 5, 13, 35] {
@@ -416,8 +403,50 @@ fn vectors_file(rng: &mut Rng, g: usize, n_rot_half: usize) -> Arc<GgufFile> {
             GgmlType::F32,
             f32b((0..n_rot_half).map(|i| 1.0 + i as f32 * 0.37).collect()),
         ),
+        (
+            "sinks".into(),
+            vec![ATTN_HEADS as u64],
+            GgmlType::F32,
+            f32b(rng.vec(ATTN_HEADS, 4.0)),
+        ),
     ])
 }
+
+/// The rope variants the suites run: both layouts, partial rotation, linear, llama3 (with the
+/// frequency factors) and YaRN scaling.
+fn ropes(hd: usize) -> Vec<Rope> {
+    let yarn = Yarn {
+        factor: 8.0,
+        n_ctx_orig: 256,
+        ext_factor: 1.0,
+        attn_factor: 0.9,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+    };
+    vec![
+        Rope::new(RopeKind::Norm, hd, 10000.0),
+        Rope {
+            scaling: RopeScaling::Linear { factor: 2.0 },
+            ..Rope::new(RopeKind::Neox, hd, 10000.0)
+        },
+        Rope {
+            scaling: RopeScaling::Llama3,
+            ..Rope::new(RopeKind::Neox, 16, 500000.0)
+        },
+        Rope {
+            scaling: RopeScaling::Yarn(yarn),
+            ..Rope::new(RopeKind::Neox, hd, 150000.0)
+        },
+        Rope {
+            scaling: RopeScaling::Yarn(yarn),
+            ..Rope::new(RopeKind::Norm, 16, 10000.0)
+        },
+    ]
+}
+
+/// Row positions of the rope tests: large angles, and rows out of order (a batch of several
+/// sequences ropes each row at its own position).
+const ROPE_POSITIONS: [u32; 3] = [1000, 3, 517];
 
 /// The element-wise and per-row ops on one backend; every result in order, with its name.
 fn elementwise_suite<B: Backend>(be: &B, file: &Arc<GgufFile>, seed: u64) -> Vec<(String, Vec<f32>)> {
@@ -457,28 +486,14 @@ fn elementwise_suite<B: Backend>(be: &B, file: &Arc<GgufFile>, seed: u64) -> Vec
     be.rmsnorm_inplace(&mut a, &norm, groups, 1e-5).unwrap();
     res.push(("rmsnorm_inplace".into(), download(be, &a, n)));
 
-    // Rope: 3 rows of 5 heads of 22 at position 1000 (large angles), both layouts, partial
-    // rotation and frequency factors.
-    let (rows, nh, hd) = (3, 5, 22);
-    let rx = rng.vec(rows * nh * hd, 2.0);
-    for (kind, n_rot, fac) in [
-        (RopeKind::Norm, 22, false),
-        (RopeKind::Neox, 22, false),
-        (RopeKind::Neox, 16, true),
-    ] {
-        let rope = Rope {
-            kind,
-            n_rot,
-            base: 10000.0,
-            freq_scale: 0.5,
-        };
+    // Rope: 3 rows of 5 heads of 22, each at its own position.
+    let (nh, hd) = (5, 22);
+    let rx = rng.vec(ROPE_POSITIONS.len() * nh * hd, 2.0);
+    for rope in ropes(hd) {
         let mut a = upload(be, &rx);
-        be.rope(&mut a, rows, nh, hd, 1000, &rope, fac.then_some(&factors))
-            .unwrap();
-        res.push((
-            format!("rope {kind:?} n_rot {n_rot} factors {fac}"),
-            download(be, &a, rx.len()),
-        ));
+        let f = rope.wants_factors().then_some(&factors);
+        be.rope(&mut a, nh, hd, &ROPE_POSITIONS, &rope, f).unwrap();
+        res.push((format!("rope {rope:?}"), download(be, &a, rx.len())));
     }
 
     // copy_rows / paste_rows / argmax (with ties: the first wins).
@@ -492,7 +507,7 @@ fn elementwise_suite<B: Backend>(be: &B, file: &Arc<GgufFile>, seed: u64) -> Vec
     t[5] = 100.0;
     t[50] = 100.0;
     t[g + 3] = f32::NAN;
-    let am = be.argmax(&upload(be, &t), groups, g).unwrap();
+    let am = be.argmax(&upload(be, &t), groups, g).unwrap().wait().unwrap();
     res.push(("argmax".into(), am.iter().map(|&i| i as f32).collect()));
     res
 }
@@ -521,48 +536,99 @@ fn elementwise_ops_match_cpu() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Query heads of the attention suite (two KV heads).
+const ATTN_HEADS: usize = 6;
+
+/// What an attention suite run varies besides the head widths.
+#[derive(Debug, Clone, Copy)]
+struct AttnExtras {
+    softcap: Option<f32>,
+    sinks: bool,
+}
+
 /// KV store and attention (GQA, prefill with a window and with an earlier prefix, decode) on
-/// one backend; the outputs in order.
-fn attention_suite<B: Backend>(be: &B, seed: u64, hd: usize) -> Vec<(String, Vec<f32>)> {
+/// one backend, two sequences with caches of their own: each step stores both sequences'
+/// rows from one stacked batch at their positions and attends both in one call at their row
+/// offsets; the outputs in order.
+fn attention_suite<B: Backend>(
+    be: &B,
+    file: &Arc<GgufFile>,
+    seed: u64,
+    (hdk, hdv): (usize, usize),
+    x: AttnExtras,
+) -> Vec<(String, Vec<f32>)> {
     let mut rng = Rng(seed);
-    let (nh, nkv) = (6, 2);
+    let (nh, nkv) = (ATTN_HEADS, 2);
     let n_ctx = 83;
-    let kv_dim = nkv * hd;
-    let mut kc = be.alloc_kv(n_ctx * kv_dim).unwrap();
-    let mut vc = be.alloc_kv(n_ctx * kv_dim).unwrap();
+    let (k_dim, v_dim) = (nkv * hdk, nkv * hdv);
+    let sinks = x.sinks.then(|| be.load_weight(file, "sinks").unwrap());
+    // Two sequences: (K cache, V cache) each.
+    let mut caches: Vec<(B::Kv, B::Kv)> = (0..2)
+        .map(|_| (be.alloc_kv(n_ctx * k_dim).unwrap(), be.alloc_kv(n_ctx * v_dim).unwrap()))
+        .collect();
     let mut res = Vec::new();
-    // (rows, pos0, window): a prefill from 0, a prefill after it, decode steps.
-    for (rows, pos0, window) in [(41, 0, None), (29, 41, Some(17)), (1, 70, None), (1, 71, Some(9))] {
-        let k = rng.vec(rows * kv_dim, 2.0);
-        let v = rng.vec(rows * kv_dim, 2.0);
-        let q = rng.vec(rows * nh * hd, 2.0);
-        be.kv_store(&mut kc, &mut vc, &upload(be, &k), &upload(be, &v), rows, kv_dim, pos0)
-            .unwrap();
-        let p = AttnParams {
-            rows,
-            pos0,
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            window,
-        };
-        let mut out = be.alloc(rows * nh * hd).unwrap();
-        be.attention(&upload(be, &q), &kc, &vc, &p, &mut out).unwrap();
+    // Per step, each sequence's (rows, pos0, window): prefills from 0, prefills after them,
+    // decode steps; the second sequence at other positions.
+    let steps = [
+        [(41, 0, None), (9, 0, Some(4))],
+        [(29, 41, Some(17)), (3, 9, None)],
+        [(1, 70, None), (1, 12, Some(5))],
+        [(1, 71, Some(9)), (1, 13, None)],
+    ];
+    for step in steps {
+        let rows: usize = step.iter().map(|s| s.0).sum();
+        let k = rng.vec(rows * k_dim, 2.0);
+        let v = rng.vec(rows * v_dim, 2.0);
+        let q = rng.vec(rows * nh * hdk, 2.0);
+        let (kb, vb) = (upload(be, &k), upload(be, &v));
+        let mut row0 = 0;
+        let mut row0s = Vec::new();
+        for (&(n, pos0, _), (kc, vc)) in step.iter().zip(caches.iter_mut()) {
+            let positions: Vec<u32> = (pos0..pos0 + n).map(|p| p as u32).collect();
+            be.kv_store(kc, &kb, row0, k_dim, &positions).unwrap();
+            be.kv_store(vc, &vb, row0, v_dim, &positions).unwrap();
+            row0s.push(row0);
+            row0 += n;
+        }
+        let seqs: Vec<SeqAttn<'_, B::Kv>> = step
+            .iter()
+            .zip(&caches)
+            .zip(&row0s)
+            .map(|((&(n, pos0, window), (kc, vc)), &row0)| SeqAttn {
+                row0,
+                p: AttnParams {
+                    rows: n,
+                    pos0,
+                    n_head: nh,
+                    n_head_kv: nkv,
+                    head_dim_k: hdk,
+                    head_dim_v: hdv,
+                    scale: 1.0 / (hdk as f32).sqrt(),
+                    window,
+                    softcap: x.softcap,
+                },
+                k_cache: kc,
+                v_cache: vc,
+            })
+            .collect();
+        let mut out = be.alloc(rows * nh * hdv).unwrap();
+        be.attention(&upload(be, &q), &seqs, sinks.as_ref(), &mut out).unwrap();
         res.push((
-            format!("attention hd {hd} rows {rows} pos0 {pos0} window {window:?}"),
-            download(be, &out, rows * nh * hd),
+            format!("attention hd {hdk}/{hdv} {x:?} steps {step:?}"),
+            download(be, &out, rows * nh * hdv),
         ));
     }
     res
 }
 
 /// Attention: WebGPU against the CPU backend (both round K, V, q and probabilities to f16),
-/// in one pass and split across the KV length.
+/// in one pass and split across the KV length, for head widths up to MLA's 576, K and V heads
+/// of different widths, soft-capping and sinks.
 #[test]
 fn attention_matches_cpu() {
     let Some(g) = gpu() else { return };
     let cpu = CpuBackend::new(2).expect("cpu");
+    let file = vectors_file(&mut Rng(5), 97, 8);
     let mut failures = Vec::new();
     // Also split across the KV length (every row, chunks of 16 and 7 positions: up to 12
     // chunks, some beyond a windowed query's reach and so empty).
@@ -573,11 +639,47 @@ fn attention_matches_cpu() {
         })
     };
     let variants = [("", Some(g)), (" split 16", split(16)), (" split 7", split(7))];
-    for hd in [20, 64, 256] {
-        let want = attention_suite(&cpu, 3, hd);
+    let plain = AttnExtras {
+        softcap: None,
+        sinks: false,
+    };
+    let cases = [
+        ((20, 20), plain),
+        ((64, 64), plain),
+        ((256, 256), plain),
+        ((48, 24), plain),
+        ((576, 512), plain),
+        (
+            (64, 64),
+            AttnExtras {
+                softcap: Some(1.5),
+                sinks: false,
+            },
+        ),
+        (
+            (64, 32),
+            AttnExtras {
+                softcap: None,
+                sinks: true,
+            },
+        ),
+        (
+            (20, 20),
+            AttnExtras {
+                softcap: Some(30.0),
+                sinks: true,
+            },
+        ),
+    ];
+    for (hd, x) in cases {
+        let want = attention_suite(&cpu, &file, 3, hd, x);
         for (how, be) in &variants {
-            let got = attention_suite(be.as_ref().expect("the adapter opened once"), 3, hd);
+            let got = attention_suite(be.as_ref().expect("the adapter opened once"), &file, 3, hd, x);
             for ((name, a), (_, b)) in got.iter().zip(&want) {
+                assert!(
+                    b.iter().any(|v| *v != 0.0),
+                    "{name}: an all-zero reference proves nothing"
+                );
                 let e = nmse(a, &widen(b));
                 println!("[ops] {name}{how}: NMSE webgpu vs cpu {e:.1e}");
                 if e.is_nan() || e > NMSE_F32 {
@@ -587,6 +689,97 @@ fn attention_matches_cpu() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Rope against an independent f64 evaluation of its angles (ggml's formulas: YaRN's ramp
+/// between interpolation and extrapolation and its magnitude), on the CPU backend and the
+/// WebGPU backend.
+#[test]
+fn rope_matches_f64_reference() {
+    let file = vectors_file(&mut Rng(5), 97, 8);
+    let factors: Vec<f64> = (0..8).map(|i| 1.0 + f64::from(i) * 0.37).collect();
+    let (nh, hd) = (3, 22);
+    let x = Rng(31).vec(ROPE_POSITIONS.len() * nh * hd, 2.0);
+    let cpu = CpuBackend::new(2).expect("cpu");
+    let gpu = gpu();
+    for rope in ropes(hd) {
+        let want = reference_rope(&x, nh, hd, &rope, &factors);
+        let mut got = vec![("cpu", run_rope(&cpu, &file, &x, nh, hd, &rope))];
+        if let Some(g) = &gpu {
+            got.push(("webgpu", run_rope(g, &file, &x, nh, hd, &rope)));
+        }
+        for (name, v) in got {
+            let e = nmse(&v, &want);
+            println!(
+                "[ops] rope {name} {:?} {:?}: NMSE vs f64 {e:.1e}",
+                rope.kind, rope.scaling
+            );
+            assert!(e < 1e-9, "rope {name} {rope:?}: NMSE {e:.2e}");
+        }
+    }
+}
+
+/// `rope` of `x` (`ROPE_POSITIONS.len()` rows of `nh` heads of `hd`) on one backend.
+fn run_rope<B: Backend>(be: &B, file: &Arc<GgufFile>, x: &[f32], nh: usize, hd: usize, rope: &Rope) -> Vec<f32> {
+    let f = be.load_weight(file, "factors").unwrap();
+    let mut a = upload(be, x);
+    be.rope(
+        &mut a,
+        nh,
+        hd,
+        &ROPE_POSITIONS,
+        rope,
+        rope.wants_factors().then_some(&f),
+    )
+    .unwrap();
+    download(be, &a, x.len())
+}
+
+/// Rope in f64 from the formulas (pair `i` also indexes the factors): angle `pos · base^(-2i/n_rot) / factor_i`, scaled by
+/// `1/linear factor`; YaRN mixes the interpolated and extrapolated angle by its ramp and
+/// scales cos and sin by `attn_factor · (1 + 0.1 ln factor)`.
+#[allow(clippy::needless_range_loop)]
+fn reference_rope(x: &[f32], nh: usize, hd: usize, rope: &Rope, factors: &[f64]) -> Vec<f64> {
+    let n_rot = rope.n_rot;
+    let base = f64::from(rope.base);
+    let mut out: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    for (r, &pos) in ROPE_POSITIONS.iter().enumerate() {
+        for h in 0..nh {
+            let head = &mut out[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+            for i in 0..n_rot / 2 {
+                let mut theta = f64::from(pos) * base.powf(-2.0 * i as f64 / n_rot as f64);
+                if rope.wants_factors() {
+                    theta /= factors[i];
+                }
+                let (theta, m) = match rope.scaling {
+                    RopeScaling::None | RopeScaling::Llama3 => (theta, 1.0),
+                    RopeScaling::Linear { factor } => (theta / f64::from(factor), 1.0),
+                    RopeScaling::Yarn(y) => {
+                        let f = f64::from(y.factor);
+                        let corr = |beta: f64| {
+                            n_rot as f64 * (y.n_ctx_orig as f64 / (beta * 2.0 * std::f64::consts::PI)).ln()
+                                / (2.0 * base.ln())
+                        };
+                        let low = corr(f64::from(y.beta_fast)).floor().max(0.0);
+                        let high = corr(f64::from(y.beta_slow)).ceil().min(n_rot as f64 - 1.0);
+                        let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                        let mix = ramp * f64::from(y.ext_factor);
+                        let t = theta / f * (1.0 - mix) + theta * mix;
+                        (t, f64::from(y.attn_factor) * (1.0 + 0.1 * f.ln()))
+                    }
+                };
+                let (c, s) = (theta.cos() * m, theta.sin() * m);
+                let (i0, i1) = match rope.kind {
+                    RopeKind::Norm => (2 * i, 2 * i + 1),
+                    RopeKind::Neox => (i, i + n_rot / 2),
+                };
+                let (x0, x1) = (head[i0], head[i1]);
+                head[i0] = x0 * c - x1 * s;
+                head[i1] = x0 * s + x1 * c;
+            }
+        }
+    }
+    out
 }
 
 /// Bad input is an error naming the problem, never a panic or a device fault.
@@ -606,6 +799,41 @@ fn bad_shapes_are_errors() {
     assert!(g.matmul(&w, &x, 1, &mut small).is_err());
     assert!(g.embed(&w, &[8], 1.0, &mut g.alloc(64).unwrap()).is_err());
     assert!(g.argmax(&x, 2, 64).is_err());
+    // Positions past the cache, a head wider than any kernel, frequency factors without
+    // llama3 scaling: errors on both backends.
+    let cpu = CpuBackend::new(1).expect("cpu");
+    let mut kc_g = g.alloc_kv(4 * 8).unwrap();
+    let mut kc_c = cpu.alloc_kv(4 * 8).unwrap();
+    assert!(g.kv_store(&mut kc_g, &g.alloc(8).unwrap(), 0, 8, &[4]).is_err());
+    assert!(cpu.kv_store(&mut kc_c, &cpu.alloc(8).unwrap(), 0, 8, &[4]).is_err());
+    let wide = AttnParams {
+        rows: 1,
+        pos0: 0,
+        n_head: 1,
+        n_head_kv: 1,
+        head_dim_k: 600,
+        head_dim_v: 600,
+        scale: 1.0,
+        window: None,
+        softcap: None,
+    };
+    let (kc, vc) = (cpu.alloc_kv(600).unwrap(), cpu.alloc_kv(600).unwrap());
+    let seq = [SeqAttn {
+        row0: 0,
+        p: wide,
+        k_cache: &kc,
+        v_cache: &vc,
+    }];
+    let err = cpu
+        .attention(&cpu.alloc(600).unwrap(), &seq, None, &mut cpu.alloc(600).unwrap())
+        .unwrap_err();
+    assert!(err.to_string().contains("600"), "{err}");
+    let file = vectors_file(&mut Rng(5), 97, 8);
+    let f = cpu.load_weight(&file, "factors").unwrap();
+    let rope = Rope::new(RopeKind::Neox, 16, 10000.0);
+    assert!(cpu
+        .rope(&mut cpu.alloc(16).unwrap(), 1, 16, &[0], &rope, Some(&f))
+        .is_err());
 }
 
 /// The golden quant matrices (real ggml output) decode on the GPU to the oracle's values.
@@ -614,7 +842,7 @@ fn golden_quant_blocks_decode_like_the_block_structs() {
     let Some(g) = gpu() else { return };
     let dir = common::golden("quants");
     let mut checked = 0;
-    for &ty in &kernels::QUANT_TYPES {
+    for ty in kernels::quant_types() {
         let Ok(bytes) = std::fs::read(dir.join(format!("{}.bin", ty.name()))) else {
             continue;
         };
@@ -679,9 +907,15 @@ fn top_k_candidates_match_the_host_selection() {
                 .chunks_exact(width)
                 .map(|r| tinyllm::sample::candidates(r, k, &gather))
                 .collect();
-            let got = g.top_k(&buf_g, rows, width, k, &gather).expect("webgpu top_k");
+            let got = g
+                .top_k(&buf_g, rows, width, k, &gather)
+                .and_then(|r| r.wait())
+                .expect("webgpu top_k");
             assert_eq!(bits(&got), bits(&want), "webgpu rows {rows} width {width} k {k}");
-            let got = cpu.top_k(&buf_c, rows, width, k, &gather).expect("cpu top_k");
+            let got = cpu
+                .top_k(&buf_c, rows, width, k, &gather)
+                .and_then(|r| r.wait())
+                .expect("cpu top_k");
             assert_eq!(bits(&got), bits(&want), "cpu rows {rows} width {width} k {k}");
             checked += 1;
         }

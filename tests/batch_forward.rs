@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tinyllm::backend::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
-use tinyllm::backend::{AttnParams, Backend, BackendError};
+use tinyllm::backend::{Backend, BackendError, MaybeSend, Readback, Rope, SeqAttn};
 use tinyllm::engine::{forward_batch, BatchItem, EngineError, Session, SessionConfig};
 use tinyllm::gguf::GgufFile;
-use tinyllm::model::{Model, Rope, Scratch};
+use tinyllm::model::{HeadResult, HeadWant, Model, Scratch};
+use tinyllm::sample::Candidates;
 
 fn load_model(path: &Path) -> Arc<Model<CpuBackend>> {
     load_on(path, CpuBackend::new(0).expect("cpu backend"))
@@ -98,6 +99,21 @@ fn specs(prompt: &[u32]) -> Vec<Spec> {
     ]
 }
 
+/// One batched pass returning each item's logits.
+fn batch_logits<B: Backend>(
+    scratch: &mut Scratch<B>,
+    items: &mut [BatchItem<'_, B>],
+) -> Result<Vec<Vec<f32>>, EngineError> {
+    let results = forward_batch(scratch, items, HeadWant::Logits)?.wait()?;
+    Ok(results
+        .into_iter()
+        .map(|r| match r {
+            HeadResult::Logits(l) => l,
+            other => panic!("logits asked for, got {other:?}"),
+        })
+        .collect())
+}
+
 /// Largest |a - b| relative to `1 + |b|`.
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "logit counts differ");
@@ -109,7 +125,7 @@ fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
 
 fn check_batch_matches_alone<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], what: &str) {
     let specs = specs(prompt);
-    let n_vocab = model.config().n_vocab;
+    let n_vocab = model.info().n_vocab;
     // Each sequence alone.
     let alone: Vec<Vec<f32>> = specs
         .iter()
@@ -134,7 +150,7 @@ fn check_batch_matches_alone<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], 
         })
         .collect();
     let rows: usize = specs.iter().map(|sp| sp.tokens.len()).sum();
-    let mut scratch = Scratch::new(model, rows, 3).unwrap();
+    let mut scratch = model.scratch(rows, 3).unwrap();
     let batched = {
         let mut items: Vec<BatchItem<'_, B>> = sessions
             .iter_mut()
@@ -145,7 +161,7 @@ fn check_batch_matches_alone<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], 
                 n_last: sp.n_last,
             })
             .collect();
-        forward_batch(&mut scratch, &mut items).unwrap()
+        batch_logits(&mut scratch, &mut items).unwrap()
     };
     for (i, (b, a)) in batched.iter().zip(&alone).enumerate() {
         assert_eq!(b.len(), specs[i].n_last * n_vocab, "{what}: sequence {i} logit count");
@@ -170,7 +186,7 @@ fn check_batch_matches_alone<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], 
                 n_last: 1,
             })
             .collect();
-        forward_batch(&mut scratch, &mut items).unwrap()
+        batch_logits(&mut scratch, &mut items).unwrap()
     };
     for (i, sp) in specs.iter().enumerate() {
         let mut s = session(model);
@@ -197,18 +213,20 @@ fn batch_matches_alone_on_fixtures() {
     }
 }
 
-/// The CPU backend without its `paste_rows` and `attention_seqs`: batches go through the
-/// trait's defaults (a host round trip; one sequence's attention at a time), the path a backend
-/// gets before it implements them (the WebGPU backend's attention).
-struct TraitDefaults(CpuBackend);
+/// The CPU backend with the slow twins of its batch ops: attention one sequence per call (the
+/// CPU attends every sequence of a batch in one dispatch) and `paste_rows` through the host.
+struct OneAtATime(CpuBackend);
 
-impl Backend for TraitDefaults {
+impl Backend for OneAtATime {
     type Buffer = CpuBuffer;
     type Kv = CpuKv;
     type Weight = CpuWeight;
 
+    fn run_pass<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
+        self.0.run_pass(f)
+    }
     fn name(&self) -> &'static str {
-        "cpu-default-paste"
+        "cpu-one-at-a-time"
     }
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight, BackendError> {
         self.0.load_weight(file, name)
@@ -222,8 +240,8 @@ impl Backend for TraitDefaults {
     fn write(&self, dst: &mut CpuBuffer, src: &[f32]) -> Result<(), BackendError> {
         self.0.write(dst, src)
     }
-    fn read(&self, src: &CpuBuffer, dst: &mut [f32]) -> Result<(), BackendError> {
-        self.0.read(src, dst)
+    fn read(&self, src: &CpuBuffer, len: usize) -> Result<Readback<Vec<f32>>, BackendError> {
+        self.0.read(src, len)
     }
     fn embed(&self, t: &CpuWeight, tokens: &[u32], scale: f32, out: &mut CpuBuffer) -> Result<(), BackendError> {
         self.0.embed(t, tokens, scale, out)
@@ -256,36 +274,35 @@ impl Backend for TraitDefaults {
     fn rope(
         &self,
         x: &mut CpuBuffer,
-        rows: usize,
         n_head: usize,
         head_dim: usize,
-        pos0: usize,
+        positions: &[u32],
         rope: &Rope,
         factors: Option<&CpuWeight>,
     ) -> Result<(), BackendError> {
-        self.0.rope(x, rows, n_head, head_dim, pos0, rope, factors)
+        self.0.rope(x, n_head, head_dim, positions, rope, factors)
     }
     fn kv_store(
         &self,
-        kc: &mut CpuKv,
-        vc: &mut CpuKv,
-        k: &CpuBuffer,
-        v: &CpuBuffer,
-        rows: usize,
-        kv_dim: usize,
-        pos0: usize,
+        cache: &mut CpuKv,
+        src: &CpuBuffer,
+        row0: usize,
+        width: usize,
+        positions: &[u32],
     ) -> Result<(), BackendError> {
-        self.0.kv_store(kc, vc, k, v, rows, kv_dim, pos0)
+        self.0.kv_store(cache, src, row0, width, positions)
     }
     fn attention(
         &self,
         q: &CpuBuffer,
-        kc: &CpuKv,
-        vc: &CpuKv,
-        p: &AttnParams,
+        seqs: &[SeqAttn<'_, CpuKv>],
+        sinks: Option<&CpuWeight>,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        self.0.attention(q, kc, vc, p, out)
+        for s in seqs {
+            self.0.attention(q, std::slice::from_ref(s), sinks, out)?;
+        }
+        Ok(())
     }
     fn swiglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
         self.0.swiglu(gate, up, len)
@@ -303,20 +320,43 @@ impl Backend for TraitDefaults {
     ) -> Result<(), BackendError> {
         self.0.copy_rows(src, row0, rows, width, dst)
     }
-    fn argmax(&self, x: &CpuBuffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError> {
+    fn paste_rows(
+        &self,
+        src: &CpuBuffer,
+        rows: usize,
+        width: usize,
+        dst: &mut CpuBuffer,
+        row0: usize,
+    ) -> Result<(), BackendError> {
+        let mut host = self.0.read(dst, dst.as_slice().len())?.wait()?;
+        let piece = self.0.read(src, rows * width)?.wait()?;
+        host[row0 * width..(row0 + rows) * width].copy_from_slice(&piece);
+        self.0.write(dst, &host)
+    }
+    fn argmax(&self, x: &CpuBuffer, rows: usize, width: usize) -> Result<Readback<Vec<u32>>, BackendError> {
         self.0.argmax(x, rows, width)
+    }
+    fn top_k(
+        &self,
+        x: &CpuBuffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+        gather: &[u32],
+    ) -> Result<Readback<Vec<Candidates>>, BackendError> {
+        self.0.top_k(x, rows, width, k, gather)
     }
 }
 
-/// The trait's default `paste_rows` and `attention_seqs` (the slow twins of the CPU copy and
-/// one-dispatch attention) give the same batches.
+/// Attention one sequence per call and a host `paste_rows` (the slow twins of the CPU's
+/// one-dispatch attention and its copy) give the same batches.
 #[test]
-fn batch_matches_alone_with_the_trait_defaults() {
+fn batch_matches_alone_with_the_slow_twins() {
     for name in ["qwen2.Q8_0", "gemma3.Q8_0"] {
         let path = common::golden(&format!("fixtures/{name}.gguf"));
-        let model = load_on(&path, TraitDefaults(CpuBackend::new(0).unwrap()));
+        let model = load_on(&path, OneAtATime(CpuBackend::new(0).unwrap()));
         let prompt = golden_prompt(&format!("fixtures/{name}.golden.jsonl"));
-        check_batch_matches_alone(&model, &prompt, &format!("{name} (trait defaults)"));
+        check_batch_matches_alone(&model, &prompt, &format!("{name} (one at a time)"));
     }
 }
 
@@ -333,9 +373,9 @@ fn batch_errors_leave_sessions_unchanged() {
     let mut a = session(&model);
     let mut b = session(&model);
     a.forward(&[1, 2, 3]).unwrap();
-    let mut scratch = Scratch::new(&model, 4, 1).unwrap();
-    let bad = model.config().n_vocab as u32;
-    let r = forward_batch(
+    let mut scratch = model.scratch(4, 1).unwrap();
+    let bad = model.info().n_vocab as u32;
+    let r = batch_logits(
         &mut scratch,
         &mut [
             BatchItem {
@@ -354,7 +394,7 @@ fn batch_errors_leave_sessions_unchanged() {
     assert_eq!(a.tokens(), [1, 2, 3]);
     assert!(b.tokens().is_empty());
     // More rows than the scratch holds.
-    let r = forward_batch(
+    let r = batch_logits(
         &mut scratch,
         &mut [BatchItem {
             session: &mut b,
@@ -402,7 +442,7 @@ fn measure_batched_decode_throughput() {
                     s
                 })
                 .collect();
-            let mut scratch = Scratch::new(&model, n_seq, n_seq).unwrap();
+            let mut scratch = model.scratch(n_seq, n_seq).unwrap();
             let t = std::time::Instant::now();
             for step in 0..steps {
                 let tok = [prompt[step % prompt.len()]];
@@ -414,7 +454,7 @@ fn measure_batched_decode_throughput() {
                         n_last: 1,
                     })
                     .collect();
-                forward_batch(&mut scratch, &mut items).unwrap();
+                batch_logits(&mut scratch, &mut items).unwrap();
             }
             let dt = t.elapsed().as_secs_f64();
             rates.push((steps * n_seq) as f64 / dt);

@@ -27,7 +27,7 @@ use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::webgpu::WebGpuBackend;
 use tinyllm::backend::Backend;
 use tinyllm::engine::{forward_batch, BatchItem, Session, SessionConfig};
-use tinyllm::model::{Model, Scratch};
+use tinyllm::model::{HeadResult, HeadWant, Model};
 
 use common::generation::{load_cases, load_on, teacher_forced, Case};
 
@@ -131,7 +131,9 @@ fn batched_digest<B: Backend>(model: &Arc<Model<B>>, cases: &[Case]) -> String {
         .collect();
     let n_ctx = cases.iter().map(|c| c.prompt.len()).max().unwrap_or(0) + BATCH_DECODE + 1;
     let mut sessions: Vec<Session<B>> = streams.iter().map(|_| session(model, n_ctx)).collect();
-    let mut scratch = Scratch::new(model, streams.len() * BATCH_CHUNK, streams.len()).expect("scratch");
+    let mut scratch = model
+        .scratch(streams.len() * BATCH_CHUNK, streams.len())
+        .expect("scratch");
     let mut h = Sha256::new();
     for pass in 0.. {
         // (stream, tokens, n_last) of this pass.
@@ -161,7 +163,13 @@ fn batched_digest<B: Backend>(model: &Arc<Model<B>>, cases: &[Case]) -> String {
                 n_last: *n_last,
             })
             .collect();
-        for logits in forward_batch(&mut scratch, &mut items).expect("batched pass") {
+        let results = forward_batch(&mut scratch, &mut items, HeadWant::Logits)
+            .and_then(|r| Ok(r.wait()?))
+            .expect("batched pass");
+        for r in results {
+            let HeadResult::Logits(logits) = r else {
+                panic!("logits asked for")
+            };
             add_f32(&mut h, &logits);
         }
     }
@@ -183,8 +191,8 @@ fn greedy<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], n: usize) -> Vec<u3
 fn compute() -> BTreeMap<String, Value> {
     let mut got = BTreeMap::new();
     let models = models();
-    for (set, kernels) in [("simd", Kernels::detect()), ("portable", Kernels::fast())] {
-        if set == "simd" && kernels.variant == "fast" {
+    for (set, kernels) in [("simd", Kernels::detect()), ("portable", Kernels::portable())] {
+        if set == "simd" && kernels.variant == "portable" {
             // No SIMD set on this CPU: the portable entries cover it.
             continue;
         }
@@ -195,30 +203,27 @@ fn compute() -> BTreeMap<String, Value> {
                 // The portable set is slow on real models; the fixtures cover its code.
                 continue;
             }
-            got.insert(format!("cpu/{set}/{name}/teacher_forced"), json!(teacher_forced_digest(&model, cases)));
-            got.insert(format!("cpu/{set}/{name}/batched"), json!(batched_digest(&model, cases)));
+            got.insert(
+                format!("cpu/{set}/{name}/teacher_forced"),
+                json!(teacher_forced_digest(&model, cases)),
+            );
+            got.insert(
+                format!("cpu/{set}/{name}/batched"),
+                json!(batched_digest(&model, cases)),
+            );
         }
     }
-    match WebGpuBackend::new() {
-        Ok(gpu) => {
-            for (name, path, cases) in &models {
-                let model = load_on(gpu.clone(), path);
-                let is_real = !path.starts_with(common::golden("fixtures"));
-                for case in cases.iter().take(if is_real { 1 } else { cases.len() }) {
-                    let n = if is_real { REAL_GREEDY } else { case.tokens.len() };
-                    got.insert(
-                        format!("webgpu/{name}/greedy/{}", case.name),
-                        json!(greedy(&model, &case.prompt, n)),
-                    );
-                }
+    if let Some(gpu) = common::device_or_skip(WebGpuBackend::new) {
+        for (name, path, cases) in &models {
+            let model = load_on(gpu.clone(), path);
+            let is_real = !path.starts_with(common::golden("fixtures"));
+            for case in cases.iter().take(if is_real { 1 } else { cases.len() }) {
+                let n = if is_real { REAL_GREEDY } else { case.tokens.len() };
+                got.insert(
+                    format!("webgpu/{name}/greedy/{}", case.name),
+                    json!(greedy(&model, &case.prompt, n)),
+                );
             }
-        }
-        Err(e) => {
-            assert!(
-                std::env::var("TINYLLM_REQUIRE_GPU").as_deref() != Ok("1"),
-                "TINYLLM_REQUIRE_GPU=1 but the WebGPU backend cannot start: {e}"
-            );
-            eprintln!("no WebGPU adapter ({e}): the webgpu entries are not compared");
         }
     }
     got

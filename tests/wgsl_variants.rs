@@ -8,7 +8,7 @@ use tinyllm::backend::webgpu::kernels::{self, Kernel};
 #[test]
 fn every_kernel_variant_parses_and_validates() {
     let variants = kernels::all_variants();
-    assert!(variants.len() > 3 * kernels::QUANT_TYPES.len());
+    assert!(variants.len() > 3 * kernels::quant_types().len());
     let mut names: Vec<String> = variants.iter().map(|k| k.variant()).collect();
     names.sort();
     names.dedup();
@@ -59,6 +59,12 @@ fn unsupported_formats_have_no_variant() {
     use tinyllm::quant::GgmlType;
     for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ2_XXS] {
         assert!(!kernels::supports(ty));
-        assert!(Kernel::Matmul(ty, 4, false, false).source().is_none(), "{ty}");
+        let k = Kernel::Matmul {
+            ty,
+            width: 4,
+            subgroup: false,
+            f16: false,
+        };
+        assert!(k.source().is_none(), "{ty}");
     }
 }

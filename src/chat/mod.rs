@@ -8,6 +8,7 @@ mod fallback;
 mod json;
 pub mod router;
 mod template;
+pub mod tools;
 
 pub use fallback::Family;
 pub use template::{ChatTemplate, RenderRequest, FUEL, MAX_OUTPUT_BYTES, MAX_RANGE_ITEMS, RECURSION_LIMIT};

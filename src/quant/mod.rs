@@ -14,8 +14,12 @@ pub mod float;
 pub mod fp4;
 pub mod iquant;
 mod iquant_grids;
+/// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS, for the SIMD kernels' lookups too.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use iquant_grids::KVALUES_IQ4NL;
 pub mod kquant;
 pub mod legacy;
+pub mod support;
 pub mod ternary;
 
 use std::fmt;
@@ -223,6 +227,46 @@ pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, Quan
         TQ1_0 | TQ2_0 => Ok(ternary::vec_dot(ty, w, act)),
         Q8_1 | Q8_K | F64 | I8 | I16 | I32 | I64 => Err(QuantError::Unsupported { ty, op: "vec_dot" }),
     }
+}
+
+#[cfg(test)]
+mod support_tests {
+    use super::*;
+
+    /// The table names formats the crate knows, once each, all with a scalar dot product.
+    #[test]
+    fn the_support_table_is_consistent() {
+        let all = supported(|_| true);
+        assert_eq!(all.len(), support::SUPPORT.len());
+        let mut seen = std::collections::HashSet::new();
+        for ty in all {
+            assert!(seen.insert(ty), "{ty} twice");
+            assert!(has_vec_dot(ty), "{ty} has no scalar reference");
+        }
+        for s in support::SUPPORT {
+            assert!(
+                !s.wgsl_texture || s.wgsl,
+                "{}: a texture decoder without a WGSL one",
+                s.name
+            );
+        }
+    }
+}
+
+/// Whether [`vec_dot`] multiplies rows of `ty` (every weight format; not the activation and
+/// integer types).
+pub fn has_vec_dot(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    !matches!(ty, Q8_1 | Q8_K | F64 | I8 | I16 | I32 | I64)
+}
+
+/// The formats of [`support::SUPPORT`] with `pick` set, in the table's order.
+pub fn supported(pick: impl Fn(&support::Support) -> bool) -> Vec<GgmlType> {
+    support::SUPPORT
+        .iter()
+        .filter(|s| pick(s))
+        .map(|s| GgmlType::from_name(s.name).expect("the support table names known types"))
+        .collect()
 }
 
 /// View `bytes` as a slice of block structs; errors (never panics) when misaligned.

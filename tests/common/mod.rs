@@ -24,6 +24,32 @@ pub fn real_model(name: &str) -> PathBuf {
     p
 }
 
+/// `open()`'s backend, or `None` when it cannot start: then the calling test is skipped. A
+/// skip is said on stderr and, when `TINYLLM_SKIP_LOG` names a file (scripts/test.sh sets it),
+/// recorded there, so the suite reports the test as skipped rather than passed. With
+/// `TINYLLM_REQUIRE_GPU=1` (CI, where lavapipe is installed) a backend that cannot start fails
+/// the test instead.
+pub fn device_or_skip<B, E: std::fmt::Display>(open: impl FnOnce() -> Result<B, E>) -> Option<B> {
+    match open() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            assert!(
+                std::env::var("TINYLLM_REQUIRE_GPU").as_deref() != Ok("1"),
+                "TINYLLM_REQUIRE_GPU=1 but the GPU backend cannot start: {e}"
+            );
+            let test = std::thread::current().name().unwrap_or("?").to_string();
+            eprintln!("skipping {test}: {e}");
+            if let Some(log) = std::env::var_os("TINYLLM_SKIP_LOG") {
+                use std::io::Write;
+                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+                    let _ = writeln!(f, "{test}: {e}");
+                }
+            }
+            None
+        }
+    }
+}
+
 /// A file in the repository's golden data directory (`tests/golden/` at the workspace root;
 /// this module is shared by the engine's and the CLI's tests, whose manifest dirs differ).
 pub fn golden(rel: &str) -> PathBuf {

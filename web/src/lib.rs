@@ -1,6 +1,9 @@
-//! Browser bindings for tinyllm. For now this exposes the engine's model inspection and
-//! tokenizer to JavaScript; the inference `Engine`, the npm package and the chat page follow
-//! once the forward graph and the WebGPU backend exist.
+//! Browser bindings for tinyllm. For now this exposes GGUF inspection to JavaScript. The engine
+//! it will wrap already builds for wasm32 with the WebGPU backend on the browser's WebGPU:
+//! `tinyllm::backend::AnyBackend::open_async`, `tinyllm::engine::Engine` and
+//! `tinyllm::engine::generate_async` (every readback awaited on the event loop), and
+//! `tinyllm::openai` for OpenAI-shaped requests and chunks; the npm package and the chat page
+//! are the next step.
 
 use wasm_bindgen::prelude::*;
 

@@ -2,12 +2,12 @@
 //! synthetic prompt of exactly N tokens, then greedy single-token steps), so the numbers can
 //! be set side by side with llama.cpp's `pp`/`tg` results.
 
-use super::engine::{load, AnyBackend, Loaded, ModelArgs};
+use super::load::{load, Loaded, ModelArgs};
 use super::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
-use tinyllm::backend::Backend;
+use tinyllm::backend::{AnyBackend, Backend};
 use tinyllm::engine::{Session, SessionConfig};
 
 #[derive(clap::Args, Debug)]
@@ -68,7 +68,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let decode = positive(a.decode_tokens, "--decode-tokens")?;
     let reps = positive(a.repetitions, "--repetitions")?;
     let loaded = load(&a.model)?;
-    let cfg = loaded.model.config();
+    let cfg = loaded.engine.model.info();
     let cap = if a.model.ctx == 0 {
         cfg.context_length
     } else {
@@ -86,7 +86,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .into());
     }
     let mut session = Session::new(
-        loaded.model.clone(),
+        loaded.engine.model.clone(),
         SessionConfig {
             n_ctx: longest + decode,
             ..SessionConfig::default()
@@ -110,8 +110,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 
     let mut out = std::io::stdout().lock();
-    let backend = loaded.model.backend().name();
-    let kernels = loaded.model.backend().detail();
+    let backend = loaded.engine.model.backend().name();
+    let kernels = loaded.engine.model.backend().detail();
     if a.json {
         let rows: Vec<_> = results
             .iter()
@@ -247,9 +247,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// `n` deterministic prompt ids: BOS first when the model adds one, then a fixed
 /// pseudo-random walk over the vocabulary that skips control and end-of-generation tokens
 /// (they can change the model's behaviour, not its cost, but keep the prompt ordinary text).
-fn prompt_ids(loaded: &Loaded<AnyBackend>, n: usize) -> anyhow::Result<Vec<u32>> {
-    let tok = &loaded.tokenizer;
-    let n_vocab = loaded.model.config().n_vocab.min(tok.vocab_size());
+fn prompt_ids(loaded: &Loaded, n: usize) -> anyhow::Result<Vec<u32>> {
+    let tok = &loaded.engine.tokenizer;
+    let n_vocab = loaded.engine.model.info().n_vocab.min(tok.vocab_size());
     let usable = |id: u32| !tok.is_control(id) && !tok.is_eog(id);
     let mut ids = Vec::with_capacity(n);
     if let Some(bos) = tok.bos().filter(|_| tok.add_bos()) {

@@ -1,16 +1,20 @@
 //! `chat`: an interactive conversation. Each turn renders the whole history through the chat
 //! template; the session's prefix reuse means only the new turn is computed. Ctrl-C stops the
 //! current answer, not the program.
+//!
+//! The weights load in the background while the first message is typed, so type-ahead goes to
+//! the line editor as typed (a terminal left in its line mode while loading would hand the
+//! editor a half-read line).
 
-use super::engine::{load, ModelArgs, SamplerArgs};
+use super::load::{load_opened, open, Loaded, ModelArgs, SamplerArgs};
+use super::run::shown;
 use super::InputError;
 use serde_json::json;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tinyllm::chat::RenderRequest;
-use tinyllm::engine::{generate, Flow, GenerateParams, StopReason};
-use tinyllm::sample::Sampler;
+use tinyllm::chat::router::Routed;
+use tinyllm::engine::{generate, Finish, Flow, Prompt, Settings};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -102,10 +106,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.n_predict == 0 {
         return Err(InputError("-n must be at least 1".into()).into());
     }
-    let sampler_cfg = a.sampler.config()?;
-    let loaded = load(&a.model)?;
-    let mut session = loaded.session(a.model.ctx)?;
-    let mut sampler = Sampler::new(sampler_cfg)?;
+    let sampler = a.sampler.config()?;
+    // A wrong model name or file is reported before anything is typed.
+    let opened = open(&a.model)?;
+    let model_args = a.model.clone();
+    let loading = std::thread::Builder::new()
+        .name("load".into())
+        .spawn(move || load_opened(&model_args, opened))?;
+    let mut loading = Some(loading);
+    let mut loaded: Option<(Loaded, tinyllm::engine::Session<tinyllm::backend::AnyBackend>)> = None;
+
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))?;
@@ -121,7 +131,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if interactive {
         eprintln!("{HELP}");
     }
-    let tok = &loaded.tokenizer;
+    let mut turn = 0u64;
     while let Some(msg) = input.message()? {
         match msg.trim() {
             "" => continue,
@@ -132,71 +142,90 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             "/reset" => {
                 history = system.clone();
-                session.reset();
-                sampler.reset();
+                if let Some((_, session)) = &mut loaded {
+                    session.reset();
+                }
+                turn = 0;
                 eprintln!("(conversation reset)");
                 continue;
             }
             _ => {}
         }
+        if loaded.is_none() {
+            if let Some(handle) = loading.take() {
+                if !handle.is_finished() && interactive {
+                    eprintln!("(loading the model...)");
+                }
+                let l = handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("loading the model failed unexpectedly"))??;
+                let session = l.engine.session(a.model.ctx)?;
+                loaded = Some((l, session));
+            }
+        }
+        let Some((l, session)) = &mut loaded else { break };
+        let engine = &l.engine;
         history.push(json!({"role": "user", "content": msg}));
-        let rendered = loaded.template.render(&RenderRequest {
-            messages: &history,
-            tools: None,
-            add_generation_prompt: true,
-            kwargs: &serde_json::Map::new(),
+        let prepared = engine.prepare(&Prompt::Chat {
+            messages: history.clone(),
+            tools: Vec::new(),
+            tool_choice: Default::default(),
+            kwargs: Default::default(),
         })?;
-        let prompt = loaded.encode_chat(&rendered);
-        if prompt.len() >= session.n_ctx() {
+        if prepared.prompt.len() >= session.n_ctx() {
             history.pop();
             eprintln!(
                 "(the conversation has {} tokens and no longer fits the context of {}: /reset or raise --ctx)",
-                prompt.len(),
+                prepared.prompt.len(),
                 session.n_ctx()
             );
             continue;
         }
         cancel.store(false, Ordering::Relaxed);
-        let params = GenerateParams {
-            max_tokens: a.n_predict,
-            top_logprobs: 0,
+        // Each turn draws from its own stream of the seed.
+        let mut turn_sampler = sampler.clone();
+        turn_sampler.seed = sampler.seed.wrapping_add(turn);
+        turn += 1;
+        let settings = Settings {
+            sampler: turn_sampler,
+            max_tokens: Some(a.n_predict),
+            ..Settings::default()
         };
-        let mut decoder = tok.stream_decoder();
+        let mut gen = engine.generation(prepared, settings)?;
         let mut answer = String::new();
         let mut stdout = std::io::stdout().lock();
-        let out = generate(
-            &mut session,
-            &mut sampler,
-            &prompt,
-            &params,
-            |t| tok.is_eog(t),
-            &cancel,
-            |ev| {
-                if !tok.is_eog(ev.token) {
-                    let piece = decoder.push(ev.token).unwrap_or_default();
-                    answer.push_str(&piece);
-                    let _ = stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush());
+        let finish = generate(session, &mut gen, &cancel, |step| {
+            for r in &step.outputs {
+                if let Routed::Content(t) = r {
+                    answer.push_str(t);
                 }
-                Flow::Continue
-            },
-        )?;
-        let rest = decoder.finish();
-        answer.push_str(&rest);
-        writeln!(stdout, "{rest}")?;
-        if out.stop == StopReason::Cancelled {
+            }
+            let _ = stdout
+                .write_all(shown(&step.outputs).as_bytes())
+                .and_then(|_| stdout.flush());
+            Flow::Continue
+        })?;
+        writeln!(stdout)?;
+        if finish == Finish::Cancelled {
             eprintln!("(stopped)");
         }
         if interactive {
-            let t = out.timings;
+            let t = gen.usage();
             eprintln!(
                 "[{} new prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s]",
                 t.prompt_tokens - t.cached_tokens,
                 t.prefill_tok_s(),
-                t.generated_tokens,
+                t.completion_tokens,
                 t.decode_tok_s()
             );
         }
         history.push(json!({"role": "assistant", "content": answer}));
+    }
+    // Input ended before the model was needed: still report a model that does not load.
+    if let Some(handle) = loading {
+        handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("loading the model failed unexpectedly"))??;
     }
     Ok(())
 }

@@ -2,8 +2,8 @@
 
 mod bench;
 mod chat;
-pub(crate) mod engine;
 mod inspect;
+pub(crate) mod load;
 mod pull;
 mod run;
 mod serve;
@@ -22,7 +22,7 @@ pub struct InputError(pub String);
 #[command(
     name = "tinyllm-native",
     version,
-    about = "Run GGUF language models: inspect, tokenize, template"
+    about = "Run GGUF language models: chat, generate, serve an OpenAI-compatible API, benchmark; inspect models, tokenize, render templates"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -90,22 +90,13 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || e.is::<serde_json::Error>()
             || e.is::<tinyllm::sample::SamplerError>()
             || e.downcast_ref::<tinyllm::engine::EngineError>()
-                .is_some_and(is_input_engine_error)
+                .is_some_and(tinyllm::engine::EngineError::is_input)
     });
     if input {
         2
     } else {
         1
     }
-}
-
-/// Engine errors caused by what the user asked for (not by the machine).
-fn is_input_engine_error(e: &tinyllm::engine::EngineError) -> bool {
-    use tinyllm::engine::EngineError::*;
-    matches!(
-        e,
-        ContextOverflow { .. } | TokenOutOfRange { .. } | EmptyInput | NothingToGenerate
-    )
 }
 
 /// Open a model given as a path or alias (fetching a missing alias into the cache); a bad

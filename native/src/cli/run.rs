@@ -1,15 +1,14 @@
 //! `run`: generate from one prompt and stream the text (or print one JSON object).
 
-use super::engine::{load, ModelArgs, SamplerArgs};
+use super::load::{load, ModelArgs, SamplerArgs};
 use super::tokenize::parse_ids;
 use super::{text_or_stdin, InputError};
 use serde_json::json;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use tinyllm::chat::RenderRequest;
-use tinyllm::engine::{generate, Flow, GenerateParams, StopReason};
-use tinyllm::sample::Sampler;
+use tinyllm::chat::router::Routed;
+use tinyllm::engine::{generate, Finish, Flow, Prompt, Settings, Step};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -46,131 +45,132 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.n_predict < 1 {
         return Err(InputError(format!("-n must be at least 1, got {}", a.n_predict)).into());
     }
-    let sampler_cfg = a.sampler.config()?;
+    let sampler = a.sampler.config()?;
     let loaded = load(&a.model)?;
-    let prompt: Vec<u32> = match &a.prompt_ids {
-        Some(ids) => {
-            let ids = parse_ids(ids)?;
-            let n_vocab = loaded.model.config().n_vocab;
-            if let Some(bad) = ids.iter().find(|&&id| id as usize >= n_vocab) {
-                return Err(InputError(format!(
-                    "--prompt-ids: token id {bad} is outside the vocabulary ({n_vocab} tokens)"
-                ))
-                .into());
-            }
-            ids
-        }
+    let engine = &loaded.engine;
+    let prompt = match &a.prompt_ids {
+        Some(ids) => Prompt::Ids(parse_ids(ids)?),
         None => {
             let text = text_or_stdin(a.prompt.clone())?;
             if a.raw {
-                loaded.tokenizer.encode(&text, true, true)
+                Prompt::Text {
+                    text,
+                    add_special: true,
+                    parse_special: true,
+                }
             } else {
-                let messages = [json!({"role": "user", "content": text})];
-                let rendered = loaded.template.render(&RenderRequest {
-                    messages: &messages,
-                    tools: None,
-                    add_generation_prompt: true,
-                    kwargs: &serde_json::Map::new(),
-                })?;
-                loaded.encode_chat(&rendered)
+                Prompt::user(&text)
             }
         }
     };
-    if prompt.is_empty() {
-        return Err(InputError("the prompt is empty".into()).into());
-    }
-    let mut session = loaded.session(a.model.ctx)?;
-    if prompt.len() > session.n_ctx() {
+    let prepared = engine.prepare(&prompt).map_err(|e| match e {
+        tinyllm::engine::EngineError::TokenOutOfRange { .. } => InputError(format!("--prompt-ids: {e}")).into(),
+        e => anyhow::Error::from(e),
+    })?;
+    let mut session = engine.session(a.model.ctx)?;
+    if prepared.prompt.len() >= session.n_ctx() {
         return Err(InputError(format!(
-            "the prompt has {} tokens but the context holds {} (raise --ctx, up to the model's {})",
-            prompt.len(),
+            "the prompt has {} tokens but the context holds {} with room for at least one generated token \
+             (raise --ctx, up to the model's {})",
+            prepared.prompt.len(),
             session.n_ctx(),
-            loaded.model.config().context_length
+            engine.model.info().context_length
         ))
         .into());
     }
+    let settings = Settings {
+        sampler,
+        max_tokens: Some(a.n_predict as usize),
+        logprobs: (a.top_logprobs > 0).then_some(a.top_logprobs),
+        ..Settings::default()
+    };
+    let mut gen = engine.generation(prepared, settings)?;
 
     // Ctrl-C stops generation between tokens; what was generated so far is still printed.
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::Relaxed));
 
-    let mut sampler = Sampler::new(sampler_cfg)?;
-    let params = GenerateParams {
-        max_tokens: a.n_predict as usize,
-        top_logprobs: a.top_logprobs,
-    };
-    let mut decoder = loaded.tokenizer.stream_decoder();
     let mut stdout = std::io::stdout().lock();
     let mut write_err = None;
-    let tok = &loaded.tokenizer;
-    let out = generate(
-        &mut session,
-        &mut sampler,
-        &prompt,
-        &params,
-        |t| tok.is_eog(t),
-        &cancel,
-        |ev| {
-            if a.json || tok.is_eog(ev.token) {
-                return Flow::Continue;
+    let mut steps: Vec<Step> = Vec::new();
+    let finish = generate(&mut session, &mut gen, &cancel, |step| {
+        if !a.json {
+            let text = shown(&step.outputs);
+            if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()) {
+                write_err = Some(e);
+                return Flow::Stop;
             }
-            let piece = decoder.push(ev.token).unwrap_or_default();
-            match stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()) {
-                Ok(()) => Flow::Continue,
-                Err(e) => {
-                    write_err = Some(e);
-                    Flow::Stop
-                }
-            }
-        },
-    )?;
+        }
+        steps.push(step.clone());
+        Flow::Continue
+    })?;
     if let Some(e) = write_err {
         return Err(e.into());
     }
-    let t = out.timings;
+    let t = gen.usage();
+    let (tps, dps) = (t.prefill_tok_s(), t.decode_tok_s());
     if a.json {
-        let text_ids: Vec<u32> = out.tokens.iter().copied().filter(|&id| !tok.is_eog(id)).collect();
-        let top: Vec<Vec<(u32, f32)>> = out.top_logprobs.clone();
+        let tokens: Vec<u32> = steps.iter().filter_map(|s| s.token).collect();
+        let top: Vec<Vec<(u32, f32)>> = steps
+            .iter()
+            .filter_map(|s| s.logprob.as_ref())
+            .map(|lp| lp.top.iter().map(|(id, _, l)| (*id, *l)).collect())
+            .collect();
+        let text: String = steps.iter().map(|s| shown(&s.outputs)).collect();
         let j = json!({
-            "tokens": out.tokens,
-            "text": tok.decode(&text_ids)?,
+            "tokens": tokens,
+            "text": text,
             "top_logprobs": top,
-            "stop": stop_name(out.stop),
+            "stop": stop_name(finish),
             "timings": {
                 "prompt_tokens": t.prompt_tokens,
-                "generated_tokens": t.generated_tokens,
+                "generated_tokens": t.completion_tokens,
                 "prefill_s": t.prefill_s,
                 "decode_s": t.decode_s,
-                "prefill_tok_s": t.prefill_tok_s(),
-                "decode_tok_s": t.decode_tok_s(),
+                "prefill_tok_s": tps,
+                "decode_tok_s": dps,
                 "threads": loaded.threads,
-                "backend": tinyllm::backend::Backend::name(loaded.model.backend()),
+                "backend": tinyllm::backend::Backend::name(engine.model.backend()),
             }
         });
         writeln!(stdout, "{j}")?;
     } else {
-        stdout.write_all(decoder.finish().as_bytes())?;
         writeln!(stdout)?;
         eprintln!(
-            "[{} prompt tokens at {:.1} tok/s, {} generated at {:.1} tok/s, {} threads, stop: {}]",
+            "[{} prompt tokens at {tps:.1} tok/s, {} generated at {dps:.1} tok/s, {} threads, stop: {}]",
             t.prompt_tokens,
-            t.prefill_tok_s(),
-            t.generated_tokens,
-            t.decode_tok_s(),
+            t.completion_tokens,
             loaded.threads,
-            stop_name(out.stop)
+            stop_name(finish)
         );
     }
     Ok(())
 }
 
-/// The stop reason as printed (`eog` is llama.cpp's "eos").
-pub fn stop_name(s: StopReason) -> &'static str {
-    match s {
-        StopReason::EndOfGeneration => "eos",
-        StopReason::Length => "length",
-        StopReason::ContextFull => "context",
-        StopReason::Cancelled => "cancelled",
+/// The text of routed outputs as a terminal shows it: content and reasoning as they come,
+/// a tool call as one line of JSON.
+pub fn shown(outputs: &[Routed]) -> String {
+    let mut s = String::new();
+    for r in outputs {
+        match r {
+            Routed::Content(t) | Routed::Reasoning(t) => s.push_str(t),
+            Routed::ToolCall(c) => {
+                s.push_str(&json!({"tool_call": {"name": c.name, "arguments": c.arguments}}).to_string());
+                s.push('\n');
+            }
+        }
+    }
+    s
+}
+
+/// The stop reason as printed (`eos` is llama.cpp's name for end of generation).
+pub fn stop_name(f: Finish) -> &'static str {
+    match f {
+        Finish::EndOfGeneration => "eos",
+        Finish::StopString => "stop",
+        Finish::Length => "length",
+        Finish::ContextFull => "context",
+        Finish::Cancelled => "cancelled",
     }
 }

@@ -1,6 +1,6 @@
 //! `serve`: the OpenAI-compatible HTTP server (see `crate::server`).
 
-use super::engine::{load, ModelArgs};
+use super::load::{load, ModelArgs};
 use super::InputError;
 use crate::server;
 use tinyllm::backend::Backend;
@@ -52,16 +52,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     });
     let loaded = load(&a.model)?;
+    let backend = loaded.engine.model.backend();
     eprintln!(
         "model {model_name}: backend {} ({}), {} threads",
-        loaded.model.backend().name(),
-        loaded.model.backend().detail(),
+        backend.name(),
+        backend.detail(),
         loaded.threads
     );
     let app = server::app(
-        loaded.model,
-        loaded.tokenizer,
-        loaded.template,
+        loaded.engine,
         server::Options {
             model_name,
             n_ctx: a.model.ctx,

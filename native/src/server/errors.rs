@@ -107,6 +107,28 @@ impl ApiError {
     }
 }
 
+/// A request the OpenAI layer refuses: 400 with its parameter and code.
+impl From<tinyllm::openai::OpenAiError> for ApiError {
+    fn from(e: tinyllm::openai::OpenAiError) -> Self {
+        ApiError {
+            param: e.param,
+            code: e.code,
+            ..ApiError::bad_request(e.message)
+        }
+    }
+}
+
+impl ApiError {
+    /// An engine error: the request's fault (400, `prompt_param` naming where the prompt came
+    /// from) or the server's (500).
+    pub fn engine(e: tinyllm::engine::EngineError, prompt_param: &str) -> Self {
+        match tinyllm::openai::OpenAiError::from_engine(e, prompt_param) {
+            Ok(bad) => bad.into(),
+            Err(e) => ApiError::internal(e.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (self.status, axum::Json(self.body())).into_response();

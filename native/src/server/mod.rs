@@ -1,9 +1,11 @@
 //! `tinyllm-native serve`: an OpenAI-compatible HTTP server.
 //!
 //! Axum handles HTTP on a small tokio runtime; the model runs on one engine thread
-//! ([`scheduler`]) that the handlers reach only through channels. Modules: [`types`] (request
-//! shapes), [`errors`] (OpenAI error objects), [`sse`] (the streaming state machine),
-//! [`handlers`] (one file per endpoint group), [`page`] (the chat page at `/`).
+//! ([`scheduler`]: slots and batching) that the handlers reach only through channels. What an
+//! answer is (template, sampling, routing, usage) and the OpenAI shapes are the library's
+//! (`tinyllm::engine`, `tinyllm::openai`); this module keeps HTTP: [`errors`] (error objects
+//! with their status), [`sse`] (the streaming transport), [`handlers`] (one file per endpoint
+//! group), [`page`] (the chat page at `/`), [`metrics`].
 
 mod errors;
 mod handlers;
@@ -11,10 +13,7 @@ mod metrics;
 mod page;
 mod scheduler;
 mod sse;
-mod stop;
-mod types;
 
-use crate::cli::engine::AnyBackend;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method};
 use axum::middleware::{self, Next};
@@ -25,10 +24,8 @@ use errors::ApiError;
 use metrics::Metrics;
 use scheduler::Scheduler;
 use std::sync::Arc;
-use tinyllm::chat::router::ToolFormat;
-use tinyllm::chat::ChatTemplate;
-use tinyllm::model::Model;
-use tinyllm::tokenizer::Tokenizer;
+use tinyllm::backend::AnyBackend;
+use tinyllm::engine::Engine;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 /// Server settings from the command line.
@@ -48,9 +45,8 @@ pub struct Options {
 /// What every handler can reach.
 pub struct AppState {
     pub scheduler: Scheduler,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: ChatTemplate,
-    pub tool_format: ToolFormat,
+    /// The model with its tokenizer and template (the scheduler runs a clone of it).
+    pub engine: Engine<AnyBackend>,
     pub model_name: String,
     /// Context per slot, in tokens.
     pub n_ctx: usize,
@@ -62,33 +58,14 @@ pub struct AppState {
 
 pub type Shared = Arc<AppState>;
 
-impl AppState {
-    /// Tokenize a rendered chat prompt ([`Tokenizer::encode_chat`]).
-    pub fn encode_chat(&self, rendered: &str) -> Vec<u32> {
-        self.tokenizer.encode_chat(rendered)
-    }
-}
-
 /// Start the engine and build the application (routes, auth, CORS).
-pub fn app(
-    model: Arc<Model<AnyBackend>>,
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
-    opts: Options,
-) -> anyhow::Result<Router> {
-    let tokenizer = Arc::new(tokenizer);
+pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<Router> {
     let metrics = Arc::new(Metrics::default());
-    let n_vocab = model.config().n_vocab;
-    let trained = model.config().context_length;
-    let n_ctx = if opts.n_ctx == 0 {
-        trained
-    } else {
-        opts.n_ctx.min(trained)
-    };
+    let n_vocab = engine.model.info().n_vocab;
+    let n_ctx = engine.n_ctx(opts.n_ctx);
     eprintln!("{} slots of {n_ctx} tokens, queue of {}", opts.parallel, opts.queue);
     let scheduler = Scheduler::start(
-        model,
-        tokenizer.clone(),
+        engine.clone(),
         opts.parallel,
         n_ctx,
         opts.queue,
@@ -97,9 +74,7 @@ pub fn app(
     )?;
     let state = Arc::new(AppState {
         scheduler,
-        tokenizer,
-        tool_format: ToolFormat::detect(template.source()),
-        template,
+        engine,
         model_name: opts.model_name,
         n_ctx,
         n_vocab,
@@ -127,17 +102,17 @@ fn cors(origins: &[String]) -> anyhow::Result<CorsLayer> {
 }
 
 fn routes(state: Shared, cors: CorsLayer) -> Router {
-    use handlers::{chat, completions, info, tokens};
+    use handlers::{generate, info, tokens};
     Router::new()
         .route("/", get(page::index))
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
         .route("/v1/models", get(info::models))
         .route("/models", get(info::models))
-        .route("/v1/chat/completions", post(chat::handle))
-        .route("/chat/completions", post(chat::handle))
-        .route("/v1/completions", post(completions::handle))
-        .route("/completions", post(completions::handle))
+        .route("/v1/chat/completions", post(generate::chat))
+        .route("/chat/completions", post(generate::chat))
+        .route("/v1/completions", post(generate::completions))
+        .route("/completions", post(generate::completions))
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route("/apply-template", post(tokens::apply_template))

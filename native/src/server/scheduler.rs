@@ -3,101 +3,45 @@
 //! messages: a bounded queue of [`Job`]s in, a channel of [`Event`]s per job out.
 //!
 //! Each of the `--parallel` slots keeps its own [`Session`], so prefix reuse works per slot: a
-//! new job goes to the free slot sharing the longest prefix with its prompt (else the least
-//! recently used one).
+//! new job goes to the free slot whose state can reuse the longest prefix of its prompt (else
+//! the least recently used one).
 //!
 //! Continuous batching: every engine step is ONE forward pass ([`forward_batch`]) holding the
 //! next token of every decoding slot plus up to `--prefill-chunk` prompt tokens of slots still
 //! prefilling (oldest first). The weight matmuls thus see all active sequences at once, and a
 //! long new prompt is evaluated in chunks between decode steps instead of stalling the running
-//! streams until it is done.
+//! streams until it is done. What happens to each sequence's result (sampling, stop strings,
+//! detokenizing, routing, usage) is the library's [`Generation`], as for the CLI.
 
 use super::errors::ApiError;
 use super::metrics::Metrics;
-use super::stop::StopMatcher;
-use crate::cli::engine::AnyBackend;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tinyllm::engine::{forward_batch, forward_batch_candidates, BatchItem, Session, SessionConfig};
-use tinyllm::model::{Model, Scratch};
-use tinyllm::sample::{log_softmax_top_k, Candidates, Plan, Sampler, SamplerConfig};
-use tinyllm::tokenizer::{StreamDecoder, Tokenizer};
+use tinyllm::backend::AnyBackend;
+use tinyllm::engine::{
+    forward_batch, head_of, BatchItem, Engine, Finish, Generation, Head, Prepared, Session, SessionConfig, Settings,
+    Step, Usage, Want,
+};
 use tokio::sync::mpsc;
 
-/// One generation request, ready for the engine (prompt tokenized and checked).
+/// One generation request, ready for the engine (prompt prepared and checked).
 pub struct Job {
     pub id: u64,
     /// For the log line: `chat` or `completion`.
     pub kind: &'static str,
-    pub prompt: Vec<u32>,
-    pub sampler: SamplerConfig,
-    pub max_tokens: usize,
-    /// Alternatives per token; `None` when logprobs are off.
-    pub logprobs: Option<usize>,
-    pub stop: Vec<String>,
-    /// When not empty, the answer must begin with one of these token sequences: the next
-    /// tokens are masked to those that keep it on one of them (`tool_choice: "required"`
-    /// picking among the declared tool names).
-    pub must_start: Vec<Vec<u32>>,
+    pub prepared: Prepared,
+    pub settings: Settings,
     /// Set when the client goes away; checked before every step.
     pub cancel: Arc<AtomicBool>,
     pub events: mpsc::UnboundedSender<Event>,
 }
 
-/// Log-probability of one generated token and its best alternatives.
-#[derive(Debug, Clone)]
-pub struct TokenLogprob {
-    pub piece: Vec<u8>,
-    pub logprob: f32,
-    pub top: Vec<(Vec<u8>, f32)>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// End-of-generation token or a stop string.
-    Stop,
-    /// `max_tokens` or the end of the context.
-    Length,
-    /// The client went away.
-    Cancelled,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Usage {
-    pub prompt_tokens: usize,
-    pub cached_tokens: usize,
-    pub completion_tokens: usize,
-    pub prefill_s: f64,
-    pub decode_s: f64,
-}
-
-impl Usage {
-    pub fn prefill_tok_s(&self) -> f64 {
-        rate((self.prompt_tokens - self.cached_tokens) as f64, self.prefill_s)
-    }
-    pub fn decode_tok_s(&self) -> f64 {
-        rate(self.completion_tokens.saturating_sub(1) as f64, self.decode_s)
-    }
-}
-
-fn rate(n: f64, s: f64) -> f64 {
-    if s > 0.0 {
-        n / s
-    } else {
-        0.0
-    }
-}
-
 /// What the engine reports for a job.
 #[derive(Debug, Clone)]
 pub enum Event {
-    /// One generated token: the text it completes (possibly empty: held back for a stop string
-    /// or an incomplete UTF-8 character) and its logprobs when asked for.
-    Token {
-        text: String,
-        logprob: Option<TokenLogprob>,
-    },
+    /// One generated token and what it decided of the answer.
+    Step(Step),
     Done {
         finish: Finish,
         usage: Usage,
@@ -117,8 +61,7 @@ impl Scheduler {
     /// Allocate the slots' sessions (so a context too big for memory fails at startup) and
     /// start the engine thread.
     pub fn start(
-        model: Arc<Model<AnyBackend>>,
-        tokenizer: Arc<Tokenizer>,
+        engine: Engine<AnyBackend>,
         slots: usize,
         n_ctx: usize,
         queue: usize,
@@ -130,7 +73,7 @@ impl Scheduler {
             // Every pass goes through the shared batch scratch below, so the session's own
             // scratch only needs one row.
             sessions.push(Session::new(
-                model.clone(),
+                engine.model.clone(),
                 SessionConfig {
                     n_ctx,
                     n_batch: 1,
@@ -140,11 +83,11 @@ impl Scheduler {
         }
         let prefill_chunk = prefill_chunk.max(1);
         // One pass holds a decode row per slot plus one prefill chunk.
-        let scratch = Scratch::new(&model, slots + prefill_chunk, slots)?;
+        let scratch = engine.model.scratch(slots + prefill_chunk, slots)?;
         let (tx, rx) = mpsc::channel(queue.max(1));
         std::thread::Builder::new().name("engine".into()).spawn(move || {
-            let mut engine = Engine {
-                tok: &tokenizer,
+            let mut run = Loop {
+                engine: &engine,
                 slots: sessions
                     .into_iter()
                     .map(|session| Slot {
@@ -158,7 +101,7 @@ impl Scheduler {
                 scratch,
                 prefill_chunk,
             };
-            engine.run(rx);
+            run.run(rx);
         })?;
         Ok(Scheduler {
             tx,
@@ -226,51 +169,37 @@ struct Slot<'t> {
 
 /// A job running in a slot.
 struct Active<'t> {
-    job: Job,
-    sampler: Sampler,
-    phase: Phase,
-    decoder: StreamDecoder<'t>,
-    stop: StopMatcher,
-    usage: Usage,
+    id: u64,
+    kind: &'static str,
+    events: mpsc::UnboundedSender<Event>,
+    cancel: Arc<AtomicBool>,
+    gen: Generation<'t>,
+    /// The output head's result for the next token, once the prompt is evaluated.
+    next: Option<Head>,
     started: Instant,
-}
-
-enum Phase {
-    /// Prompt tokens from `session.pos()` on are still to be evaluated.
-    Prefill,
-    /// Generating; `next` is what the last pass gave for the next token.
-    Decode { next: Head, decode_start: Instant },
-}
-
-/// A pass's output for one slot: the next token's logits, or only its sampler candidates
-/// (when no slot of the pass needs logits: no logprobs, no forced start). A GPU then reads back
-/// a few hundred bytes per slot; the CPU skips copying a vocabulary of logits per slot.
-enum Head {
-    Logits(Vec<f32>),
-    /// The candidates for the pass's plan (the union of its slots' plans).
-    Candidates(Candidates, Arc<Plan>),
 }
 
 /// What a slot puts into the next pass.
 struct Feed {
     slot: usize,
     tokens: Vec<u32>,
-    /// Whether this pass ends the prompt (then the slot needs the last token's logits).
+    /// Whether the pass ends with this slot's next token to sample (a decode step, or the
+    /// prompt's last chunk).
     last: bool,
 }
 
-struct Engine<'t> {
-    tok: &'t Tokenizer,
+struct Loop<'t> {
+    engine: &'t Engine<AnyBackend>,
     slots: Vec<Slot<'t>>,
     metrics: Arc<Metrics>,
     clock: u64,
     /// Activations of one batched pass: `slots + prefill_chunk` rows.
-    scratch: Scratch<AnyBackend>,
+    scratch: tinyllm::model::Scratch<AnyBackend>,
     /// Most prompt tokens evaluated per pass.
     prefill_chunk: usize,
 }
 
-impl<'t> Engine<'t> {
+impl<'t> Loop<'t> {
     fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
         loop {
             // Fill free slots: block for work only when nothing is running.
@@ -308,7 +237,7 @@ impl<'t> Engine<'t> {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.active.is_none())
-            .max_by_key(|(_, s)| slot_preference(&s.session, &job.prompt, s.last_used))
+            .max_by_key(|(_, s)| slot_preference(&s.session, &job.prepared.prompt, s.last_used))
             .map(|(i, _)| i)
         else {
             return;
@@ -316,63 +245,76 @@ impl<'t> Engine<'t> {
         self.clock += 1;
         let slot = &mut self.slots[i];
         slot.last_used = self.clock;
-        let sampler = match Sampler::new(job.sampler.clone()) {
-            Ok(s) => s,
+        let started = Instant::now();
+        let cached = slot.session.reuse_prefix(&job.prepared.prompt);
+        let gen = cached
+            .and_then(|cached| {
+                let mut gen = self.engine.generation(job.prepared, job.settings)?;
+                gen.set_cached(cached);
+                Ok(gen)
+            })
+            .map_err(|e| e.to_string());
+        let gen = match gen {
+            Ok(g) => g,
             Err(e) => {
-                let _ = job.events.send(Event::Failed(e.to_string()));
+                let _ = job.events.send(Event::Failed(e));
                 return;
             }
         };
-        let cached = slot.session.reuse_prefix(&job.prompt);
-        let usage = Usage {
-            prompt_tokens: job.prompt.len(),
-            cached_tokens: cached,
-            ..Usage::default()
-        };
         Metrics::add(&self.metrics.slots_busy, 1);
         slot.active = Some(Active {
-            stop: StopMatcher::new(job.stop.clone()),
-            job,
-            sampler,
-            phase: Phase::Prefill,
-            decoder: StreamDecoder::new(self.tok),
-            usage,
-            started: Instant::now(),
+            id: job.id,
+            kind: job.kind,
+            events: job.events,
+            cancel: job.cancel,
+            gen,
+            next: None,
+            started,
         });
     }
 
     /// One engine step: sample a token for every decoding slot, then run one forward pass over
     /// those tokens and the next prompt chunk(s).
     fn step(&mut self) {
-        let tok = self.tok;
         let mut feeds = Vec::new();
         for i in 0..self.slots.len() {
             let slot = &mut self.slots[i];
             let Some(a) = slot.active.as_mut() else { continue };
-            let outcome = match &a.phase {
-                Phase::Decode { .. } => sample(a, &slot.session, tok),
-                Phase::Prefill if a.job.cancel.load(Ordering::Relaxed) => Err(Finish::Cancelled),
-                Phase::Prefill => continue,
+            if a.cancel.load(Ordering::Relaxed) {
+                self.finish(i, Finish::Cancelled);
+                continue;
+            }
+            let Some(head) = a.next.take() else { continue };
+            let outcome = a.gen.step(head, slot.session.tokens(), slot.session.n_ctx());
+            let step = match outcome {
+                Ok(step) => step,
+                Err(e) => {
+                    self.fail(i, &e.to_string());
+                    continue;
+                }
             };
-            match outcome {
-                Ok(token) => feeds.push(Feed {
+            let (token, finish) = (step.token, step.finish);
+            if a.events.send(Event::Step(step)).is_err() {
+                self.finish(i, Finish::Cancelled);
+                continue;
+            }
+            match (finish, token) {
+                (Some(f), _) => self.finish(i, f),
+                (None, Some(t)) => feeds.push(Feed {
                     slot: i,
-                    tokens: vec![token],
+                    tokens: vec![t],
                     last: true,
                 }),
-                Err(finish) => self.finish(i, finish),
+                (None, None) => self.fail(i, "a step without a token"),
             }
         }
         // Prompt chunks, oldest job first, within the per-pass budget.
         let mut prefilling: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {
-                matches!(
-                    self.slots[i].active,
-                    Some(Active {
-                        phase: Phase::Prefill,
-                        ..
-                    })
-                )
+                let s = &self.slots[i];
+                s.active
+                    .as_ref()
+                    .is_some_and(|a| a.next.is_none() && s.session.pos() < a.gen.prompt().len())
             })
             .collect();
         prefilling.sort_by_key(|&i| self.slots[i].last_used);
@@ -383,7 +325,7 @@ impl<'t> Engine<'t> {
             }
             let slot = &self.slots[i];
             let Some(a) = &slot.active else { continue };
-            let rest = &a.job.prompt[slot.session.pos()..];
+            let rest = &a.gen.prompt()[slot.session.pos()..];
             let n = rest.len().min(budget);
             budget -= n;
             feeds.push(Feed {
@@ -395,13 +337,24 @@ impl<'t> Engine<'t> {
         if feeds.is_empty() {
             return;
         }
-        let plan = self.pass_plan(&feeds).map(Arc::new);
-        Metrics::add(&self.metrics.passes, 1);
-        if plan.is_some() {
-            Metrics::add(&self.metrics.candidate_passes, 1);
+        // One head for the pass: the logits if a slot needs them, else the union of the
+        // slots' candidate plans (or the argmax when all are plain greedy).
+        let wants: Vec<Want> = feeds
+            .iter()
+            .filter(|f| f.last)
+            .filter_map(|f| {
+                let s = &self.slots[f.slot];
+                Some(s.active.as_ref()?.gen.want(s.session.tokens(), &f.tokens))
+            })
+            .collect();
+        let want = Want::union(&wants);
+        let m = &self.metrics;
+        Metrics::add(&m.passes, 1);
+        if want != Want::Logits {
+            Metrics::add(&m.candidate_passes, 1);
         }
-        Metrics::add(&self.metrics.pass_sequences, feeds.len() as u64);
-        Metrics::max(&self.metrics.pass_sequences_max, feeds.len() as u64);
+        Metrics::add(&m.pass_sequences, feeds.len() as u64);
+        Metrics::max(&m.pass_sequences_max, feeds.len() as u64);
         let result = {
             let mut sessions: Vec<Option<&mut Session<AnyBackend>>> =
                 self.slots.iter_mut().map(|s| Some(&mut s.session)).collect();
@@ -415,18 +368,10 @@ impl<'t> Engine<'t> {
                     })
                 })
                 .collect();
-            match &plan {
-                Some(plan) => forward_batch_candidates(&mut self.scratch, &mut items, plan).map(|c| {
-                    c.into_iter()
-                        .map(|mut rows| rows.pop().map(|c| Head::Candidates(c, Arc::clone(plan))))
-                        .collect::<Vec<_>>()
-                }),
-                None => forward_batch(&mut self.scratch, &mut items)
-                    .map(|l| l.into_iter().map(|l| Some(Head::Logits(l))).collect()),
-            }
+            forward_batch(&mut self.scratch, &mut items, want.head()).and_then(|r| Ok(r.wait()?))
         };
-        let heads = match result {
-            Ok(h) => h,
+        let results = match result {
+            Ok(r) => r,
             Err(e) => {
                 for f in &feeds {
                     self.fail(f.slot, &e.to_string());
@@ -434,46 +379,19 @@ impl<'t> Engine<'t> {
                 return;
             }
         };
-        for (f, head) in feeds.iter().zip(heads) {
-            let Some(next) = head else { continue };
-            let Some(a) = self.slots[f.slot].active.as_mut() else {
-                continue;
-            };
+        for (f, result) in feeds.iter().zip(results) {
             if !f.last {
                 continue;
             }
-            match &mut a.phase {
-                Phase::Decode { next: n, .. } => *n = next,
-                Phase::Prefill => {
-                    a.usage.prefill_s = a.started.elapsed().as_secs_f64();
-                    a.phase = Phase::Decode {
-                        next,
-                        decode_start: Instant::now(),
-                    };
+            match head_of(result, &want) {
+                Ok(head) => {
+                    if let Some(a) = self.slots[f.slot].active.as_mut() {
+                        a.next = Some(head);
+                    }
                 }
+                Err(e) => self.fail(f.slot, &e.to_string()),
             }
         }
-    }
-
-    /// The candidates plan of a pass: the union of its sampling slots' plans (largest k, all
-    /// gather ids), or `None` when one of them needs the logits (logprobs, a forced start, or
-    /// sampling with top-k off).
-    fn pass_plan(&self, feeds: &[Feed]) -> Option<Plan> {
-        let mut k = 0;
-        let mut gather = Vec::new();
-        for f in feeds.iter().filter(|f| f.last) {
-            let slot = &self.slots[f.slot];
-            let a = slot.active.as_ref()?;
-            if a.job.logprobs.is_some() || !a.job.must_start.is_empty() {
-                return None;
-            }
-            let p = a.sampler.plan_after(slot.session.tokens(), &f.tokens)?;
-            k = k.max(p.k);
-            gather.extend(p.gather);
-        }
-        gather.sort_unstable();
-        gather.dedup();
-        (k > 0).then_some(Plan { k, gather })
     }
 
     /// End slot `i`'s job with an error; its cache is dropped (it may hold a partial pass).
@@ -481,8 +399,8 @@ impl<'t> Engine<'t> {
         let slot = &mut self.slots[i];
         let Some(a) = slot.active.take() else { return };
         slot.session.reset();
-        let _ = a.job.events.send(Event::Failed(msg.to_string()));
-        eprintln!("req {} {}: failed: {msg}", a.job.id, a.job.kind);
+        let _ = a.events.send(Event::Failed(msg.to_string()));
+        eprintln!("req {} {}: failed: {msg}", a.id, a.kind);
         Metrics::sub(&self.metrics.slots_busy, 1);
     }
 
@@ -491,10 +409,10 @@ impl<'t> Engine<'t> {
         let Some(mut a) = self.slots[i].active.take() else {
             return;
         };
-        if let Phase::Decode { decode_start, .. } = a.phase {
-            a.usage.decode_s = decode_start.elapsed().as_secs_f64();
+        if finish == Finish::Cancelled {
+            a.gen.cancel_step();
         }
-        let u = a.usage;
+        let u = a.gen.usage();
         let m = &self.metrics;
         Metrics::sub(&m.slots_busy, 1);
         Metrics::add(&m.requests, 1);
@@ -505,8 +423,8 @@ impl<'t> Engine<'t> {
         Metrics::add(&m.decode_steps, u.completion_tokens.saturating_sub(1) as u64);
         Metrics::add(&m.decode_us, (u.decode_s * 1e6) as u64);
         let how = match finish {
-            Finish::Stop => "stop",
-            Finish::Length => "length",
+            Finish::EndOfGeneration | Finish::StopString => "stop",
+            Finish::Length | Finish::ContextFull => "length",
             Finish::Cancelled => {
                 Metrics::add(&m.requests_cancelled, 1);
                 "interrupted (client disconnected)"
@@ -515,8 +433,8 @@ impl<'t> Engine<'t> {
         eprintln!(
             "req {} {} slot {i}: prompt {} tok (cached {}), prefill {:.1} tok/s, {} tok out, decode {:.1} tok/s, \
              total {:.2} s, {how}",
-            a.job.id,
-            a.job.kind,
+            a.id,
+            a.kind,
             u.prompt_tokens,
             u.cached_tokens,
             u.prefill_tok_s(),
@@ -524,132 +442,27 @@ impl<'t> Engine<'t> {
             u.decode_tok_s(),
             a.started.elapsed().as_secs_f64(),
         );
-        let _ = a.job.events.send(Event::Done { finish, usage: u });
+        let _ = a.events.send(Event::Done { finish, usage: u });
     }
 }
 
-/// How much a free slot suits a prompt (higher is better). A slot whose cache the prompt
-/// continues (at least 3/4 of it shared: the next turn of its conversation) wins by shared
+/// How much a free slot suits a prompt (higher is better). A slot whose state the prompt
+/// continues (at least 3/4 of it reusable: the next turn of its conversation) wins by reusable
 /// length; otherwise an empty slot, so a new conversation does not evict one that may come
-/// back; otherwise the longest shared prefix, then the least recently used.
+/// back; otherwise the longest reusable prefix, then the least recently used.
 fn slot_preference(
     session: &Session<AnyBackend>,
     prompt: &[u32],
     last_used: u64,
 ) -> (bool, usize, bool, usize, std::cmp::Reverse<u64>) {
     let cached = session.tokens().len();
-    let lcp = session.common_prefix(prompt);
-    let continues = cached > 0 && lcp * 4 >= cached * 3;
+    let reusable = session.reusable_prefix(prompt);
+    let continues = cached > 0 && reusable * 4 >= cached * 3;
     (
         continues,
-        if continues { lcp } else { 0 },
+        if continues { reusable } else { 0 },
         cached == 0,
-        lcp,
+        reusable,
         std::cmp::Reverse(last_used),
     )
-}
-
-/// Sample the next token of a decoding job and report it: the token to evaluate next, or why
-/// the job ends.
-fn sample(a: &mut Active, session: &Session<AnyBackend>, tok: &Tokenizer) -> Result<u32, Finish> {
-    if a.job.cancel.load(Ordering::Relaxed) {
-        return Err(Finish::Cancelled);
-    }
-    let Phase::Decode { next, .. } = &a.phase else {
-        return Err(Finish::Cancelled);
-    };
-    let logits = match next {
-        Head::Logits(l) => l,
-        Head::Candidates(c, plan) => {
-            // Candidates only come when nothing below needs the logits.
-            let token = a.sampler.sample_candidates(c, plan, session.tokens());
-            return emit(a, session, tok, token, None);
-        }
-    };
-    let token = if a.job.must_start.is_empty() {
-        a.sampler.sample(logits, session.tokens())
-    } else {
-        let k = a.usage.completion_tokens;
-        let mut masked = vec![f32::NEG_INFINITY; logits.len()];
-        for seq in &a.job.must_start {
-            if let Some(&t) = seq.get(k).filter(|&&t| (t as usize) < logits.len()) {
-                masked[t as usize] = logits[t as usize];
-            }
-        }
-        let token = a.sampler.sample(&masked, session.tokens());
-        // Keep the sequences still followed; once one is complete the answer is free.
-        let done = a.job.must_start.iter().any(|q| q.len() == k + 1 && q[k] == token);
-        a.job.must_start.retain(|q| q.len() > k + 1 && q[k] == token);
-        if done {
-            a.job.must_start.clear();
-        }
-        token
-    };
-    let logprob = a.job.logprobs.map(|k| token_logprob(logits, token, k, tok));
-    emit(a, session, tok, token, logprob)
-}
-
-/// Report `token`, sampled for a decoding job: the token to evaluate next, or why the job ends.
-fn emit(
-    a: &mut Active,
-    session: &Session<AnyBackend>,
-    tok: &Tokenizer,
-    token: u32,
-    logprob: Option<TokenLogprob>,
-) -> Result<u32, Finish> {
-    a.usage.completion_tokens += 1;
-    if tok.is_eog(token) {
-        let mut text = a.stop.push(&a.decoder.finish()).0;
-        text.push_str(&a.stop.finish());
-        if !text.is_empty() {
-            let _ = a.job.events.send(Event::Token { text, logprob: None });
-        }
-        return Err(Finish::Stop);
-    }
-    let piece = a.decoder.push(token).unwrap_or_default();
-    let (mut text, matched) = a.stop.push(&piece);
-    let out_of_budget = a.usage.completion_tokens >= a.job.max_tokens || session.pos() >= session.n_ctx();
-    if out_of_budget && !matched {
-        // Nothing follows: held text (partial character, partial stop string) is output.
-        let (more, hit) = a.stop.push(&a.decoder.finish());
-        text.push_str(&more);
-        if !hit {
-            text.push_str(&a.stop.finish());
-        }
-    }
-    if a.job.events.send(Event::Token { text, logprob }).is_err() {
-        return Err(Finish::Cancelled);
-    }
-    if matched {
-        return Err(Finish::Stop);
-    }
-    if out_of_budget {
-        return Err(Finish::Length);
-    }
-    Ok(token)
-}
-
-/// The model's log-probability of `token` (before sampling settings) and the top `k`.
-fn token_logprob(logits: &[f32], token: u32, k: usize, tok: &Tokenizer) -> TokenLogprob {
-    let max = logits
-        .iter()
-        .copied()
-        .filter(|l| !l.is_nan())
-        .fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits
-        .iter()
-        .filter(|l| !l.is_nan())
-        .map(|&l| f64::from(l - max).exp())
-        .sum();
-    let log_z = f64::from(max) + sum.ln();
-    let logit = logits.get(token as usize).copied().unwrap_or(f32::NEG_INFINITY);
-    let piece = |id: u32| tok.token_to_piece(id).unwrap_or_default();
-    TokenLogprob {
-        piece: piece(token),
-        logprob: (f64::from(logit) - log_z) as f32,
-        top: log_softmax_top_k(logits, k)
-            .into_iter()
-            .map(|(id, lp)| (piece(id), lp))
-            .collect(),
-    }
 }

@@ -1,28 +1,18 @@
 //! Server-sent events as an explicit state machine: `Start` (opening chunk) -> `Body` (one or
 //! more chunks per engine event) -> `Done` (finish chunk, optional usage chunk, then
-//! `data: [DONE]`) -> `End`. The endpoint-specific chunk shapes come from a [`Chunks`]
-//! implementation. The stream owns the job's [`CancelGuard`]: when the client disconnects,
-//! the server drops the stream and the engine stops the job at its next step.
+//! `data: [DONE]`) -> `End`. The endpoint-specific chunk shapes come from the library's
+//! [`Chunks`] (OpenAI's shapes); this is only their transport. The stream owns the job's
+//! [`CancelGuard`]: when the client disconnects, the server drops the stream and the engine
+//! stops the job at its next step.
 
-use super::scheduler::{CancelGuard, Event, Finish, TokenLogprob, Usage};
+use super::scheduler::{CancelGuard, Event};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use tinyllm::openai::Chunks;
 use tokio::sync::mpsc;
-
-/// The chunk shapes of one endpoint.
-pub trait Chunks: Send + 'static {
-    /// Chunks sent before any token (the chat role chunk).
-    fn opening(&mut self) -> Vec<Value>;
-    /// Chunks for one generated token.
-    fn token(&mut self, text: &str, logprob: Option<TokenLogprob>) -> Vec<Value>;
-    /// Chunks at the end: what was held back, then the finish reason.
-    fn finish(&mut self, finish: Finish) -> Vec<Value>;
-    /// The final usage chunk (`stream_options.include_usage`).
-    fn usage(&mut self, usage: &Usage) -> Value;
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -32,7 +22,7 @@ enum Phase {
     End,
 }
 
-struct Machine<C: Chunks> {
+struct Machine<C: Chunks + Send + 'static> {
     phase: Phase,
     events: mpsc::UnboundedReceiver<Event>,
     chunks: C,
@@ -41,7 +31,7 @@ struct Machine<C: Chunks> {
     guard: CancelGuard,
 }
 
-impl<C: Chunks> Machine<C> {
+impl<C: Chunks + Send + 'static> Machine<C> {
     fn queue(&mut self, values: Vec<Value>) {
         self.ready.extend(values.iter().map(Value::to_string));
     }
@@ -58,8 +48,8 @@ impl<C: Chunks> Machine<C> {
                     self.phase = Phase::Body;
                 }
                 Phase::Body => match self.events.recv().await {
-                    Some(Event::Token { text, logprob }) => {
-                        let v = self.chunks.token(&text, logprob);
+                    Some(Event::Step(step)) => {
+                        let v = self.chunks.step(&step);
                         self.queue(v);
                     }
                     Some(Event::Done { finish, usage }) => {
@@ -95,7 +85,7 @@ impl<C: Chunks> Machine<C> {
 }
 
 /// The SSE response for a running job.
-pub fn stream<C: Chunks>(
+pub fn stream<C: Chunks + Send + 'static>(
     events: mpsc::UnboundedReceiver<Event>,
     chunks: C,
     include_usage: bool,
@@ -114,26 +104,4 @@ pub fn stream<C: Chunks>(
         Some((Ok::<_, Infallible>(ev), m))
     });
     Sse::new(s).keep_alive(KeepAlive::default()).into_response()
-}
-
-/// OpenAI's `usage` object, with llama.cpp-style `timings` next to it.
-pub fn usage_json(u: &Usage) -> Value {
-    json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    })
-}
-
-pub fn timings_json(u: &Usage) -> Value {
-    json!({
-        "cache_n": u.cached_tokens,
-        "prompt_n": u.prompt_tokens - u.cached_tokens,
-        "prompt_ms": u.prefill_s * 1e3,
-        "prompt_per_second": u.prefill_tok_s(),
-        "predicted_n": u.completion_tokens,
-        "predicted_ms": u.decode_s * 1e3,
-        "predicted_per_second": u.decode_tok_s(),
-    })
 }

@@ -3,7 +3,9 @@
 //! Mirrors ggml's non-flash path: q is rounded to f16 for the q·k products (K is f16), the
 //! softmax runs in f32 (our own vectorizable `exp`, as ggml has its own) with an f64 sum, and
 //! the probabilities are rounded to f16 before they weight the f16 V rows. A probability that
-//! rounds to zero in f16 contributes nothing and its V row is skipped.
+//! rounds to zero in f16 contributes nothing and its V row is skipped. K and V heads may differ
+//! in width; soft-capping (`cap · tanh(q·k / cap)`) and attention sinks (a per-head logit in
+//! every softmax's denominator) follow ggml's `soft_max_ext`.
 //!
 //! Why tasks are blocks: every K/V row a task can see is widened to f32 once and then reused
 //! by all the query heads sharing its KV head (4 for Gemma 3, 7 for Qwen 2.5) and by a block
@@ -23,6 +25,9 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::super::AttnParams;
+
+/// The per-head sink logits of a call (`[n_head]`), if any.
+pub type Sinks<'a> = Option<&'a [f32]>;
 
 /// Independent accumulators of one q·k product: enough for one AVX or two SSE registers.
 const LANES: usize = 8;
@@ -66,7 +71,8 @@ pub struct Plan {
     /// Query heads per KV head.
     group: usize,
     n_head_kv: usize,
-    head_dim: usize,
+    /// Width of an output head.
+    head_dim_v: usize,
 }
 
 /// The query rows and heads of one task.
@@ -107,7 +113,7 @@ impl Plan {
             n_sub: group.div_ceil(heads_per_task),
             group,
             n_head_kv: n_kv,
-            head_dim: p.head_dim,
+            head_dim_v: p.head_dim_v,
         }
     }
 
@@ -118,7 +124,7 @@ impl Plan {
 
     /// Scratch values per task.
     pub fn chunk(&self) -> usize {
-        self.rows_per_block * self.heads_per_task * self.head_dim
+        self.rows_per_block * self.heads_per_task * self.head_dim_v
     }
 
     /// The rows and heads of task `t` (`t < tasks()`), for a batch of `rows` query rows.
@@ -138,9 +144,9 @@ impl Plan {
     }
 
     /// Copy the task chunks of `scratch` (task `t`'s at `t * stride`, `stride >= chunk()`) to
-    /// `out` (`[rows][n_head][head_dim]`).
+    /// `out` (`[rows][n_head][head_dim_v]`).
     pub fn scatter(&self, scratch: &[f32], stride: usize, rows: usize, out: &mut [f32]) {
-        let hd = self.head_dim;
+        let hd = self.head_dim_v;
         let q_dim = self.n_head_kv * self.group * hd;
         for t in 0..self.tasks() {
             let chunk = &scratch[t * stride..t * stride + self.chunk()];
@@ -159,16 +165,30 @@ fn first_visible(pos: usize, window: Option<usize>) -> usize {
     window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
+/// The scratch values [`attend_block`] uses for `heads` heads over `n` visible keys: the
+/// widened K and V rows, the rounded queries, the scores and the normalizers.
+fn scratch_len(p: &AttnParams, heads: usize, n: usize) -> usize {
+    n * (p.head_dim_k + p.head_dim_v) + heads * (p.head_dim_k + n + 1)
+}
+
 /// Attention for the rows and heads of `b`: `q` holds all `p.rows` query rows
-/// (`[rows][n_head][head_dim]`), the caches rows of `n_head_kv * head_dim` for positions up
-/// to `p.pos0 + p.rows`; writes `out[..b.rows * b.heads * head_dim]` as `[row][head][head_dim]`.
-pub fn attend_block(q: &[f32], k_cache: &[f16], v_cache: &[f16], p: &AttnParams, b: &Block, out: &mut [f32]) {
-    let hd = p.head_dim;
-    if b.rows == 0 || b.heads == 0 || hd == 0 {
+/// (`[rows][n_head][head_dim_k]`), the caches rows of `n_head_kv` heads for positions up to
+/// `p.pos0 + p.rows`; writes `out[..b.rows * b.heads * head_dim_v]` as `[row][head][head_dim_v]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_block(
+    q: &[f32],
+    k_cache: &[f16],
+    v_cache: &[f16],
+    p: &AttnParams,
+    sinks: Sinks<'_>,
+    b: &Block,
+    out: &mut [f32],
+) {
+    if b.rows == 0 || b.heads == 0 || p.head_dim_k == 0 || p.head_dim_v == 0 {
         return;
     }
     let n = p.pos0 + b.row0 + b.rows - first_visible(p.pos0 + b.row0, p.window);
-    let len = 2 * n * hd + b.heads * (hd + n + 1);
+    let len = scratch_len(p, b.heads, n);
     TASK_SCRATCH.with_borrow_mut(|scratch| {
         if scratch.len() < len {
             scratch.resize(len, 0.0);
@@ -177,10 +197,10 @@ pub fn attend_block(q: &[f32], k_cache: &[f16], v_cache: &[f16], p: &AttnParams,
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
             // SAFETY: the features `attend_block_avx2` enables were just detected.
-            unsafe { attend_block_avx2(q, k_cache, v_cache, p, b, scratch, out) };
+            unsafe { attend_block_avx2(q, k_cache, v_cache, p, sinks, b, scratch, out) };
             return;
         }
-        attend_block_generic::<false>(q, k_cache, v_cache, p, b, scratch, out);
+        attend_block_generic::<false>(q, k_cache, v_cache, p, sinks, b, scratch, out);
     });
 }
 
@@ -191,16 +211,18 @@ pub fn attend_block(q: &[f32], k_cache: &[f16], v_cache: &[f16], p: &AttnParams,
 /// The CPU must support AVX2 and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn attend_block_avx2(
     q: &[f32],
     k_cache: &[f16],
     v_cache: &[f16],
     p: &AttnParams,
+    sinks: Sinks<'_>,
     b: &Block,
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    attend_block_generic::<true>(q, k_cache, v_cache, p, b, scratch, out);
+    attend_block_generic::<true>(q, k_cache, v_cache, p, sinks, b, scratch, out);
 }
 
 /// `dst[i] = src[i]` widened to f32 (exact either way): with `F16C`, eight at a time with the
@@ -235,44 +257,49 @@ unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
 }
 
 /// See [`attend_block`]; the portable build, and the body of the AVX2 one. `scratch` holds
-/// `2 * n * head_dim + heads * (head_dim + n + 1)` values, `n` the keys visible to the block.
+/// [`scratch_len`] values.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn attend_block_generic<const F16C: bool>(
     q: &[f32],
     k_cache: &[f16],
     v_cache: &[f16],
     p: &AttnParams,
+    sinks: Sinks<'_>,
     b: &Block,
     scratch: &mut [f32],
     out: &mut [f32],
 ) {
-    let hd = p.head_dim;
-    let kv_dim = p.n_head_kv * hd;
+    let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
+    let (k_dim, v_dim) = (p.n_head_kv * hdk, p.n_head_kv * hdv);
     // Keys lo..=hi are visible from some row of the block.
     let lo = first_visible(p.pos0 + b.row0, p.window);
     let hi = p.pos0 + b.row0 + b.rows - 1;
     let n = hi + 1 - lo;
-    // kf, vf: [n][hd] widened K/V rows lo..=hi of head kvh; q16: [heads][hd];
+    // kf: [n][hdk], vf: [n][hdv] widened K/V rows lo..=hi of head kvh; q16: [heads][hdk];
     // scores: [heads][n] (a row's visible keys); inv: [heads] softmax normalizers.
-    let (kf, rest) = scratch.split_at_mut(n * hd);
-    let (vf, rest) = rest.split_at_mut(n * hd);
-    let (q16, rest) = rest.split_at_mut(b.heads * hd);
+    let (kf, rest) = scratch.split_at_mut(n * hdk);
+    let (vf, rest) = rest.split_at_mut(n * hdv);
+    let (q16, rest) = rest.split_at_mut(b.heads * hdk);
     let (scores, inv) = rest.split_at_mut(b.heads * n);
-    for (j, (kr, vr)) in kf.chunks_exact_mut(hd).zip(vf.chunks_exact_mut(hd)).enumerate() {
-        let base = (lo + j) * kv_dim + b.kvh * hd;
-        widen::<F16C>(&k_cache[base..base + hd], kr);
-        widen::<F16C>(&v_cache[base..base + hd], vr);
+    for (j, (kr, vr)) in kf.chunks_exact_mut(hdk).zip(vf.chunks_exact_mut(hdv)).enumerate() {
+        let (kb, vb) = ((lo + j) * k_dim + b.kvh * hdk, (lo + j) * v_dim + b.kvh * hdv);
+        widen::<F16C>(&k_cache[kb..kb + hdk], kr);
+        widen::<F16C>(&v_cache[vb..vb + hdv], vr);
     }
-    block_rows::<F16C>(q, p, b, lo, kf, vf, q16, scores, inv, out);
+    let sinks = sinks.map(|s| &s[b.head0..b.head0 + b.heads]);
+    block_rows::<F16C>(q, p, sinks, b, lo, kf, vf, q16, scores, inv, out);
 }
 
-/// The rows of `b` once its visible K/V rows (from `lo`) are widened in `kf`/`vf` (`[_][hd]`);
-/// `q16` (`[heads][hd]`), `scores` (`[heads][n]`) and `inv` (`[heads]`) are scratch.
+/// The rows of `b` once its visible K/V rows (from `lo`) are widened in `kf` (`[_][hdk]`) and
+/// `vf` (`[_][hdv]`); `q16` (`[heads][hdk]`), `scores` (`[heads][n]`) and `inv` (`[heads]`) are
+/// scratch. `sinks` are the block's heads' sink logits.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn block_rows<const F16C: bool>(
     q: &[f32],
     p: &AttnParams,
+    sinks: Sinks<'_>,
     b: &Block,
     lo: usize,
     kf: &[f32],
@@ -282,51 +309,65 @@ fn block_rows<const F16C: bool>(
     inv: &mut [f32],
     out: &mut [f32],
 ) {
-    let hd = p.head_dim;
-    let q_dim = p.n_head * hd;
-    let n = kf.len() / hd;
+    let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
+    let q_dim = p.n_head * hdk;
+    let n = kf.len() / hdk;
+    // Soft-capping needs the raw q·k first; without it the scale goes into the products.
+    let kq_scale = if p.softcap.is_some() { 1.0 } else { p.scale };
     for r in 0..b.rows {
         let pos = p.pos0 + b.row0 + r;
         let first = first_visible(pos, p.window);
         let m = pos + 1 - first;
-        let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hd..][..b.heads * hd];
+        let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hdk..][..b.heads * hdk];
         round_f16::<F16C>(qrow, q16);
         // q·k for every visible key, HEAD_TILE heads at a time.
-        let krows = &kf[(first - lo) * hd..(pos + 1 - lo) * hd];
+        let krows = &kf[(first - lo) * hdk..(pos + 1 - lo) * hdk];
         let mut g0 = 0;
         while g0 < b.heads {
             let nt = (b.heads - g0).min(HEAD_TILE);
-            let qs = &q16[g0 * hd..(g0 + nt) * hd];
+            let qs = &q16[g0 * hdk..(g0 + nt) * hdk];
             match nt {
-                4 => score_tile::<4>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
-                3 => score_tile::<3>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
-                2 => score_tile::<2>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
-                _ => score_tile::<1>(qs, krows, hd, p.scale, &mut scores[g0 * n..], n),
+                4 => score_tile::<4>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                3 => score_tile::<3>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                2 => score_tile::<2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                _ => score_tile::<1>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
             }
             g0 += nt;
         }
         for (g, inv) in inv.iter_mut().enumerate() {
             let s = &mut scores[g * n..g * n + m];
-            let max = s.iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
-            *inv = (1.0 / exp_shifted(s, max)) as f32;
+            if let Some(cap) = p.softcap {
+                s.iter_mut().for_each(|x| *x = soft_cap(*x, cap) * p.scale);
+            }
+            let sink = sinks.map(|k| k[g]);
+            let max = s.iter().fold(sink.unwrap_or(f32::NEG_INFINITY), |a, &x| a.max(x));
+            let sum = exp_shifted(s, max) + sink.map_or(0.0, |k| f64::from(exp(k - max)));
+            *inv = (1.0 / sum) as f32;
         }
         // Head by head: the probabilities (rounded to f16) weigh the V rows in key order, so
         // each output value is the same sum as key by key over all heads, while one head's
         // output stays in registers.
-        let o = &mut out[r * b.heads * hd..(r + 1) * b.heads * hd];
-        let vrows = &vf[(first - lo) * hd..(pos + 1 - lo) * hd];
-        for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+        let o = &mut out[r * b.heads * hdv..(r + 1) * b.heads * hdv];
+        let vrows = &vf[(first - lo) * hdv..(pos + 1 - lo) * hdv];
+        for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
             let probs = &mut scores[g * n..g * n + m];
             probs.iter_mut().for_each(|s| *s *= inv[g]);
             round_f16_in_place::<F16C>(probs);
-            match hd {
+            match hdv {
                 64 => weigh::<64>(probs, vrows, og),
                 128 => weigh::<128>(probs, vrows, og),
                 256 => weigh::<256>(probs, vrows, og),
+                512 => weigh::<512>(probs, vrows, og),
                 _ => weigh_any(probs, vrows, og),
             }
         }
     }
+}
+
+/// ggml's logit soft-capping of a raw q·k: scaled by `1/cap`, tanh, scaled by `cap`.
+#[inline(always)]
+fn soft_cap(x: f32, cap: f32) -> f32 {
+    (x * (1.0 / cap)).tanh() * cap
 }
 
 /// `o = Σ_j probs[j] · vrows[j]` (`vrows`: `[probs.len()][HD]`), in key order from zero,
@@ -473,49 +514,51 @@ fn score_tile<const N: usize>(qs: &[f32], krows: &[f32], hd: usize, scale: f32, 
     }
 }
 
-/// Attention for one query head `q` (`head_dim` values) at position `pos`, reading KV head
-/// `kvh` of the caches (rows of `kv_dim`), writing `out` (`head_dim`): the per-head algorithm
-/// `attend_block` must reproduce bit for bit. `scores` is scratch.
+/// Attention for one query head `q` (`head_dim_k` values) at position `pos`, reading KV head
+/// `kvh` of the caches, with the head's sink logit if any, writing `out` (`head_dim_v`): the
+/// per-head algorithm `attend_block` must reproduce bit for bit. `scores` is scratch.
 #[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn attend_head(
     q: &[f32],
     k_cache: &[f16],
     v_cache: &[f16],
-    kv_dim: usize,
     kvh: usize,
     pos: usize,
     p: &AttnParams,
+    sink: Option<f32>,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    let hd = p.head_dim;
+    let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
+    let (k_dim, v_dim) = (p.n_head_kv * hdk, p.n_head_kv * hdv);
     let first = first_visible(pos, p.window);
-    // [q16 | one K or V row widened to f32], each head_dim.
-    let mut buf = vec![0f32; 2 * hd];
-    let (q16, row) = buf.split_at_mut(hd);
-    for (d, &v) in q16.iter_mut().zip(q) {
-        *d = f16::from_f32(v).to_f32();
-    }
+    let q16: Vec<f32> = q.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let mut krow = vec![0f32; hdk];
+    let mut vrow = vec![0f32; hdv];
     scores.clear();
-    let mut max = f32::NEG_INFINITY;
+    let mut max = sink.unwrap_or(f32::NEG_INFINITY);
     for j in first..=pos {
-        let base = j * kv_dim + kvh * hd;
-        k_cache[base..base + hd].convert_to_f32_slice(row);
-        let s = dot(q16, row) * p.scale;
+        let base = j * k_dim + kvh * hdk;
+        k_cache[base..base + hdk].convert_to_f32_slice(&mut krow);
+        let s = match p.softcap {
+            Some(cap) => soft_cap(dot(&q16, &krow), cap) * p.scale,
+            None => dot(&q16, &krow) * p.scale,
+        };
         max = max.max(s);
         scores.push(s);
     }
-    let inv = (1.0 / exp_shifted(scores, max)) as f32;
+    let sum = exp_shifted(scores, max) + sink.map_or(0.0, |k| f64::from(exp(k - max)));
+    let inv = (1.0 / sum) as f32;
     out.fill(0.0);
     for (idx, s) in scores.iter().enumerate() {
         let pj = f16::from_f32(*s * inv).to_f32();
         if pj == 0.0 {
             continue;
         }
-        let base = (first + idx) * kv_dim + kvh * hd;
-        v_cache[base..base + hd].convert_to_f32_slice(row);
-        for (o, &v) in out.iter_mut().zip(row.iter()) {
+        let base = (first + idx) * v_dim + kvh * hdv;
+        v_cache[base..base + hdv].convert_to_f32_slice(&mut vrow);
+        for (o, &v) in out.iter_mut().zip(vrow.iter()) {
             *o += pj * v;
         }
     }
@@ -539,23 +582,69 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod tests {
     use super::*;
 
-    /// The straightforward reference: every product in f64, no skipping.
-    fn reference(q: &[f32], k: &[f16], v: &[f16], kv_dim: usize, kvh: usize, pos: usize, p: &AttnParams) -> Vec<f32> {
-        let hd = p.head_dim;
+    fn val(i: usize, off: f32) -> f32 {
+        0.1 + 2.0 * ((i as f32) * 0.37 + off).cos()
+    }
+
+    /// Caches of `n_pos` positions and `rows` query rows for `p`, from the test vectors.
+    fn inputs(p: &AttnParams) -> (Vec<f32>, Vec<f16>, Vec<f16>) {
+        let n_pos = p.pos0 + p.rows;
+        let k = (0..n_pos * p.n_head_kv * p.head_dim_k)
+            .map(|i| f16::from_f32(val(i, 1.0)))
+            .collect();
+        let v = (0..n_pos * p.n_head_kv * p.head_dim_v)
+            .map(|i| f16::from_f32(val(i, 2.0)))
+            .collect();
+        let q = (0..p.rows * p.q_dim()).map(|i| val(i, 3.0)).collect();
+        (q, k, v)
+    }
+
+    fn params(rows: usize, pos0: usize, n_head: usize, n_head_kv: usize, hd: (usize, usize)) -> AttnParams {
+        AttnParams {
+            rows,
+            pos0,
+            n_head,
+            n_head_kv,
+            head_dim_k: hd.0,
+            head_dim_v: hd.1,
+            scale: 0.3,
+            window: None,
+            softcap: None,
+        }
+    }
+
+    /// The straightforward reference: every product in f64, no skipping, no f16 rounding of
+    /// the probabilities.
+    fn reference(
+        q: &[f32],
+        k: &[f16],
+        v: &[f16],
+        kvh: usize,
+        pos: usize,
+        p: &AttnParams,
+        sink: Option<f32>,
+    ) -> Vec<f32> {
+        let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
         let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let q16: Vec<f64> = q.iter().map(|&x| f64::from(f16::from_f32(x).to_f32())).collect();
         let s: Vec<f64> = (first..=pos)
             .map(|j| {
-                let kr = &k[j * kv_dim + kvh * hd..][..hd];
-                q16.iter().zip(kr).map(|(a, b)| a * f64::from(b.to_f32())).sum::<f64>() * f64::from(p.scale)
+                let kr = &k[j * p.n_head_kv * hdk + kvh * hdk..][..hdk];
+                let d: f64 = q16.iter().zip(kr).map(|(a, b)| a * f64::from(b.to_f32())).sum();
+                let d = p.softcap.map_or(d, |c| f64::from(c) * (d / f64::from(c)).tanh());
+                d * f64::from(p.scale)
             })
             .collect();
-        let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let max = s
+            .iter()
+            .copied()
+            .chain(sink.map(f64::from))
+            .fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
-        let sum: f64 = e.iter().sum();
-        let mut out = vec![0f64; hd];
+        let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |k| (f64::from(k) - max).exp());
+        let mut out = vec![0f64; hdv];
         for (idx, w) in e.iter().enumerate() {
-            let vr = &v[(first + idx) * kv_dim + kvh * hd..][..hd];
+            let vr = &v[(first + idx) * p.n_head_kv * hdv + kvh * hdv..][..hdv];
             for (o, b) in out.iter_mut().zip(vr) {
                 *o += w / sum * f64::from(b.to_f32());
             }
@@ -613,34 +702,42 @@ mod tests {
         2f64.powi(e - 127 - 23)
     }
 
+    /// The per-head algorithm against the f64 reference, with windows, grouped heads, K and V
+    /// heads of different widths (MLA's 576/512 among them), soft-capping and sinks.
     #[test]
-    fn matches_f64_reference_with_window_and_gqa() {
-        let (hd, n_kv_head, n_pos) = (20, 2, 37); // head size not a multiple of LANES
-        let kv_dim = hd * n_kv_head;
-        let val = |i: usize, off: f32| 0.1 + 2.0 * ((i as f32) * 0.37 + off).cos();
-        let k: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 1.0))).collect();
-        let v: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 2.0))).collect();
-        let q: Vec<f32> = (0..hd).map(|i| val(i, 3.0)).collect();
-        for window in [None, Some(5)] {
-            for (kvh, pos) in [(0, 0), (1, 17), (0, n_pos - 1)] {
-                let p = AttnParams {
-                    rows: 1,
-                    pos0: pos,
-                    n_head: 4,
-                    n_head_kv: n_kv_head,
-                    head_dim: hd,
-                    scale: 0.3,
-                    window,
-                };
-                let mut out = vec![0f32; hd];
-                attend_head(&q, &k, &v, kv_dim, kvh, pos, &p, &mut Vec::new(), &mut out);
-                let want = reference(&q, &k, &v, kv_dim, kvh, pos, &p);
-                for (a, b) in out.iter().zip(&want) {
-                    // Probabilities are rounded to f16 (relative 2^-11) before weighting V.
-                    assert!(
-                        (a - b).abs() <= 2e-3 * (1.0 + b.abs()),
-                        "{a} vs {b} (window {window:?}, pos {pos})"
-                    );
+    fn matches_f64_reference_with_window_gqa_caps_and_sinks() {
+        // Head sizes not a multiple of LANES, and the widest.
+        for hd in [(20, 20), (24, 12), (576, 512)] {
+            let n_pos = 37;
+            for (window, softcap, sink) in [
+                (None, None, None),
+                (Some(5), None, None),
+                (None, Some(1.5), None),
+                (Some(9), None, Some(0.7)),
+                (None, Some(20.0), Some(3.0)),
+            ] {
+                for (kvh, pos) in [(0, 0), (1, 17), (0, n_pos - 1)] {
+                    let p = AttnParams {
+                        window,
+                        softcap,
+                        ..params(1, pos, 4, 2, hd)
+                    };
+                    let (_, k, v) = inputs(&AttnParams {
+                        rows: n_pos,
+                        pos0: 0,
+                        ..p
+                    });
+                    let q: Vec<f32> = (0..hd.0).map(|i| val(i, 3.0)).collect();
+                    let mut out = vec![0f32; hd.1];
+                    attend_head(&q, &k, &v, kvh, pos, &p, sink, &mut Vec::new(), &mut out);
+                    let want = reference(&q, &k, &v, kvh, pos, &p, sink);
+                    for (a, b) in out.iter().zip(&want) {
+                        // Probabilities are rounded to f16 (relative 2^-11) before weighting V.
+                        assert!(
+                            (a - b).abs() <= 2e-3 * (1.0 + b.abs()),
+                            "{a} vs {b} (hd {hd:?}, window {window:?}, cap {softcap:?}, sink {sink:?}, pos {pos})"
+                        );
+                    }
                 }
             }
         }
@@ -648,52 +745,63 @@ mod tests {
 
     /// All rows and heads through [`Plan`] and [`attend_block`], tasks in order (as the pool
     /// runs them, minus the threads).
-    fn blocked(q: &[f32], k: &[f16], v: &[f16], p: &AttnParams, threads: usize) -> Vec<f32> {
+    fn blocked(q: &[f32], k: &[f16], v: &[f16], p: &AttnParams, sinks: Sinks<'_>, threads: usize) -> Vec<f32> {
         let plan = Plan::new(p, threads);
         let mut scratch = vec![0f32; plan.tasks() * plan.chunk()];
         for (t, c) in scratch.chunks_mut(plan.chunk()).enumerate() {
-            attend_block(q, k, v, p, &plan.block(t, p.rows), c);
+            attend_block(q, k, v, p, sinks, &plan.block(t, p.rows), c);
         }
-        let mut out = vec![f32::NAN; p.rows * p.n_head * p.head_dim];
+        let mut out = vec![f32::NAN; p.rows * p.out_dim()];
         plan.scatter(&scratch, plan.chunk(), p.rows, &mut out);
         out
     }
 
     #[test]
     fn blocked_path_equals_per_head_algorithm_bit_for_bit() {
-        let val = |i: usize, off: f32| 0.1 + 2.0 * ((i as f32) * 0.37 + off).cos();
-        for (hd, n_head_kv, ratio) in [(64, 2, 7), (256, 1, 4), (64, 3, 1), (20, 2, 4), (256, 2, 7)] {
-            let (n_head, kv_dim) = (n_head_kv * ratio, n_head_kv * hd);
+        let cases = [
+            ((64, 64), 2, 7),
+            ((256, 256), 1, 4),
+            ((64, 64), 3, 1),
+            ((20, 20), 2, 4),
+            ((256, 256), 2, 7),
+            ((576, 512), 1, 4),
+            ((48, 24), 2, 2),
+        ];
+        for (hd, n_head_kv, ratio) in cases {
+            let n_head = n_head_kv * ratio;
             for (rows, pos0) in [(37, 0), (1, 0), (1, 40), (19, 13), (70, 5)] {
-                let n_pos = pos0 + rows;
-                let k: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 1.0))).collect();
-                let v: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 2.0))).collect();
-                let q: Vec<f32> = (0..rows * n_head * hd).map(|i| val(i, 3.0)).collect();
                 // A large scale makes some probabilities round to zero in f16 (skipped V rows).
-                for (window, scale) in [(None, 0.125), (Some(7), 0.3), (Some(100), 2.0)] {
+                for (window, scale, softcap, with_sinks) in [
+                    (None, 0.125, None, false),
+                    (Some(7), 0.3, None, false),
+                    (Some(100), 2.0, None, false),
+                    (None, 0.3, Some(2.5), true),
+                    (Some(9), 1.0, None, true),
+                ] {
                     let p = AttnParams {
-                        rows,
-                        pos0,
-                        n_head,
-                        n_head_kv,
-                        head_dim: hd,
                         scale,
                         window,
+                        softcap,
+                        ..params(rows, pos0, n_head, n_head_kv, hd)
                     };
-                    let mut want = vec![0f32; rows * n_head * hd];
-                    for (i, o) in want.chunks_mut(hd).enumerate() {
+                    let (q, k, v) = inputs(&p);
+                    let sinks: Vec<f32> = (0..n_head).map(|h| val(h, 4.0)).collect();
+                    let sinks = with_sinks.then_some(sinks.as_slice());
+                    let mut want = vec![0f32; rows * p.out_dim()];
+                    for (i, o) in want.chunks_mut(hd.1).enumerate() {
                         let (r, h) = (i / n_head, i % n_head);
-                        let qh = &q[i * hd..(i + 1) * hd];
-                        attend_head(qh, &k, &v, kv_dim, h / ratio, pos0 + r, &p, &mut Vec::new(), o);
+                        let qh = &q[i * hd.0..(i + 1) * hd.0];
+                        let sink = sinks.map(|s| s[h]);
+                        attend_head(qh, &k, &v, h / ratio, pos0 + r, &p, sink, &mut Vec::new(), o);
                     }
                     for threads in [1, 2, 3, 16] {
-                        let got = blocked(&q, &k, &v, &p, threads);
+                        let got = blocked(&q, &k, &v, &p, sinks, threads);
                         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                             assert_eq!(
                                 a.to_bits(),
                                 b.to_bits(),
-                                "value {i}: {a} vs {b} (hd {hd}, kv heads {n_head_kv}, ratio {ratio}, \
-                                 rows {rows}, pos0 {pos0}, window {window:?}, threads {threads})"
+                                "value {i}: {a} vs {b} (hd {hd:?}, kv heads {n_head_kv}, ratio {ratio}, \
+                                 rows {rows}, pos0 {pos0}, window {window:?}, cap {softcap:?}, threads {threads})"
                             );
                         }
                     }
@@ -708,35 +816,31 @@ mod tests {
         if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")) {
             return;
         }
-        let val = |i: usize, off: f32| 0.1 + 2.0 * ((i as f32) * 0.37 + off).cos();
-        let p = AttnParams {
-            rows: 21,
-            pos0: 9,
-            n_head: 7,
-            n_head_kv: 1,
-            head_dim: 68,
-            scale: 0.4,
-            window: Some(12),
-        };
-        let kv_dim = p.head_dim;
-        let n_pos = p.pos0 + p.rows;
-        let k: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 1.0))).collect();
-        let v: Vec<f16> = (0..n_pos * kv_dim).map(|i| f16::from_f32(val(i, 2.0))).collect();
-        let q: Vec<f32> = (0..p.rows * p.n_head * p.head_dim).map(|i| val(i, 3.0)).collect();
-        let b = Block {
-            row0: 3,
-            rows: 11,
-            kvh: 0,
-            head0: 2,
-            heads: 5,
-        };
-        let mut fast = vec![0f32; b.rows * b.heads * p.head_dim];
-        let mut slow = fast.clone();
-        let n = p.pos0 + b.row0 + b.rows - first_visible(p.pos0 + b.row0, p.window);
-        let mut scratch = vec![0f32; 2 * n * p.head_dim + b.heads * (p.head_dim + n + 1)];
-        // SAFETY: the features were just detected.
-        unsafe { attend_block_avx2(&q, &k, &v, &p, &b, &mut scratch, &mut fast) };
-        attend_block_generic::<false>(&q, &k, &v, &p, &b, &mut scratch, &mut slow);
-        assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()));
+        for (hd, softcap, with_sinks) in [((68, 68), None, false), ((72, 40), Some(3.0), true)] {
+            let p = AttnParams {
+                window: Some(12),
+                scale: 0.4,
+                softcap,
+                ..params(21, 9, 7, 1, hd)
+            };
+            let (q, k, v) = inputs(&p);
+            let sinks: Vec<f32> = (0..p.n_head).map(|h| val(h, 4.0)).collect();
+            let sinks = with_sinks.then_some(sinks.as_slice());
+            let b = Block {
+                row0: 3,
+                rows: 11,
+                kvh: 0,
+                head0: 2,
+                heads: 5,
+            };
+            let mut fast = vec![0f32; b.rows * b.heads * p.head_dim_v];
+            let mut slow = fast.clone();
+            let n = p.pos0 + b.row0 + b.rows - first_visible(p.pos0 + b.row0, p.window);
+            let mut scratch = vec![0f32; scratch_len(&p, b.heads, n)];
+            // SAFETY: the features were just detected.
+            unsafe { attend_block_avx2(&q, &k, &v, &p, sinks, &b, &mut scratch, &mut fast) };
+            attend_block_generic::<false>(&q, &k, &v, &p, sinks, &b, &mut scratch, &mut slow);
+            assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
     }
 }

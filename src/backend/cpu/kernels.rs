@@ -7,8 +7,9 @@
 //!
 //! * `avx2` (default where the CPU has AVX2, FMA and F16C): integer dot products of the
 //!   quantized blocks in registers, register-blocked over several weight and activation rows
-//!   (see [`super::simd`]). Types it does not cover fall back to `fast`.
-//! * `fast` (default elsewhere): the quantized activations are expanded back to the exact f32
+//!   (see [`super::simd`]); `avxvnni` and `avx512vnni` are the same kernels with VNNI dot
+//!   products. Types they do not cover fall back to `portable`.
+//! * `portable` (default elsewhere, wasm32 included): the quantized activations are expanded back to the exact f32
 //!   values they represent, each weight row is decoded to f32 once and reused across the
 //!   batch, and the products are summed in f32.
 //! * `oracle`: the scalar integer dot products of [`crate::quant::vec_dot`], per pair. Tests
@@ -18,23 +19,12 @@ use half::{bf16, f16};
 
 use crate::quant::{self, GgmlType, QuantError};
 
-/// Weight types the AVX2 integer/F16C kernels cover (others use the portable path); the kernel
-/// tests and `cargo bench --bench kernels` iterate over this list.
-pub const AVX2_TYPES: &[GgmlType] = &[
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::IQ4_NL,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_XS,
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-];
+/// Weight types the AVX2 integer/F16C kernels cover (others use the portable path), from
+/// [`quant::support`]; the kernel tests and `cargo bench --bench kernels` iterate over them.
+pub fn simd_types() -> Vec<GgmlType> {
+    quant::supported(|s| s.cpu_simd)
+}
+
 /// Activations of a batch, converted for one weight type. Which fields are filled depends on
 /// the kernel set that prepared them.
 pub struct Activations {
@@ -42,7 +32,7 @@ pub struct Activations {
     pub(super) rows: usize,
     /// Values per row.
     pub(super) k: usize,
-    /// Values after the conversion, `k` per row (`fast`, and float weights under `avx2`).
+    /// Values after the conversion, `k` per row (`portable`, and float weights under `avx2`).
     pub(super) values: Vec<f32>,
     /// Quantized blocks, `row_bytes` per row (`oracle`, and quantized weights under `avx2`).
     pub(super) bytes: Vec<u8>,
@@ -191,19 +181,20 @@ pub struct Kernels {
     pub interleaves: fn(GgmlType) -> bool,
     /// `gate[i] = silu(gate[i]) · up[i]` (the SwiGLU gate).
     pub swiglu: fn(gate: &mut [f32], up: &[f32]),
-    /// Name of the variant (`avx2`, `fast`, `oracle`).
+    /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `portable`, `oracle`).
     pub variant: &'static str,
 }
 
 impl Kernels {
     /// The best kernels this CPU supports. The environment variable `TINYLLM_CPU_KERNELS`
-    /// (`fast`, `oracle`, `avx2` for the AVX2 set without VNNI, `avxvnni`, `avx512vnni`)
+    /// (`portable`, `oracle`, `avx2` for the AVX2 set without VNNI, `avxvnni`, `avx512vnni`)
     /// overrides the choice, for comparisons and bisecting; a set this CPU lacks gives the best
     /// it has.
     pub fn detect() -> Self {
         let choice = std::env::var("TINYLLM_CPU_KERNELS");
         match choice.as_deref() {
-            Ok("fast") => return Self::fast(),
+            // `fast` was this set's name before it was called what it is.
+            Ok("portable" | "fast") => return Self::portable(),
             Ok("oracle") => return Self::oracle(),
             _ => {}
         }
@@ -221,7 +212,7 @@ impl Kernels {
                 return k;
             }
         }
-        Self::fast()
+        Self::portable()
     }
 
     /// The AVX2 kernels with `isa`'s dot products, where the CPU has both.
@@ -246,13 +237,13 @@ impl Kernels {
     }
 
     /// Decode each weight row to f32, f32 dot products (the portable default).
-    pub fn fast() -> Self {
+    pub fn portable() -> Self {
         Kernels {
             prepare: prepare_values,
-            tile: tile_fast,
+            tile: tile_portable,
             interleaves: |_| false,
             swiglu: swiglu_scalar,
-            variant: "fast",
+            variant: "portable",
         }
     }
 
@@ -312,7 +303,9 @@ fn tile_avx2<const ISA: u8>(
     }
     let w = file_rows(ty, layout, k, w, out);
     let mut scratch = vec![0f32; k];
-    for_rows(k, &w, act, out, |wr, o| row_fast_avx2(ty, k, wr, act, &mut scratch, o));
+    for_rows(k, &w, act, out, |wr, o| {
+        row_portable_avx2(ty, k, wr, act, &mut scratch, o)
+    });
 }
 
 /// The weight rows of a tile in the file layout (copied out of interleaved tiles: the portable
@@ -341,10 +334,10 @@ fn for_rows(k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>, mut ro
     }
 }
 
-fn tile_fast(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+fn tile_portable(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let w = file_rows(ty, layout, k, w, out);
     let mut scratch = vec![0f32; k];
-    for_rows(k, &w, act, out, |wr, o| row_fast(ty, k, wr, act, &mut scratch, o));
+    for_rows(k, &w, act, out, |wr, o| row_portable(ty, k, wr, act, &mut scratch, o));
 }
 
 fn tile_oracle(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
@@ -397,23 +390,23 @@ fn prepare_blocks(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, Quan
 
 /// Decode the weight row once, then f32 dot products. A decode error cannot happen (lengths
 /// were validated when the weight was placed); it would show as NaN, not a panic.
-fn row_fast(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]) {
-    row_fast_body(ty, k, w, act, scratch, out);
+fn row_portable(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]) {
+    row_portable_body(ty, k, w, act, scratch, out);
 }
 
-/// [`row_fast`] compiled for AVX2: the same code, so the same results, in wider vectors.
+/// [`row_portable`] compiled for AVX2: the same code, so the same results, in wider vectors.
 #[cfg(target_arch = "x86_64")]
-fn row_fast_avx2(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]) {
+fn row_portable_avx2(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]) {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn inner(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]) {
-        row_fast_body(ty, k, w, act, scratch, out);
+        row_portable_body(ty, k, w, act, scratch, out);
     }
     // SAFETY: `Kernels::detect` picks this function only after checking AVX2 and FMA.
     unsafe { inner(ty, k, w, act, scratch, out) }
 }
 
 #[inline(always)]
-fn row_fast_body(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]) {
+fn row_portable_body(ty: GgmlType, k: usize, w: &[u8], act: &Activations, scratch: &mut [f32], out: &mut [f32]) {
     let wf = &mut scratch[..k];
     if quant::dequantize(ty, w, wf).is_err() {
         out.fill(f32::NAN);

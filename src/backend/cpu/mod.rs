@@ -1,7 +1,9 @@
-//! The CPU backend: weights read in place from the GGUF mapping, activations in `Vec<f32>`,
-//! the KV cache in f16 (as llama.cpp stores it), work split across output rows on a
-//! persistent [`pool::Pool`]. Matmuls use the tile kernels of [`kernels::Kernels`] (AVX2 integer
-//! kernels in `simd/` where the CPU has them).
+//! The CPU backend: weights read in place from the GGUF mapping (or interleaved into 8-row
+//! tiles at load for the SIMD kernels), activations in `Vec<f32>`, the KV cache in f16 (as
+//! llama.cpp stores it), work split across output rows on a persistent [`pool::Pool`]. Matmuls
+//! use the tile kernels of [`kernels::Kernels`]: the SIMD sets in `simd/` where the CPU has
+//! them (AVX2, VNNI), else the portable set, with the scalar oracle beside them for the tests.
+//! Attention runs every sequence of a batch in one dispatch (`attention.rs`).
 
 mod attention;
 pub mod interleave;
@@ -15,9 +17,10 @@ use std::sync::Arc;
 
 use half::f16;
 
-use super::{check_top_k, need, shape, weight_matrix, AttnParams, Backend, BackendError, SeqAttn};
+use super::checks::{self, shape, weight_matrix};
+use super::readback::MaybeSend;
+use super::{Backend, BackendError, Readback, Rope, SeqAttn};
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::model::Rope;
 use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
 use kernels::{Kernels, Layout, TileOut};
@@ -104,30 +107,33 @@ impl CpuBackend {
 }
 
 impl CpuBackend {
-    /// Attention for the rows of every sequence of `seqs` (`q` and `out`: the batch's
-    /// `[rows][n_head * head_dim]`) in one dispatch: the tasks of each sequence's
-    /// [`attention::Plan`] (query row blocks × KV heads × head groups) go into a scratch of
-    /// equal slots (the largest task's size), then are scattered into place per sequence.
-    fn attend(&self, q: &[f32], seqs: &[SeqAttn<'_, CpuKv>], out: &mut [f32]) -> Result<(), BackendError> {
+    /// Attention for the rows of every sequence of `seqs` (`q`: the batch's
+    /// `[rows][n_head * head_dim_k]`, `out`: `[rows][n_head * head_dim_v]`) in one dispatch:
+    /// the tasks of each sequence's [`attention::Plan`] (query row blocks × KV heads × head
+    /// groups) go into a scratch of equal slots (the largest task's size), then are scattered
+    /// into place per sequence.
+    fn attend(
+        &self,
+        q: &[f32],
+        seqs: &[SeqAttn<'_, CpuKv>],
+        sinks: attention::Sinks<'_>,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        checks::attention(q.len(), out.len(), seqs, |c: &CpuKv| c.0.len(), sinks.map(<[f32]>::len))?;
         let mut plans = Vec::with_capacity(seqs.len());
         let (mut tasks, mut slot) = (0, 0);
         for s in seqs {
-            // The head layout and the caches (q and the output are checked at their offset).
-            let seg = s.p.rows * s.p.n_head * s.p.head_dim;
-            s.p.check(seg, seg, s.k_cache.0.len(), s.v_cache.0.len())?;
-            let end = (s.row0 + s.p.rows) * s.p.n_head * s.p.head_dim;
-            need("attention", "q", q.len(), end)?;
-            need("attention", "output", out.len(), end)?;
             let plan = attention::Plan::new(&s.p, self.pool.threads());
             plans.push((tasks, plan));
             tasks += plan.tasks();
             slot = slot.max(plan.chunk());
         }
-        // The rows of sequence `s` in `q` or `out` (`[rows][n_head * head_dim]`).
-        let span = |s: &SeqAttn<'_, CpuKv>| {
-            let q_dim = s.p.n_head * s.p.head_dim;
-            s.row0 * q_dim..(s.row0 + s.p.rows) * q_dim
-        };
+        if tasks == 0 || slot == 0 {
+            return Ok(());
+        }
+        // The rows of sequence `s` in `q` (`[rows][q_dim]`) and `out` (`[rows][out_dim]`).
+        let q_span = |s: &SeqAttn<'_, CpuKv>| s.row0 * s.p.q_dim()..(s.row0 + s.p.rows) * s.p.q_dim();
+        let out_span = |s: &SeqAttn<'_, CpuKv>| s.row0 * s.p.out_dim()..(s.row0 + s.p.rows) * s.p.out_dim();
         // The sequence owning task `t` of the dispatch: the last whose first task is `<= t`.
         let owner = |t: usize| plans.partition_point(|(first, _)| *first <= t) - 1;
         attention::with_out_scratch(tasks * slot, |scratch| {
@@ -136,16 +142,17 @@ impl CpuBackend {
                 let ((first, plan), s) = (&plans[i], &seqs[i]);
                 let b = plan.block(t - first, s.p.rows);
                 attention::attend_block(
-                    &q[span(s)],
+                    &q[q_span(s)],
                     &s.k_cache.0,
                     &s.v_cache.0,
                     &s.p,
+                    sinks,
                     &b,
                     &mut o[..plan.chunk()],
                 );
             });
             for ((first, plan), s) in plans.iter().zip(seqs) {
-                plan.scatter(&scratch[first * slot..], slot, s.p.rows, &mut out[span(s)]);
+                plan.scatter(&scratch[first * slot..], slot, s.p.rows, &mut out[out_span(s)]);
             }
         });
         Ok(())
@@ -269,22 +276,12 @@ impl CpuWeight {
     }
 }
 
-/// Types whose rows [`Kernels`] can multiply.
-fn matmul_supported(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    match ty {
-        F32 | F16 | BF16 => true,
-        Q8_1 | Q8_K | F64 | I8 | I16 | I32 | I64 => false,
-        _ => true,
-    }
-}
-
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
     type Kv = CpuKv;
     type Weight = CpuWeight;
 
-    fn run_pass<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+    fn run_pass<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
         self.pool.run(f)
     }
 
@@ -295,7 +292,7 @@ impl Backend for CpuBackend {
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight, BackendError> {
         let view = file.tensor(name)?;
         let info = view.info;
-        let (n_in, n_out) = weight_matrix(name, &view, matmul_supported, "cpu")?;
+        let (n_in, n_out) = weight_matrix(name, &view, quant::has_vec_dot, "cpu")?;
         let interleaved = (info.shape.len() > 1 && (self.kernels.interleaves)(info.ty))
             .then(|| self.interleave(file, info, n_in, view.data))
             .flatten();
@@ -329,29 +326,28 @@ impl Backend for CpuBackend {
     }
 
     fn write(&self, dst: &mut CpuBuffer, src: &[f32]) -> Result<(), BackendError> {
-        need("write", "destination", dst.0.len(), src.len())?;
+        checks::need("write", "destination", dst.0.len(), src.len())?;
         dst.0[..src.len()].copy_from_slice(src);
         Ok(())
     }
 
-    fn read(&self, src: &CpuBuffer, dst: &mut [f32]) -> Result<(), BackendError> {
-        need("read", "source", src.0.len(), dst.len())?;
-        dst.copy_from_slice(&src.0[..dst.len()]);
-        Ok(())
+    fn read(&self, src: &CpuBuffer, len: usize) -> Result<Readback<Vec<f32>>, BackendError> {
+        checks::need("read", "source", src.0.len(), len)?;
+        Ok(Readback::ready(src.0[..len].to_vec()))
     }
 
     fn embed(&self, table: &CpuWeight, tokens: &[u32], scale: f32, out: &mut CpuBuffer) -> Result<(), BackendError> {
         let width = table.n_in;
-        need("embed", "output", out.0.len(), tokens.len() * width)?;
+        if matches!(table.data, WeightData::Dense(_)) {
+            return Err(shape(
+                "embed",
+                format!("'{}' is a vector, expected a matrix", table.name),
+            ));
+        }
+        checks::embed(out.0.len(), tokens, width, table.n_out)?;
         let mut block_row = Vec::new();
         for (&t, row) in tokens.iter().zip(out.0.chunks_exact_mut(width)) {
             let t_us = t as usize;
-            if t_us >= table.n_out {
-                return Err(BackendError::TokenOutOfRange {
-                    token: t,
-                    n_vocab: table.n_out,
-                });
-            }
             let bytes = match table.layout() {
                 Layout::Rows => table.rows(t_us, 1),
                 Layout::Interleaved => {
@@ -370,8 +366,10 @@ impl Backend for CpuBackend {
 
     fn matmul(&self, w: &CpuWeight, x: &CpuBuffer, rows: usize, out: &mut CpuBuffer) -> Result<(), BackendError> {
         let (k, n) = (w.n_in, w.n_out);
-        need("matmul", "input", x.0.len(), rows * k)?;
-        need("matmul", "output", out.0.len(), rows * n)?;
+        if matches!(w.data, WeightData::Dense(_)) {
+            return Err(shape("matmul", format!("'{}' is a vector, expected a matrix", w.name)));
+        }
+        checks::matmul(x.0.len(), out.0.len(), rows, k, n)?;
         let act = (self.kernels.prepare)(w.ty, &x.0[..rows * k], k)?;
         let tile_fn = self.kernels.tile;
         let (ty, layout) = (w.ty, w.layout());
@@ -391,7 +389,7 @@ impl Backend for CpuBackend {
 
     fn add_bias(&self, x: &mut CpuBuffer, bias: &CpuWeight, rows: usize) -> Result<(), BackendError> {
         let b = bias.dense("add_bias")?;
-        need("add_bias", "input", x.0.len(), rows * b.len())?;
+        checks::elementwise("add_bias", x.0.len(), None, rows * b.len())?;
         for row in x.0[..rows * b.len()].chunks_exact_mut(b.len()) {
             row.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
         }
@@ -399,8 +397,7 @@ impl Backend for CpuBackend {
     }
 
     fn add(&self, x: &mut CpuBuffer, y: &CpuBuffer, len: usize) -> Result<(), BackendError> {
-        need("add", "x", x.0.len(), len)?;
-        need("add", "y", y.0.len(), len)?;
+        checks::elementwise("add", x.0.len(), Some(("y", y.0.len())), len)?;
         let y = &y.0[..len];
         self.pool.for_chunks(&mut x.0[..len], ELEMENTWISE_CHUNK, |i, c| {
             let o = i * ELEMENTWISE_CHUNK;
@@ -411,7 +408,7 @@ impl Backend for CpuBackend {
     }
 
     fn scale(&self, x: &mut CpuBuffer, len: usize, s: f32) -> Result<(), BackendError> {
-        need("scale", "x", x.0.len(), len)?;
+        checks::elementwise("scale", x.0.len(), None, len)?;
         x.0[..len].iter_mut().for_each(|v| *v *= s);
         Ok(())
     }
@@ -426,8 +423,7 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         let wv = w.dense("rmsnorm")?;
         let g = wv.len();
-        need("rmsnorm", "input", x.0.len(), groups * g)?;
-        need("rmsnorm", "output", out.0.len(), groups * g)?;
+        checks::norm(Some(x.0.len()), out.0.len(), groups, g)?;
         let x = &x.0[..groups * g];
         let per_task = norm_task_values(g);
         self.pool.for_chunks(&mut out.0[..groups * g], per_task, |i, o| {
@@ -442,7 +438,7 @@ impl Backend for CpuBackend {
     fn rmsnorm_inplace(&self, x: &mut CpuBuffer, w: &CpuWeight, groups: usize, eps: f32) -> Result<(), BackendError> {
         let wv = w.dense("rmsnorm")?;
         let g = wv.len();
-        need("rmsnorm", "input", x.0.len(), groups * g)?;
+        checks::norm(None, x.0.len(), groups, g)?;
         self.pool
             .for_chunks(&mut x.0[..groups * g], norm_task_values(g), |_, c| {
                 c.chunks_exact_mut(g).for_each(|c| ops::rmsnorm_inplace(c, wv, eps));
@@ -453,52 +449,41 @@ impl Backend for CpuBackend {
     fn rope(
         &self,
         x: &mut CpuBuffer,
-        rows: usize,
         n_head: usize,
         head_dim: usize,
-        pos0: usize,
+        positions: &[u32],
         rope: &Rope,
         factors: Option<&CpuWeight>,
     ) -> Result<(), BackendError> {
-        let width = n_head * head_dim;
-        need("rope", "input", x.0.len(), rows * width)?;
-        if rope.n_rot > head_dim || !rope.n_rot.is_multiple_of(2) {
-            return Err(shape(
-                "rope",
-                format!("n_rot {} does not fit head size {head_dim}", rope.n_rot),
-            ));
-        }
         let factors = factors.map(|f| f.dense("rope")).transpose()?;
-        self.pool.for_chunks(&mut x.0[..rows * width], width, |r, row| {
-            let mut table = Vec::with_capacity(head_dim / 2);
-            ops::rope_table(pos0 + r, head_dim, rope, factors, &mut table);
-            for head in row.chunks_exact_mut(head_dim) {
-                ops::rope_head(head, rope, &table);
-            }
-        });
+        checks::rope(x.0.len(), n_head, head_dim, positions, rope, factors.map(<[f32]>::len))?;
+        let width = n_head * head_dim;
+        let angles = rope.angles();
+        self.pool
+            .for_chunks(&mut x.0[..positions.len() * width], width, |r, row| {
+                let mut table = Vec::with_capacity(rope.n_rot / 2);
+                ops::rope_table(positions[r], rope.n_rot, &angles, factors, &mut table);
+                for head in row.chunks_exact_mut(head_dim) {
+                    ops::rope_head(head, rope, &table);
+                }
+            });
         Ok(())
     }
 
     fn kv_store(
         &self,
-        k_cache: &mut CpuKv,
-        v_cache: &mut CpuKv,
-        k: &CpuBuffer,
-        v: &CpuBuffer,
-        rows: usize,
-        kv_dim: usize,
-        pos0: usize,
+        cache: &mut CpuKv,
+        src: &CpuBuffer,
+        row0: usize,
+        width: usize,
+        positions: &[u32],
     ) -> Result<(), BackendError> {
-        let n = rows * kv_dim;
-        need("kv_store", "k", k.0.len(), n)?;
-        need("kv_store", "v", v.0.len(), n)?;
-        let start = pos0 * kv_dim;
-        need("kv_store", "k cache", k_cache.0.len(), start + n)?;
-        need("kv_store", "v cache", v_cache.0.len(), start + n)?;
-        for (dst, src) in [(&mut k_cache.0, &k.0), (&mut v_cache.0, &v.0)] {
-            dst[start..start + n]
+        checks::kv_store(cache.0.len(), src.0.len(), row0, width, positions)?;
+        for (i, &pos) in positions.iter().enumerate() {
+            let (dst, from) = (pos as usize * width, (row0 + i) * width);
+            cache.0[dst..dst + width]
                 .iter_mut()
-                .zip(&src[..n])
+                .zip(&src.0[from..from + width])
                 .for_each(|(d, &s)| *d = f16::from_f32(s));
         }
         Ok(())
@@ -507,29 +492,12 @@ impl Backend for CpuBackend {
     fn attention(
         &self,
         q: &CpuBuffer,
-        k_cache: &CpuKv,
-        v_cache: &CpuKv,
-        p: &AttnParams,
-        out: &mut CpuBuffer,
-    ) -> Result<(), BackendError> {
-        let one = SeqAttn {
-            row0: 0,
-            p: *p,
-            k_cache,
-            v_cache,
-        };
-        self.attend(&q.0, &[one], &mut out.0)
-    }
-
-    fn attention_seqs(
-        &self,
-        q: &CpuBuffer,
         seqs: &[SeqAttn<'_, CpuKv>],
+        sinks: Option<&CpuWeight>,
         out: &mut CpuBuffer,
-        _seg_q: &mut CpuBuffer,
-        _seg_att: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        self.attend(&q.0, seqs, &mut out.0)
+        let sinks = sinks.map(|w| w.dense("attention")).transpose()?;
+        self.attend(&q.0, seqs, sinks, &mut out.0)
     }
 
     fn swiglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
@@ -550,8 +518,7 @@ impl Backend for CpuBackend {
         width: usize,
         dst: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        need("copy_rows", "source", src.0.len(), (row0 + rows) * width)?;
-        need("copy_rows", "destination", dst.0.len(), rows * width)?;
+        checks::rows("copy_rows", src.0.len(), dst.0.len(), row0, rows, width)?;
         dst.0[..rows * width].copy_from_slice(&src.0[row0 * width..(row0 + rows) * width]);
         Ok(())
     }
@@ -564,18 +531,16 @@ impl Backend for CpuBackend {
         dst: &mut CpuBuffer,
         row0: usize,
     ) -> Result<(), BackendError> {
-        need("paste_rows", "source", src.0.len(), rows * width)?;
-        need("paste_rows", "destination", dst.0.len(), (row0 + rows) * width)?;
+        checks::rows("paste_rows", src.0.len(), dst.0.len(), row0, rows, width)?;
         dst.0[row0 * width..(row0 + rows) * width].copy_from_slice(&src.0[..rows * width]);
         Ok(())
     }
 
-    fn argmax(&self, x: &CpuBuffer, rows: usize, width: usize) -> Result<Vec<u32>, BackendError> {
-        need("argmax", "input", x.0.len(), rows * width)?;
-        if width == 0 {
-            return Err(shape("argmax", "zero-width rows".into()));
-        }
-        Ok(x.0[..rows * width].chunks_exact(width).map(argmax_row).collect())
+    fn argmax(&self, x: &CpuBuffer, rows: usize, width: usize) -> Result<Readback<Vec<u32>>, BackendError> {
+        checks::argmax(rows, width, x.0.len())?;
+        Ok(Readback::ready(
+            x.0[..rows * width].chunks_exact(width).map(argmax_row).collect(),
+        ))
     }
 
     fn top_k(
@@ -585,9 +550,8 @@ impl Backend for CpuBackend {
         width: usize,
         k: usize,
         gather: &[u32],
-    ) -> Result<Vec<Candidates>, BackendError> {
-        check_top_k(rows, width, k)?;
-        need("top_k", "input", x.0.len(), rows * width)?;
+    ) -> Result<Readback<Vec<Candidates>>, BackendError> {
+        checks::top_k(rows, width, k, x.0.len())?;
         // The rows are host memory already: select in place, no copy, a row per task (a
         // batched decode step has a row per sequence, each a scan of the whole vocabulary).
         let mut out = vec![Candidates::default(); rows];
@@ -595,7 +559,7 @@ impl Backend for CpuBackend {
         self.pool.for_chunks(&mut out, 1, |r, slot| {
             slot[0] = crate::sample::candidates(&x[r * width..(r + 1) * width], k, gather);
         });
-        Ok(out)
+        Ok(Readback::ready(out))
     }
 }
 
@@ -609,8 +573,7 @@ impl CpuBackend {
         len: usize,
         apply: impl Fn(&mut [f32], &[f32]) + Sync + Send,
     ) -> Result<(), BackendError> {
-        need(op, "gate", gate.0.len(), len)?;
-        need(op, "up", up.0.len(), len)?;
+        checks::elementwise(op, gate.0.len(), Some(("up", up.0.len())), len)?;
         let up = &up.0[..len];
         self.pool.for_chunks(&mut gate.0[..len], ELEMENTWISE_CHUNK, |i, c| {
             let o = i * ELEMENTWISE_CHUNK;
@@ -620,7 +583,8 @@ impl CpuBackend {
     }
 }
 
-/// Index of the first maximum (NaN never wins).
+/// Index of the first maximum, NaN never winning, 0 for a row of NaN: the rule of
+/// [`crate::sample::argmax`] (its slow twin in the tests), vectorized.
 pub fn argmax_row(row: &[f32]) -> u32 {
     // Two passes the compiler vectorizes (a vocabulary-sized row per decoded token): the
     // largest non-NaN value in independent lanes (max is exact, so their order does not
@@ -639,30 +603,17 @@ pub fn argmax_row(row: &[f32]) -> u32 {
         .iter()
         .chain(tail)
         .fold(f32::NEG_INFINITY, |a, &v| if v > a { v } else { a });
-    match row.iter().position(|&v| v == max) {
-        Some(i) => i as u32,
-        // Only NaN: the sequential rule moves past every NaN and ends on the last one.
-        None => row.len().saturating_sub(1) as u32,
-    }
+    // Only NaN (or an empty row): 0, as the sequential rule.
+    row.iter().position(|&v| v == max).unwrap_or(0) as u32
 }
 
 #[cfg(test)]
 mod tests {
     use super::argmax_row;
-
-    /// The sequential rule `argmax_row` implements: the first maximum, NaN never wins.
-    fn sequential(row: &[f32]) -> u32 {
-        let mut best = 0usize;
-        for (i, &v) in row.iter().enumerate() {
-            if v > row[best] || row[best].is_nan() {
-                best = i;
-            }
-        }
-        best as u32
-    }
+    use crate::sample::argmax;
 
     #[test]
-    fn argmax_matches_the_sequential_rule() {
+    fn argmax_matches_the_samplers_rule() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             seed ^= seed << 13;
@@ -680,16 +631,18 @@ mod tests {
                         _ => (next() % 5) as f32 - 2.0,
                     })
                     .collect();
-                assert_eq!(argmax_row(&row), sequential(&row), "{row:?}");
+                assert_eq!(argmax_row(&row), argmax(&row), "{row:?}");
             }
         }
-        for row in [
-            vec![f32::NAN; 20],
-            vec![f32::NEG_INFINITY; 3],
-            vec![-0.0, 0.0],
-            vec![f32::NAN, -5.0],
+        for (row, want) in [
+            (vec![f32::NAN; 20], 0),
+            (vec![f32::NEG_INFINITY; 3], 0),
+            (vec![-0.0, 0.0], 0),
+            (vec![f32::NAN, -5.0], 1),
+            (vec![1.0, f32::NAN, 3.0, 3.0], 2),
         ] {
-            assert_eq!(argmax_row(&row), sequential(&row), "{row:?}");
+            assert_eq!(argmax_row(&row), want, "{row:?}");
+            assert_eq!(argmax(&row), want, "{row:?}");
         }
     }
 }

@@ -7,6 +7,7 @@
 //! without hand-written unsafe scoping). On wasm, where threads need extra setup, tasks run
 //! in order on the calling thread.
 
+use super::super::readback::MaybeSend;
 use super::super::BackendError;
 
 /// A fixed set of worker threads.
@@ -48,7 +49,7 @@ impl Pool {
 
     /// Run `f` on a worker of the pool (on wasm: on the caller): the ops `f` runs then fork
     /// from inside the pool, which costs far less than entering it from outside per op.
-    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+    pub fn run<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
         #[cfg(not(target_arch = "wasm32"))]
         {
             self.pool.install(f)

@@ -57,7 +57,8 @@ const REQUIRED: [(&str, u64); 5] = [
     ("max_compute_invocations_per_workgroup", 256),
     ("max_compute_workgroup_size_x", 256),
     ("max_compute_workgroup_storage_size", 8192),
-    ("max_storage_buffers_per_shader_stage", 4),
+    // Attention binds q, the K and V caches, the output or partials, and the sinks.
+    ("max_storage_buffers_per_shader_stage", 5),
     ("max_compute_workgroups_per_dimension", 65535),
 ];
 
@@ -101,8 +102,8 @@ fn instance() -> wgpu::Instance {
 }
 
 /// Adapters in preference order: discrete, integrated, virtual, then CPU (lavapipe) ones.
-fn adapters() -> Vec<wgpu::Adapter> {
-    let mut list = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+async fn adapters() -> Vec<wgpu::Adapter> {
+    let mut list = instance().enumerate_adapters(wgpu::Backends::all()).await;
     list.sort_by_key(|a| match a.get_info().device_type {
         wgpu::DeviceType::DiscreteGpu => 0,
         wgpu::DeviceType::IntegratedGpu => 1,
@@ -127,9 +128,10 @@ fn report(a: &wgpu::Adapter) -> AdapterReport {
     }
 }
 
-/// Every adapter wgpu finds, in the order the backend prefers them.
+/// Every adapter wgpu finds, in the order the backend prefers them (native: blocks).
+#[cfg(not(target_arch = "wasm32"))]
 pub fn list_adapters() -> Vec<AdapterReport> {
-    adapters().iter().map(report).collect()
+    pollster::block_on(adapters()).iter().map(report).collect()
 }
 
 /// An open device and what the backend needs to know about it.
@@ -144,9 +146,9 @@ pub struct Context {
 }
 
 impl Context {
-    /// Open the preferred adapter, or adapter `index` of [`list_adapters`].
-    pub fn open(index: Option<usize>) -> Result<Self, WebGpuError> {
-        let mut list = adapters();
+    /// Open the preferred adapter, or adapter `index` of the list in preference order.
+    pub async fn open(index: Option<usize>) -> Result<Self, WebGpuError> {
+        let mut list = adapters().await;
         let count = list.len();
         let adapter = match index {
             Some(i) if i >= count => return Err(WebGpuError::BadAdapterIndex { index: i, count }),
@@ -171,17 +173,19 @@ impl Context {
         }
         // Ask for everything the adapter offers: large weights want the largest bindings.
         let limits = adapter.limits();
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("tinyllm"),
-            // Subgroup operations let the CPU-adapter matmul share activation loads across lanes.
-            required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
-            required_limits: limits.clone(),
-            ..Default::default()
-        }))
-        .map_err(|e| WebGpuError::RequestDevice {
-            adapter: rep.name.clone(),
-            reason: e.to_string(),
-        })?;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("tinyllm"),
+                // Subgroup operations let the CPU-adapter matmul share activation loads across lanes.
+                required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| WebGpuError::RequestDevice {
+                adapter: rep.name.clone(),
+                reason: e.to_string(),
+            })?;
         Ok(Context {
             device,
             queue,

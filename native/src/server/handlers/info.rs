@@ -1,11 +1,11 @@
 //! `GET /health`, `GET /v1/models`, `GET /metrics`.
 
-use crate::server::types::unix_now;
 use crate::server::Shared;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::json;
+use tinyllm::openai::unix_now;
 
 pub async fn health() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))

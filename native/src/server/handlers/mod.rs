@@ -1,20 +1,22 @@
-//! Endpoint handlers, one file per group, plus what they share: reading a bounded body and
-//! turning a validated request into an engine job.
+//! Endpoint handlers, one file per group, plus what they share: reading a bounded body,
+//! turning a validated request into an engine job, and answering it whole or streamed.
 
-pub mod chat;
-pub mod completions;
+pub mod generate;
 pub mod info;
 pub mod tokens;
 
 use super::errors::ApiError;
 use super::metrics::Metrics;
-use super::scheduler::{CancelGuard, Event, Finish, Job, TokenLogprob, Usage};
-use super::types::GenRequest;
+use super::scheduler::{CancelGuard, Event, Job};
+use super::sse;
 use super::AppState;
 use axum::extract::Request;
 use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use tinyllm::engine::{check_fits, Finish, Request as GenRequest, Usage};
+use tinyllm::openai::{Answer, Chunks, Meta};
 use tokio::sync::mpsc;
 
 /// The body, at most `--max-body-bytes` (413 beyond).
@@ -40,48 +42,22 @@ pub struct Launched {
     pub guard: CancelGuard,
 }
 
-/// Validate the generation settings of `req`, check that `prompt` fits, and queue the job.
-pub fn launch(
-    st: &AppState,
-    kind: &'static str,
-    req: &GenRequest,
-    prompt: Vec<u32>,
-    prompt_param: &str,
-    must_start: Vec<Vec<u32>>,
-) -> Result<Launched, ApiError> {
-    let sampler = req.sampler()?;
-    let logprobs = req.logprobs()?;
-    let stop = req.stop_strings()?;
-    let requested = req.max_tokens()?;
-    if prompt.is_empty() {
-        return Err(ApiError::bad_param(prompt_param, "the prompt is empty"));
-    }
-    if prompt.len() >= st.n_ctx {
-        return Err(ApiError::bad_param(
-            prompt_param,
-            format!(
-                "the prompt has {} tokens, but the context holds {} (with room for at least one generated token)",
-                prompt.len(),
-                st.n_ctx
-            ),
-        )
-        .with_code("context_length_exceeded"));
-    }
-    // Past the context end generation stops with finish_reason "length".
-    let room = st.n_ctx - prompt.len();
-    let max_tokens = requested.unwrap_or(room).min(room);
+/// Prepare `req` (template, tools, tokens), check that its prompt fits a slot, and queue it.
+/// `prompt_param` names the prompt's field in errors.
+pub fn launch(st: &AppState, kind: &'static str, req: GenRequest, prompt_param: &str) -> Result<Launched, ApiError> {
+    let prepared = st
+        .engine
+        .prepare(&req.prompt)
+        .map_err(|e| ApiError::engine(e, prompt_param))?;
+    check_fits(prepared.prompt.len(), st.n_ctx).map_err(|e| ApiError::engine(e, prompt_param))?;
     let (tx, rx) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let id = st.scheduler.next_id();
     let job = Job {
         id,
         kind,
-        prompt,
-        sampler,
-        max_tokens,
-        logprobs,
-        stop,
-        must_start,
+        prepared,
+        settings: req.settings,
         cancel: cancel.clone(),
         events: tx,
     };
@@ -96,33 +72,16 @@ pub fn launch(
     })
 }
 
-/// Everything a job produced, for non-streaming answers.
-pub struct Collected {
-    pub text: String,
-    pub logprobs: Vec<TokenLogprob>,
-    pub finish: Finish,
-    pub usage: Usage,
-}
-
 /// Wait for the whole job. If the client goes away meanwhile, this future is dropped and the
 /// guard cancels the job.
-pub async fn collect(mut job: Launched) -> Result<Collected, ApiError> {
-    let mut text = String::new();
-    let mut logprobs = Vec::new();
+pub async fn collect(mut job: Launched) -> Result<(Answer, Finish, Usage), ApiError> {
+    let mut answer = Answer::default();
     while let Some(ev) = job.events.recv().await {
         match ev {
-            Event::Token { text: t, logprob } => {
-                text.push_str(&t);
-                logprobs.extend(logprob);
-            }
+            Event::Step(step) => answer.push(&step),
             Event::Done { finish, usage } => {
                 job.guard.disarm();
-                return Ok(Collected {
-                    text,
-                    logprobs,
-                    finish,
-                    usage,
-                });
+                return Ok((answer, finish, usage));
             }
             Event::Failed(msg) => {
                 job.guard.disarm();
@@ -133,11 +92,26 @@ pub async fn collect(mut job: Launched) -> Result<Collected, ApiError> {
     Err(ApiError::internal("the engine dropped the request"))
 }
 
-/// OpenAI's finish reason.
-pub fn finish_reason(finish: Finish, tool_calls: bool) -> &'static str {
-    match finish {
-        Finish::Length => "length",
-        Finish::Stop | Finish::Cancelled if tool_calls => "tool_calls",
-        Finish::Stop | Finish::Cancelled => "stop",
+/// Answer a launched job: streamed as `chunks` (server-sent events, with a usage chunk when
+/// asked), or whole through `whole` once it is done.
+pub async fn respond<C: Chunks + Send + 'static>(
+    job: Launched,
+    stream: Option<bool>,
+    chunks: C,
+    whole: impl FnOnce(&Answer, Finish, &Usage) -> serde_json::Value,
+) -> Result<Response, ApiError> {
+    if let Some(include_usage) = stream {
+        return Ok(sse::stream(job.events, chunks, include_usage, job.guard));
+    }
+    let (answer, finish, usage) = collect(job).await?;
+    Ok(axum::Json(whole(&answer, finish, &usage)).into_response())
+}
+
+/// The response names of job `id` (`prefix` is `chatcmpl` or `cmpl`).
+pub fn meta(st: &AppState, prefix: &str, id: u64) -> Meta {
+    Meta {
+        id: format!("{prefix}-{id}"),
+        created: tinyllm::openai::unix_now(),
+        model: st.model_name.clone(),
     }
 }

@@ -3,24 +3,28 @@
 
 use super::read_body;
 use crate::server::errors::ApiError;
-use crate::server::types::{parse_body, template_messages, ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest};
 use crate::server::Shared;
 use axum::extract::{Request, State};
 use axum::Json;
 use serde_json::{json, Value};
 use tinyllm::chat::RenderRequest;
+use tinyllm::openai::parse_body;
+use tinyllm::openai::request::{template_messages, ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest};
 
 pub async fn tokenize(State(st): State<Shared>, req: Request) -> Result<Json<Value>, ApiError> {
     let body = read_body(&st, req).await?;
     let (req, _): (TokenizeRequest, _) = parse_body(&body)?;
-    let ids = st.tokenizer.encode(&req.content, req.add_special, req.parse_special);
+    let ids = st
+        .engine
+        .tokenizer
+        .encode(&req.content, req.add_special, req.parse_special);
     if !req.with_pieces {
         return Ok(Json(json!({"tokens": ids})));
     }
     let tokens: Vec<Value> = ids
         .iter()
         .map(|&id| {
-            let bytes = st.tokenizer.token_to_piece(id).unwrap_or_default();
+            let bytes = st.engine.tokenizer.token_to_piece(id).unwrap_or_default();
             // A piece that is not valid UTF-8 on its own is given as its bytes.
             let piece = match String::from_utf8(bytes) {
                 Ok(s) => json!(s),
@@ -42,6 +46,7 @@ pub async fn detokenize(State(st): State<Shared>, req: Request) -> Result<Json<V
         ));
     }
     let text = st
+        .engine
         .tokenizer
         .decode(&req.tokens)
         .map_err(|e| ApiError::bad_param("tokens", e.to_string()))?;
@@ -60,6 +65,7 @@ pub async fn apply_template(State(st): State<Shared>, req: Request) -> Result<Js
     let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
     let tools = raw.get("tools").and_then(Value::as_array);
     let prompt = st
+        .engine
         .template
         .render(&RenderRequest {
             messages: &messages,

@@ -40,8 +40,8 @@ const IQ4_NL: u8 = 5;
 /// Bytes of one activation block (Q8_0: f16 scale + 32 values).
 const ACT_BLOCK: usize = 34;
 
-/// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS (`kvalues_iq4nl`).
-pub(super) const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+/// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS (`kvalues_iq4nl`), the quant module's table.
+pub(super) use crate::quant::KVALUES_IQ4NL;
 
 const fn block_bytes(kind: u8) -> usize {
     match kind {

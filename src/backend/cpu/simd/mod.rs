@@ -1,11 +1,13 @@
-//! AVX2 kernels of the CPU backend (x86_64 only, chosen at run time by
-//! [`super::kernels::Kernels::detect`]).
+//! SIMD kernels of the CPU backend (x86_64 only): AVX2, and AVX-VNNI or AVX-512 VNNI dot
+//! products where the CPU has them, one entry per instruction set, chosen at run time by
+//! [`super::kernels::Kernels::detect`]. Which formats they cover is [`crate::quant::support`].
 //!
 //! The arithmetic is ggml's: activations are quantized once per batch (Q8_0 or Q8_K, byte for
 //! byte as the scalar quantizers in [`crate::quant`]), each weight block meets each activation
-//! block in exact integer products (`maddubs`/`madd`), and only the per-block scaling is f32. So
-//! a result differs from the scalar oracle [`crate::quant::vec_dot`] only in the order of the
-//! f32 additions.
+//! block in exact integer products (`maddubs`/`madd`, or one `vpdpbusd`), and only the
+//! per-block scaling is f32. So a result differs from the scalar oracle
+//! [`crate::quant::vec_dot`] only in the order of the f32 additions, and the instruction sets
+//! give the same bits.
 //!
 //! Every kernel computes a tile of `R` weight rows × `C` activation rows with one accumulator per
 //! output, streaming the blocks of the `R` rows once per tile. Each output goes through the same
@@ -217,7 +219,9 @@ unsafe fn dpbusd<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
 
 /// Whether [`tile`] covers weights of type `ty`.
 pub fn supports(ty: GgmlType) -> bool {
-    super::kernels::AVX2_TYPES.contains(&ty)
+    crate::quant::support::SUPPORT
+        .iter()
+        .any(|s| s.cpu_simd && s.name.eq_ignore_ascii_case(ty.name()))
 }
 
 /// Output `(a, w)` of `out` = row `w` of the `out.nw()` rows of `weights` (`k` values of `ty` per

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::super::interleave;
-use super::super::kernels::{Activations, Kernels, Layout, TileOut, AVX2_TYPES as TYPES};
+use super::super::kernels::{simd_types, Activations, Kernels, Layout, TileOut};
 use super::Isa;
 use crate::quant::{self, GgmlType};
 
@@ -268,7 +268,7 @@ fn quantizers_match_the_scalar_ones_byte_for_byte() {
 #[test]
 fn dot_products_match_the_oracle_on_odd_shapes() {
     let mut rng = ChaCha8Rng::seed_from_u64(2);
-    for &ty in TYPES {
+    for ty in simd_types() {
         let k = match ty {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 263,
             t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
@@ -286,7 +286,7 @@ fn dot_products_match_the_oracle_on_odd_shapes() {
 #[test]
 fn dot_products_match_the_oracle_on_long_rows() {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
-    for &ty in TYPES {
+    for ty in simd_types() {
         check(&mut rng, ty, 16384, 5, 2);
         check(&mut rng, ty, 16384, 9, 5);
     }
@@ -336,7 +336,7 @@ fn every_kernel_set_reads_both_layouts() {
         let w = weights(&mut rng, ty, k, nw);
         let tiles = interleave::interleave(ty, k, &w).unwrap();
         let x = activations(&mut rng, k * 3);
-        for kern in simd_sets().into_iter().chain([Kernels::fast(), Kernels::oracle()]) {
+        for kern in simd_sets().into_iter().chain([Kernels::portable(), Kernels::oracle()]) {
             let act = (kern.prepare)(ty, &x, k).unwrap();
             let mut rows = vec![f32::NAN; nw * 3];
             let mut inter = vec![f32::NAN; nw * 3];
@@ -377,7 +377,7 @@ fn column_tiles_write_only_their_columns() {
         let (n, rows, stride) = (27, 3, 29);
         let w = weights(&mut rng, ty, k, n);
         let x = activations(&mut rng, k * rows);
-        for kern in simd_sets().into_iter().chain([Kernels::fast(), Kernels::oracle()]) {
+        for kern in simd_sets().into_iter().chain([Kernels::portable(), Kernels::oracle()]) {
             let act = (kern.prepare)(ty, &x, k).unwrap();
             let interleaved = (kern.interleaves)(ty);
             let placed = if interleaved {

@@ -4,16 +4,13 @@
 //! build time and writes every variant to `OUT_DIR/wgsl/NAME.wgsl`; the library embeds those
 //! files (`kernels.rs`), so the variant list and the composition live in this one file.
 //!
-//! Plain Rust with no crate imports: `build.rs` includes it with `#[path]`.
+//! Plain Rust with no crate imports: `build.rs` includes it with `#[path]`. Which formats
+//! have decoders comes from the caller (`quant::support`, which the build script includes too).
 
-/// Block formats with a WGSL decoder (`shaders/quant/NAME.wgsl`), by their lowercase GGUF name.
-pub const QUANTS: [&str; 13] = [
-    "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs",
-];
-
-/// Formats with a decoder of their own for texture-held weights (`shaders/quant/tex/`); the
-/// others use their generic decoder over the texture byte helpers.
-const TEX_QUANTS: [&str; 4] = ["q8_0", "q5_0", "q4_k", "q6_k"];
+/// A block format with a WGSL decoder: its lowercase GGUF name, and whether it has a decoder
+/// of its own for texture-held weights (`shaders/quant/tex/`; the others use their generic
+/// decoder over the texture byte helpers).
+pub type Quant = (&'static str, bool);
 
 /// Activation rows per invocation of the texture matmul variants.
 pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
@@ -22,8 +19,9 @@ pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
 pub const X_WIDTHS: [u8; 2] = [1, 4];
 
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
-/// the elementwise ops and in-place rmsnorm, which share one).
-pub const PLAIN: [&str; 12] = [
+/// the elementwise ops and in-place rmsnorm, which share one, and the wide attention, which is
+/// attention with registers for the widest heads).
+pub const PLAIN: [&str; 13] = [
     "add",
     "add_bias",
     "scale",
@@ -34,6 +32,7 @@ pub const PLAIN: [&str; 12] = [
     "rope",
     "kv_store",
     "attention",
+    "attention_wide",
     "argmax",
     "select",
 ];
@@ -51,42 +50,44 @@ pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
     }
 }
 
-/// Every variant as (name, WGSL source); `read` returns a file of `shaders/` by relative path.
-pub fn variants(read: &dyn Fn(&str) -> String) -> Vec<(String, String)> {
+/// Every variant as (name, WGSL source), for the formats `quants`; `read` returns a file of
+/// `shaders/` by relative path.
+pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for q in QUANTS {
+    for &(q, tex) in quants {
         for kind in ["matmul_rows", "embed", "embed_tex"] {
-            out.push((name(kind, q, 0, false), compose(read, kind, q, 0, false)));
+            out.push((name(kind, q, 0, false), compose(read, kind, q, 0, false, tex)));
         }
         for subgroup in [false, true] {
             for width in X_WIDTHS {
-                let src = compose(read, "matmul", q, width, subgroup);
+                let src = compose(read, "matmul", q, width, subgroup, tex);
                 out.push((name("matmul", q, width, subgroup), src));
             }
             // f16 products (devices with shader-f16): vec4 loads only.
-            let src = compose(read, "matmul_f16", q, 4, subgroup);
+            let src = compose(read, "matmul_f16", q, 4, subgroup, tex);
             out.push((name("matmul_f16", q, 4, subgroup), src));
         }
         for tile in TEX_TILES {
             for subgroup in [false, true] {
-                let src = compose(read, "matmul_tex", q, tile, subgroup);
+                let src = compose(read, "matmul_tex", q, tile, subgroup, tex);
                 out.push((name("matmul_tex", q, tile, subgroup), src));
             }
         }
     }
     for kind in PLAIN {
-        out.push((kind.to_string(), compose(read, kind, "", 0, false)));
+        out.push((kind.to_string(), compose(read, kind, "", 0, false, false)));
     }
     out
 }
 
-/// The source of one variant.
-fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
+/// The source of one variant (`tex`: the format has a texture decoder of its own).
+fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, subgroup: bool, tex: bool) -> String {
     let f16 = kind == "matmul_f16";
     let kind = if f16 { "matmul" } else { kind };
     let template = match kind {
         "add" | "add_bias" | "scale" | "swiglu" | "geglu" => "elementwise.wgsl".to_string(),
         "rmsnorm_inplace" => "rmsnorm.wgsl".to_string(),
+        "attention_wide" => "attention.wgsl".to_string(),
         "embed_tex" => "embed.wgsl".to_string(),
         k => format!("{k}.wgsl"),
     };
@@ -125,6 +126,10 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
             src.replace("//INCLUDE REDUCE", &read("reduce_workgroup.wgsl"))
         };
     }
+    if kind == "attention_wide" {
+        // Heads up to MLA's 576 values (backend::MAX_HEAD_DIM).
+        src = src.replace("const MAX_HD: u32 = 256u;", "const MAX_HD: u32 = 576u;");
+    }
     if kind == "matmul_tex" {
         src = src.replace("const R: u32 = 8u;", &format!("const R: u32 = {tile}u;"));
         src = if subgroup {
@@ -137,7 +142,7 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
         };
     }
     if !quant.is_empty() {
-        let decoder = if textured && TEX_QUANTS.contains(&quant) {
+        let decoder = if textured && tex {
             read(&format!("quant/tex/{quant}.wgsl"))
         } else {
             read(&format!("quant/{quant}.wgsl"))

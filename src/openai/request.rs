@@ -1,18 +1,27 @@
-//! OpenAI request shapes (serde) and the checks that turn them into engine settings.
+//! OpenAI request shapes (serde) and the checks that turn them into an engine [`Request`].
 //!
-//! Bodies are parsed in two steps: JSON syntax first (a 400 "invalid JSON"), then the typed
-//! shape through `serde_path_to_error`, so a wrongly typed field is reported by its path
+//! Bodies are parsed in two steps: JSON syntax first ("invalid JSON"), then the typed shape
+//! through `serde_path_to_error`, so a wrongly typed field is reported by its path
 //! (`messages[1].content`), not by a byte offset.
 
-use super::errors::ApiError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use super::OpenAiError as ApiError;
+use crate::chat::tools::ToolChoice as ToolMode;
+use crate::engine::{Prompt, Request, Settings};
+use crate::sample::{SamplerConfig, SamplerError};
 
 /// Parse a request body: syntax, then the typed shape (errors name the field).
 pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<(T, Value), ApiError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    parse_value(value)
+}
+
+/// [`parse_body`] of a value already parsed (the browser's request objects).
+pub fn parse_value<T: DeserializeOwned>(value: Value) -> Result<(T, Value), ApiError> {
     if !value.is_object() {
         return Err(ApiError::bad_request("the request body must be a JSON object"));
     }
@@ -111,7 +120,7 @@ pub enum Logprobs {
 /// The prompt of `/v1/completions`: text, one text in a list, or token ids.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged, expecting = "a string, a list with one string, or a list of token ids")]
-pub enum Prompt {
+pub enum PromptField {
     Text(String),
     Ids(Vec<u32>),
     Texts(Vec<String>),
@@ -124,7 +133,7 @@ pub struct GenRequest {
     #[allow(dead_code)]
     pub model: Option<String>,
     pub messages: Option<Vec<Message>>,
-    pub prompt: Option<Prompt>,
+    pub prompt: Option<PromptField>,
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
@@ -234,18 +243,13 @@ impl GenRequest {
     }
 
     /// The sampler settings: llama.cpp's defaults where the request says nothing.
-    pub fn sampler(&self) -> Result<tinyllm::sample::SamplerConfig, ApiError> {
-        let d = tinyllm::sample::SamplerConfig::default();
+    pub fn sampler(&self) -> Result<SamplerConfig, ApiError> {
+        let d = SamplerConfig::default();
         let seed = match self.seed {
             Some(s) => s as u64,
-            None => {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
-                t.as_nanos() as u64 ^ u64::from(std::process::id())
-            }
+            None => crate::sample::fresh_seed(),
         };
-        let cfg = tinyllm::sample::SamplerConfig {
+        let cfg = SamplerConfig {
             temperature: self.temperature.unwrap_or(d.temperature),
             top_k: self.top_k.map_or(d.top_k, |k| k as usize),
             top_p: self.top_p.unwrap_or(d.top_p),
@@ -257,35 +261,9 @@ impl GenRequest {
             seed,
         };
         cfg.validate().map_err(|e| match &e {
-            tinyllm::sample::SamplerError::Invalid { field, .. } => ApiError::bad_param(field, e.to_string()),
+            SamplerError::Invalid { field, .. } => ApiError::bad_param(field, e.to_string()),
         })?;
         Ok(cfg)
-    }
-
-    /// Declared tool names after `tool_choice` (none: no tools; named: that one only).
-    pub fn tool_names(&self) -> Result<Vec<String>, ApiError> {
-        let tools = self.tools.as_deref().unwrap_or_default();
-        if let Some((i, t)) = tools.iter().enumerate().find(|(_, t)| t.kind != "function") {
-            return Err(ApiError::bad_param(
-                &format!("tools[{i}].type"),
-                format!("tools[{i}].type must be \"function\", got {:?}", t.kind),
-            ));
-        }
-        let names: Vec<String> = tools.iter().map(|t| t.function.name.clone()).collect();
-        match self.tool_mode()? {
-            ToolMode::Auto | ToolMode::Required => Ok(names),
-            ToolMode::None => Ok(Vec::new()),
-            ToolMode::Named(name) => {
-                if names.contains(&name) {
-                    Ok(vec![name])
-                } else {
-                    Err(ApiError::bad_param(
-                        "tool_choice",
-                        format!("tool_choice names the function {name:?}, which is not among the declared tools"),
-                    ))
-                }
-            }
-        }
     }
 
     /// `tool_choice` checked: required and named need declared tools.
@@ -321,19 +299,75 @@ impl GenRequest {
     pub fn parallel_tool_calls(&self) -> bool {
         self.parallel_tool_calls.unwrap_or(true)
     }
+
+    /// The generation settings (sampler, budget, logprobs, stop strings).
+    pub fn settings(&self) -> Result<Settings, ApiError> {
+        Ok(Settings {
+            sampler: self.sampler()?,
+            max_tokens: self.max_tokens()?,
+            logprobs: self.logprobs()?,
+            stop: self.stop_strings()?,
+            parallel_tool_calls: self.parallel_tool_calls(),
+        })
+    }
+
+    /// A `/v1/chat/completions` request: `raw` is the body as parsed JSON (the template reads
+    /// the messages and tools as given).
+    pub fn chat(&self, raw: &Value) -> Result<Request, ApiError> {
+        self.reject_unsupported()?;
+        let Some(messages) = &self.messages else {
+            return Err(ApiError::bad_param("messages", "missing field `messages`"));
+        };
+        if messages.is_empty() {
+            return Err(ApiError::bad_param("messages", "messages must not be empty"));
+        }
+        let raw_messages = raw
+            .get("messages")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let tools = raw.get("tools").and_then(Value::as_array).cloned().unwrap_or_default();
+        let tool_choice = self.tool_mode()?;
+        Ok(Request {
+            prompt: Prompt::Chat {
+                messages: template_messages(messages, &raw_messages)?,
+                tools,
+                tool_choice,
+                kwargs: self.chat_template_kwargs.clone().unwrap_or_default(),
+            },
+            settings: self.settings()?,
+        })
+    }
+
+    /// A `/v1/completions` request: the prompt continued as is (text with the model's BOS, or
+    /// token ids).
+    pub fn completion(&self) -> Result<Request, ApiError> {
+        self.reject_unsupported()?;
+        let prompt = match &self.prompt {
+            None => return Err(ApiError::bad_param("prompt", "missing field `prompt`")),
+            Some(PromptField::Text(t)) => text_prompt(t.clone()),
+            Some(PromptField::Texts(v)) if v.len() == 1 => text_prompt(v[0].clone()),
+            Some(PromptField::Texts(_)) => {
+                return Err(ApiError::bad_param(
+                    "prompt",
+                    "only one prompt per request is supported",
+                ))
+            }
+            Some(PromptField::Ids(ids)) => Prompt::Ids(ids.clone()),
+        };
+        Ok(Request {
+            prompt,
+            settings: self.settings()?,
+        })
+    }
 }
 
-/// What `tool_choice` asks of the answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolMode {
-    /// The model decides (tools rendered, calls parsed).
-    Auto,
-    /// No tools: they are not rendered and calls are not parsed.
-    None,
-    /// The answer must be a call to one of the tools.
-    Required,
-    /// The answer must be a call to this tool.
-    Named(String),
+fn text_prompt(text: String) -> Prompt {
+    Prompt::Text {
+        text,
+        add_special: true,
+        parse_special: true,
+    }
 }
 
 /// Messages as the template wants them: text parts joined into one string.
@@ -408,8 +442,8 @@ pub struct ApplyTemplateRequest {
 
 /// Seconds since the Unix epoch (OpenAI's `created`).
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default()
 }

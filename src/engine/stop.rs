@@ -2,7 +2,7 @@
 //! could be the start of one is held back until it is decided, and the stop text itself is
 //! never emitted.
 
-use tinyllm::chat::router::held_tail;
+use crate::chat::router::held_tail;
 
 #[derive(Debug, Default)]
 pub struct StopMatcher {

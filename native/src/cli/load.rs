@@ -1,0 +1,142 @@
+//! What `run`, `chat`, `serve` and `bench` share: the model/backend/threads/context flags, the
+//! sampler flags, and loading a model with its tokenizer and chat template into the library's
+//! [`Engine`] on the library's [`AnyBackend`] (the backend `--backend` picks).
+
+use super::InputError;
+use std::sync::Arc;
+use tinyllm::backend::{AnyBackend, BackendKind};
+use tinyllm::engine::Engine;
+use tinyllm::gguf::GgufFile;
+use tinyllm::sample::SamplerConfig;
+
+/// `--backend`: where the model runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    Cpu,
+    Webgpu,
+}
+
+impl BackendArg {
+    fn kind(self) -> BackendKind {
+        match self {
+            BackendArg::Cpu => BackendKind::Cpu,
+            BackendArg::Webgpu => BackendKind::WebGpu,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// Model path or alias (fetched into the cache on first use).
+    #[arg(short, long, default_value = "qwen2.5-coder:0.5b")]
+    pub model: String,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
+    /// Worker threads (default: the physical cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Context size in tokens (capped by the model's trained context; 0 = the model's).
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SamplerArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches P (1 = off).
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
+    pub top_p: f32,
+    /// Drop tokens less likely than P times the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    pub min_p: f32,
+    /// Penalize repeated tokens (1 = off).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the repeat penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Subtract this from the logit of every token already present (0 = off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtract this times the count of each token already present (0 = off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Random seed (default: a new one each run).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplerArgs {
+    /// The validated sampler configuration; errors name the flag.
+    pub fn config(&self) -> Result<SamplerConfig, InputError> {
+        let seed = self.seed.unwrap_or_else(tinyllm::sample::fresh_seed);
+        let cfg = SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed,
+        };
+        cfg.validate().map_err(|e| InputError(format!("sampler flags: {e}")))?;
+        Ok(cfg)
+    }
+}
+
+/// A loaded model and the threads its backend runs.
+pub struct Loaded {
+    pub engine: Engine<AnyBackend>,
+    pub threads: usize,
+}
+
+/// Resolve (fetching an alias on first use), open and load the model on the backend
+/// `--backend` picks.
+pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
+    let opened = open(args)?;
+    load_opened(args, opened)
+}
+
+/// A model file found and its header read (fast: the weights are only mapped).
+pub struct Opened {
+    path: std::path::PathBuf,
+    file: Arc<GgufFile>,
+}
+
+/// The first part of [`load`]: resolve the model (fetching an alias on first use) and read
+/// its header, so a wrong name or file is reported at once.
+pub fn open(args: &ModelArgs) -> anyhow::Result<Opened> {
+    threads(args)?;
+    let path = crate::models::ensure_model(&args.model)?;
+    let file = GgufFile::open(&path).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+    Ok(Opened {
+        path,
+        file: Arc::new(file),
+    })
+}
+
+/// The rest of [`load`]: open the backend and place the weights (the slow part).
+pub fn load_opened(args: &ModelArgs, opened: Opened) -> anyhow::Result<Loaded> {
+    let threads = threads(args)?;
+    let backend = AnyBackend::open(args.backend.kind(), threads)
+        .map_err(|e| InputError(format!("--backend {}: {e}", args.backend.kind().name())))?;
+    let path = opened.path.display();
+    let engine = Engine::load(backend, opened.file).map_err(|e| InputError(format!("{path}: {e}")))?;
+    Ok(Loaded { engine, threads })
+}
+
+fn threads(args: &ModelArgs) -> anyhow::Result<usize> {
+    Ok(match args.threads {
+        Some(0) => return Err(InputError("--threads must be at least 1".into()).into()),
+        Some(n) => n,
+        None => num_cpus::get_physical().max(1),
+    })
+}

@@ -1,0 +1,199 @@
+//! The argument checks every backend runs before an op, written once: a backend calls these
+//! with its buffers' lengths, so the CPU and GPU backends reject the same calls with the same
+//! messages (and the shared op suite can test them once for all).
+
+use super::attn::SeqAttn;
+use super::rope::Rope;
+use super::BackendError;
+use crate::gguf::TensorView;
+use crate::quant::GgmlType;
+
+/// A [`BackendError::Shape`] of `op`.
+pub fn shape(op: &'static str, problem: String) -> BackendError {
+    BackendError::Shape { op, problem }
+}
+
+/// Error unless a buffer (`what` of `op`) holds at least `need` values.
+pub fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
+    if have < need {
+        return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
+    }
+    Ok(())
+}
+
+/// `rows * width` without overflow.
+fn product(op: &'static str, rows: usize, width: usize) -> Result<usize, BackendError> {
+    rows.checked_mul(width)
+        .ok_or_else(|| shape(op, format!("{rows} rows of {width} values")))
+}
+
+/// Arguments of `top_k` that no backend can honour.
+pub fn top_k(rows: usize, width: usize, k: usize, x: usize) -> Result<(), BackendError> {
+    if width == 0 || k == 0 {
+        return Err(shape("top_k", format!("k = {k} of rows of {width} values")));
+    }
+    need("top_k", "input", x, product("top_k", rows, width)?)
+}
+
+/// `argmax` of `rows` rows of `width` from a buffer of `x` values.
+pub fn argmax(rows: usize, width: usize, x: usize) -> Result<(), BackendError> {
+    if width == 0 {
+        return Err(shape("argmax", "zero-width rows".into()));
+    }
+    need("argmax", "input", x, product("argmax", rows, width)?)
+}
+
+/// `matmul` of `rows` activation rows of `n_in` into rows of `n_out`.
+pub fn matmul(x: usize, out: usize, rows: usize, n_in: usize, n_out: usize) -> Result<(), BackendError> {
+    need("matmul", "input", x, product("matmul", rows, n_in)?)?;
+    need("matmul", "output", out, product("matmul", rows, n_out)?)
+}
+
+/// `embed` of `tokens` from a table of `n_vocab` rows of `width` into `out` values.
+pub fn embed(out: usize, tokens: &[u32], width: usize, n_vocab: usize) -> Result<(), BackendError> {
+    need("embed", "output", out, product("embed", tokens.len(), width)?)?;
+    match tokens.iter().find(|&&t| t as usize >= n_vocab) {
+        Some(&token) => Err(BackendError::TokenOutOfRange { token, n_vocab }),
+        None => Ok(()),
+    }
+}
+
+/// A norm of `groups` groups of `g` values (input `x` when not in place).
+pub fn norm(x: Option<usize>, out: usize, groups: usize, g: usize) -> Result<(), BackendError> {
+    let n = product("rmsnorm", groups, g)?;
+    if let Some(x) = x {
+        need("rmsnorm", "input", x, n)?;
+    }
+    need("rmsnorm", "output", out, n)
+}
+
+/// An element-wise op of `op` over `len` values of `x` (and of a second operand `y`).
+pub fn elementwise(op: &'static str, x: usize, y: Option<(&str, usize)>, len: usize) -> Result<(), BackendError> {
+    need(op, "x", x, len)?;
+    if let Some((what, y)) = y {
+        need(op, what, y, len)?;
+    }
+    Ok(())
+}
+
+/// `rope` of `positions.len()` rows of `n_head` heads of `head_dim` in a buffer of `x` values,
+/// with `factors` (their count) where the rope's scaling wants them.
+pub fn rope(
+    x: usize,
+    n_head: usize,
+    head_dim: usize,
+    positions: &[u32],
+    rope: &Rope,
+    factors: Option<usize>,
+) -> Result<(), BackendError> {
+    need(
+        "rope",
+        "input",
+        x,
+        product("rope", positions.len(), product("rope", n_head, head_dim)?)?,
+    )?;
+    if rope.n_rot > head_dim || !rope.n_rot.is_multiple_of(2) {
+        return Err(shape(
+            "rope",
+            format!("n_rot {} does not fit head size {head_dim}", rope.n_rot),
+        ));
+    }
+    match (rope.wants_factors(), factors) {
+        (true, Some(n)) => need("rope", "frequency factors", n, rope.n_rot / 2),
+        (false, None) => Ok(()),
+        (true, None) => Err(shape("rope", "llama3 scaling without frequency factors".into())),
+        (false, Some(_)) => Err(shape("rope", "frequency factors without llama3 scaling".into())),
+    }
+}
+
+/// `kv_store` of `positions.len()` rows of `width` from row `row0` of `src` into the cache
+/// rows `positions`.
+pub fn kv_store(cache: usize, src: usize, row0: usize, width: usize, positions: &[u32]) -> Result<(), BackendError> {
+    let rows = positions.len();
+    need(
+        "kv_store",
+        "source",
+        src,
+        product("kv_store", row0.saturating_add(rows), width)?,
+    )?;
+    if let Some(&last) = positions.iter().max() {
+        need(
+            "kv_store",
+            "cache",
+            cache,
+            product("kv_store", last as usize + 1, width)?,
+        )?;
+    }
+    Ok(())
+}
+
+/// `copy_rows` (rows `row0..` of `src` to the start of `dst`) or `paste_rows` (the start of
+/// `src` to rows `row0..` of `dst`).
+pub fn rows(
+    op: &'static str,
+    src: usize,
+    dst: usize,
+    row0: usize,
+    rows: usize,
+    width: usize,
+) -> Result<(), BackendError> {
+    let at = product(op, row0.saturating_add(rows), width)?;
+    let n = product(op, rows, width)?;
+    let (src_need, dst_need) = if op == "copy_rows" { (at, n) } else { (n, at) };
+    need(op, "source", src, src_need)?;
+    need(op, "destination", dst, dst_need)
+}
+
+/// A weight tensor seen as a matrix for a backend's `load_weight`: `(n_in, n_out)`, `n_out`
+/// rows of `n_in` values (the first GGUF dimension is the row). Rows must be whole blocks of
+/// the tensor's type. For a matrix (2 or more dimensions) `supported` says whether the backend
+/// multiplies its type, and the data must hold exactly the rows.
+pub fn weight_matrix(
+    name: &str,
+    view: &TensorView<'_>,
+    supported: impl Fn(GgmlType) -> bool,
+    backend: &'static str,
+) -> Result<(usize, usize), BackendError> {
+    let info = view.info;
+    let bad = |problem: String| BackendError::BadTensor {
+        tensor: name.to_string(),
+        problem,
+    };
+    let n_in = usize::try_from(*info.shape.first().unwrap_or(&1)).map_err(|_| bad("row too long".into()))?;
+    let n_out = usize::try_from(info.shape.iter().skip(1).product::<u64>()).map_err(|_| bad("too many rows".into()))?;
+    let ty = info.ty;
+    if n_in == 0 || !n_in.is_multiple_of(ty.block_size()) {
+        return Err(bad(format!("row length {n_in} is not a whole number of {ty} blocks")));
+    }
+    if info.shape.len() > 1 {
+        if !supported(ty) {
+            return Err(BackendError::UnsupportedType {
+                tensor: name.to_string(),
+                ty,
+                backend,
+            });
+        }
+        ty.check_len(view.data.len(), n_in * n_out)?;
+    }
+    Ok((n_in, n_out))
+}
+
+/// Check one attention call: every sequence's parameters and caches (their lengths given by
+/// `cache_len`), its rows inside `q` and `out`, and `sinks` (when given) one value per head.
+pub fn attention<K>(
+    q: usize,
+    out: usize,
+    seqs: &[SeqAttn<'_, K>],
+    cache_len: impl Fn(&K) -> usize,
+    sinks: Option<usize>,
+) -> Result<(), BackendError> {
+    for s in seqs {
+        s.p.check(cache_len(s.k_cache), cache_len(s.v_cache))?;
+        need("attention", "q", q, (s.row0 + s.p.rows) * s.p.q_dim())?;
+        need("attention", "output", out, (s.row0 + s.p.rows) * s.p.out_dim())?;
+        if let Some(n) = sinks {
+            need("attention", "sinks", n, s.p.n_head)?;
+        }
+    }
+    Ok(())
+}

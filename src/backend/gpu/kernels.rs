@@ -1,0 +1,198 @@
+//! The GPU kernels and their WGSL, generated at build time from `shaders/` (`build.rs`,
+//! composed by [`compose`]): a kernel template includes the byte helpers and, for the kernels
+//! that read weights, the `load_chunk` decoder of one GGUF block format. One template therefore
+//! yields one variant per quant type; [`all_variants`] lists them for the naga validation test
+//! and for compiling the fixed kernels at startup.
+
+use super::compose;
+use crate::quant::GgmlType;
+
+/// The passes of attention.wgsl: whole rows in one workgroup each (`Main`), or split across
+/// the KV length (`Stats`, `Weigh`, `Merge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttnPass {
+    Main,
+    Stats,
+    Weigh,
+    Merge,
+}
+
+/// The kernels of the backend (one compute pipeline per kernel, entry point and quant type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Quantized matmul/matvec over raw GGUF blocks, a workgroup per weight row (GPUs).
+    Matmul {
+        ty: GgmlType,
+        /// Activation values per load: 1, or 4 for rows of a multiple of 4 values.
+        width: u8,
+        /// Sums reduced with subgroup operations (else in workgroup memory).
+        subgroup: bool,
+        /// Products in f16 (width 4 only; devices with shader-f16).
+        f16: bool,
+    },
+    /// The same with one invocation per weight row and no workgroup memory.
+    MatmulRows(GgmlType),
+    /// One invocation per weight row, weights in a texture and activations in a uniform buffer
+    /// (CPU adapters).
+    MatmulTex {
+        ty: GgmlType,
+        /// Activation rows each decoded chunk meets: 1, 2, 4 or 8.
+        rows: u8,
+        /// The subgroup shares the activation loads (x_subgroup.wgsl).
+        subgroup: bool,
+    },
+    /// Embedding row lookup from raw GGUF blocks.
+    Embed(GgmlType),
+    /// The same from weights kept in a texture.
+    EmbedTex(GgmlType),
+    Add,
+    AddBias,
+    Scale,
+    Swiglu,
+    Geglu,
+    RmsNorm,
+    RmsNormInplace,
+    Rope,
+    KvStore,
+    /// A pass of attention, for heads of up to 256 values or (`.1`) up to
+    /// [`crate::backend::MAX_HEAD_DIM`] (registers sized for the widest heads slow down the
+    /// common ones).
+    Attention(AttnPass, bool),
+    Argmax,
+    /// A sampler's candidates: top k and gathered values (select.wgsl).
+    Select,
+}
+
+include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
+
+/// Activation rows per invocation of the [`Kernel::MatmulTex`] variants.
+pub const TEX_TILES: [u8; 4] = compose::TEX_TILES;
+
+/// Block formats the WGSL decoders read ([`crate::quant::support`]).
+pub fn quant_types() -> Vec<GgmlType> {
+    crate::quant::supported(|s| s.wgsl)
+}
+
+/// The generated source named `name`.
+pub fn generated(name: &str) -> Option<&'static str> {
+    VARIANTS
+        .binary_search_by(|(n, _)| (*n).cmp(name))
+        .ok()
+        .map(|i| VARIANTS[i].1)
+}
+
+/// Whether weights of type `ty` can be multiplied and looked up.
+pub fn supports(ty: GgmlType) -> bool {
+    crate::quant::support::SUPPORT
+        .iter()
+        .any(|s| s.wgsl && s.name.eq_ignore_ascii_case(ty.name()))
+}
+
+impl Kernel {
+    /// The entry point of the kernel in its module.
+    pub fn entry(self) -> &'static str {
+        match self {
+            Kernel::Add => "add",
+            Kernel::AddBias => "add_bias",
+            Kernel::Scale => "scale",
+            Kernel::Swiglu => "swiglu",
+            Kernel::Geglu => "geglu",
+            Kernel::RmsNormInplace => "inplace",
+            Kernel::Attention(AttnPass::Stats, _) => "stats",
+            Kernel::Attention(AttnPass::Weigh, _) => "weigh",
+            Kernel::Attention(AttnPass::Merge, _) => "merge",
+            _ => "main",
+        }
+    }
+
+    /// The complete WGSL module of the kernel, generated at build time (`None` for an
+    /// unsupported quant type or tile).
+    pub fn source(self) -> Option<&'static str> {
+        generated(&self.variant())
+    }
+
+    /// A name for labels and messages.
+    pub fn label(self) -> String {
+        match self {
+            Kernel::Attention(pass, _) if pass != AttnPass::Main => format!("{}_{}", self.variant(), self.entry()),
+            k => k.variant(),
+        }
+    }
+
+    /// The name of its generated variant (one module may hold several kernels' entry points).
+    pub fn variant(self) -> String {
+        let q = |t: GgmlType| t.name().to_lowercase();
+        match self {
+            Kernel::Matmul {
+                ty,
+                width,
+                subgroup,
+                f16,
+            } => compose::name(if f16 { "matmul_f16" } else { "matmul" }, &q(ty), width, subgroup),
+            Kernel::MatmulRows(t) => compose::name("matmul_rows", &q(t), 0, false),
+            Kernel::MatmulTex { ty, rows, subgroup } => compose::name("matmul_tex", &q(ty), rows, subgroup),
+            Kernel::Embed(t) => compose::name("embed", &q(t), 0, false),
+            Kernel::EmbedTex(t) => compose::name("embed_tex", &q(t), 0, false),
+            Kernel::Add => "add".into(),
+            Kernel::AddBias => "add_bias".into(),
+            Kernel::Scale => "scale".into(),
+            Kernel::Swiglu => "swiglu".into(),
+            Kernel::Geglu => "geglu".into(),
+            Kernel::RmsNorm => "rmsnorm".into(),
+            Kernel::RmsNormInplace => "rmsnorm_inplace".into(),
+            Kernel::Rope => "rope".into(),
+            Kernel::KvStore => "kv_store".into(),
+            Kernel::Attention(_, false) => "attention".into(),
+            Kernel::Attention(_, true) => "attention_wide".into(),
+            Kernel::Argmax => "argmax".into(),
+            Kernel::Select => "select".into(),
+        }
+    }
+}
+
+/// Every kernel variant the backend can build.
+pub fn all_variants() -> Vec<Kernel> {
+    let mut v: Vec<Kernel> =
+        quant_types()
+            .into_iter()
+            .flat_map(|t| {
+                [Kernel::MatmulRows(t), Kernel::Embed(t), Kernel::EmbedTex(t)]
+                    .into_iter()
+                    .chain(TEX_TILES.iter().flat_map(move |&rows| {
+                        [false, true].map(|subgroup| Kernel::MatmulTex { ty: t, rows, subgroup })
+                    }))
+                    .chain(
+                        // Widths 1 and 4 in f32, width 4 in f16.
+                        [(1, false), (4, false), (4, true)]
+                            .into_iter()
+                            .flat_map(move |(width, f16)| {
+                                [false, true].map(|subgroup| Kernel::Matmul {
+                                    ty: t,
+                                    width,
+                                    subgroup,
+                                    f16,
+                                })
+                            }),
+                    )
+            })
+            .collect();
+    v.extend([
+        Kernel::Add,
+        Kernel::AddBias,
+        Kernel::Scale,
+        Kernel::Swiglu,
+        Kernel::Geglu,
+        Kernel::RmsNorm,
+        Kernel::RmsNormInplace,
+        Kernel::Rope,
+        Kernel::KvStore,
+        Kernel::Argmax,
+        Kernel::Select,
+    ]);
+    for wide in [false, true] {
+        for pass in [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge] {
+            v.push(Kernel::Attention(pass, wide));
+        }
+    }
+    v
+}

@@ -1,0 +1,372 @@
+//! Per op, the dispatches a GPU backend records: kernel variant, parameter block (laid out as
+//! the kernel's `Params` struct), grid, and the data of its own storage binding. Shapes are
+//! checked by [`crate::backend::checks`] before these run; what is checked here is what only a
+//! GPU needs (32-bit indices, grid and binding limits). Binding numbers in the docs are the
+//! kernels'.
+
+use super::{grid, u, words, AttnPass, Dispatch, Kernel, Strategy, MATMUL_ROWS, MAX_GRID, NARROW_HEAD_DIM};
+use super::{MatmulVariant, SPLIT_MAX_ROWS, X_WINDOW_BYTES};
+use crate::backend::checks::shape;
+use crate::backend::{AttnParams, BackendError, Rope, RopeKind};
+use crate::quant::GgmlType;
+
+fn dispatch(kernel: Kernel, params: Vec<u8>, groups: (u32, u32, u32)) -> Dispatch {
+    Dispatch {
+        kernel,
+        params,
+        extra: None,
+        groups,
+    }
+}
+
+/// An element-wise kernel over `len` values (`width`: the bias length of add_bias, `s`: the
+/// factor of scale). Binds x at 1, the second operand at 2. `None` when there is nothing to do.
+pub fn elementwise(
+    op: &'static str,
+    kernel: Kernel,
+    len: usize,
+    width: usize,
+    s: f32,
+) -> Result<Option<Dispatch>, BackendError> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let (gx, gy) = grid(len.div_ceil(256));
+    let params = words(&[u(op, len)?, u(op, width)?, s.to_bits(), gx]);
+    Ok(Some(dispatch(kernel, params, (gx, gy, 1))))
+}
+
+/// RMS norm of `groups` groups of `g`. Binds x at 1, the weight at 2, the output at 3 (in
+/// place: at 4).
+pub fn norm(kernel: Kernel, g: usize, groups: usize, eps: f32) -> Result<Option<Dispatch>, BackendError> {
+    if groups == 0 {
+        return Ok(None);
+    }
+    let (gx, gy) = grid(groups);
+    let params = words(&[u("rmsnorm", g)?, u("rmsnorm", groups)?, eps.to_bits(), gx]);
+    Ok(Some(dispatch(kernel, params, (gx, gy, 1))))
+}
+
+/// The rows of a weight held by one buffer or texture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartRows {
+    pub row0: usize,
+    pub rows: usize,
+}
+
+/// Embedding lookup of `tokens` from one part of a table of rows of `width` values,
+/// `row_bytes` apart. Binds the weights at 1 (the token ids at 2), the output at 3.
+pub fn embed(
+    kernel: Kernel,
+    width: usize,
+    row_bytes: usize,
+    tokens: &[u32],
+    part: PartRows,
+    scale: f32,
+) -> Result<Dispatch, BackendError> {
+    let e = |v: usize| u("embed", v);
+    let n_chunks = width.div_ceil(32);
+    let (gx, gy) = grid((tokens.len() * n_chunks).div_ceil(64));
+    let params = words(&[
+        e(width)?,
+        e(n_chunks)?,
+        e(row_bytes)?,
+        e(tokens.len())?,
+        e(part.row0)?,
+        e(part.rows)?,
+        scale.to_bits(),
+        gx,
+    ]);
+    Ok(Dispatch {
+        kernel,
+        params,
+        extra: Some((2, bytemuck::cast_slice(tokens).to_vec())),
+        groups: (gx, gy, 1),
+    })
+}
+
+/// A matrix's shape for the matmul kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatShape {
+    pub ty: GgmlType,
+    pub n_in: usize,
+    pub n_out: usize,
+}
+
+/// The parameter block of every matmul kernel (matmul_params.wgsl) for `part`: `rows`
+/// activation rows from `row0` (texture tiles; 0 otherwise), weight rows `row_bytes` apart.
+fn matmul_params(
+    m: MatShape,
+    part: PartRows,
+    rows: usize,
+    row_bytes: usize,
+    grid_x: u32,
+    row0: usize,
+) -> Result<Vec<u8>, BackendError> {
+    let c = |v: usize| u("matmul", v);
+    Ok(words(&[
+        c(m.n_in)?,
+        c(part.rows)?,
+        c(rows)?,
+        c(row_bytes)?,
+        c(m.n_in.div_ceil(32))?,
+        c(m.n_out)?,
+        c(part.row0)?,
+        grid_x,
+        c(row0)?,
+        0,
+        0,
+        0,
+    ]))
+}
+
+/// Matmul of `rows` activation rows with one buffer part of a matrix (`row_bytes` per weight
+/// row). Binds the weights at 1, the activations at 2, the output at 3.
+pub fn matmul(
+    st: &Strategy,
+    m: MatShape,
+    part: PartRows,
+    rows: usize,
+    row_bytes: usize,
+) -> Result<Dispatch, BackendError> {
+    let tiles = rows.div_ceil(MATMUL_ROWS);
+    if tiles > MAX_GRID as usize {
+        return Err(shape("matmul", format!("{rows} rows exceed one dispatch")));
+    }
+    let (gx, gy, gz) = match st.matmul {
+        MatmulVariant::Workgroup => {
+            let (x, y) = grid(part.rows);
+            (x, y, tiles as u32)
+        }
+        MatmulVariant::Rows | MatmulVariant::Texture => {
+            let (x, y) = grid((part.rows * tiles).div_ceil(64));
+            (x, y, 1)
+        }
+    };
+    let params = matmul_params(m, part, rows, row_bytes, gx, 0)?;
+    Ok(dispatch(st.matmul_kernel(m.ty, m.n_in), params, (gx, gy, gz)))
+}
+
+/// The tiles `(row0, rows)` in which `rows` activation rows of `n_in` values pass through the
+/// uniform window of the texture matmul: up to 8 rows, fewer when rows are long (at least one
+/// fits: [`Strategy::textured`] admits no longer rows).
+pub fn tex_tiles(n_in: usize, rows: usize) -> impl Iterator<Item = (usize, usize)> {
+    let max_tile = (X_WINDOW_BYTES / (n_in.max(1) * 4)).clamp(1, MATMUL_ROWS);
+    (0..rows).step_by(max_tile).map(move |r0| (r0, max_tile.min(rows - r0)))
+}
+
+/// Matmul of the activation tile `row0..row0 + rows` (already in the uniform window) with one
+/// texture part (`stride` bytes per weight row). Binds the texture at 1, the window at 2, the
+/// output at 3.
+pub fn matmul_tex(
+    st: &Strategy,
+    m: MatShape,
+    part: PartRows,
+    row0: usize,
+    rows: usize,
+    stride: usize,
+) -> Result<Dispatch, BackendError> {
+    let (gx, gy) = grid(part.rows.div_ceil(64));
+    let params = matmul_params(m, part, rows, stride, gx, row0)?;
+    Ok(dispatch(st.matmul_tex_kernel(m.ty, rows), params, (gx, gy, 1)))
+}
+
+/// Rope of `positions.len()` rows in place. Binds x at 1, the frequency factors at 2 (any
+/// buffer without them), the positions at 3. `None` when there is nothing to do.
+pub fn rope(
+    n_head: usize,
+    head_dim: usize,
+    positions: &[u32],
+    rope: &Rope,
+    has_factors: bool,
+) -> Result<Option<Dispatch>, BackendError> {
+    let rows = positions.len();
+    let n = rows * n_head * (rope.n_rot / 2);
+    if n == 0 {
+        return Ok(None);
+    }
+    let r = |v: usize| u("rope", v);
+    // The same recipe as the CPU's rope_table, so both start from the same f32 values.
+    let a = rope.angles();
+    let (gx, gy) = grid(n.div_ceil(64));
+    let params = words(&[
+        r(rows)?,
+        r(n_head)?,
+        r(head_dim)?,
+        r(rope.n_rot)?,
+        u32::from(rope.kind == RopeKind::Neox),
+        u32::from(has_factors),
+        gx,
+        a.theta_scale.to_bits(),
+        a.freq_scale.to_bits(),
+        a.ext_factor.to_bits(),
+        a.mscale.to_bits(),
+        a.corr_dims[0].to_bits(),
+        a.corr_dims[1].to_bits(),
+        0,
+        0,
+        0,
+    ]);
+    Ok(Some(Dispatch {
+        kernel: Kernel::Rope,
+        params,
+        extra: Some((3, bytemuck::cast_slice(positions).to_vec())),
+        groups: (gx, gy, 1),
+    }))
+}
+
+/// Store rows `row0..` of a source (`width` each) at the cache rows `positions`. Binds the
+/// source at 1, the positions at 2, the cache at 3.
+pub fn kv_store(row0: usize, width: usize, positions: &[u32]) -> Result<Option<Dispatch>, BackendError> {
+    let n = positions.len() * width;
+    if n == 0 {
+        return Ok(None);
+    }
+    let k = |v: usize| u("kv_store", v);
+    // The largest index the kernel forms, so none of them wraps.
+    let last = positions.iter().max().map_or(0, |&p| p as usize + 1) * width;
+    k(last.max((row0 + positions.len()) * width))?;
+    let (gx, gy) = grid(n.div_ceil(256));
+    let params = words(&[k(positions.len())?, k(width)?, k(row0)?, gx]);
+    Ok(Some(Dispatch {
+        kernel: Kernel::KvStore,
+        params,
+        extra: Some((2, bytemuck::cast_slice(positions).to_vec())),
+        groups: (gx, gy, 1),
+    }))
+}
+
+/// The dispatches of one sequence's attention: one pass, or three split across the KV length
+/// with a partial-results buffer of `partial_floats` values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttnPlan {
+    /// Binds q at 1, the K and V caches at 2 and 3, the output at 4, the sinks at 6.
+    Whole(Dispatch),
+    /// `stats` binds q, K and the partials (5); `weigh` q, K, V, the partials and the sinks;
+    /// `merge` the output and the partials.
+    Split {
+        stats: Dispatch,
+        weigh: Dispatch,
+        merge: Dispatch,
+        partial_floats: usize,
+    },
+}
+
+/// The parameter block of attention.wgsl.
+fn attn_params(
+    p: &AttnParams,
+    row0: usize,
+    sinks: bool,
+    gx: u32,
+    n_split: usize,
+    chunk: usize,
+    acc_off: usize,
+) -> Result<Vec<u8>, BackendError> {
+    let a = |v: usize| u("attention", v);
+    Ok(words(&[
+        a(p.rows)?,
+        a(p.pos0)?,
+        a(p.n_head)?,
+        a(p.n_head_kv)?,
+        a(p.head_dim_k)?,
+        a(p.head_dim_v)?,
+        a(p.window.unwrap_or(0))?,
+        gx,
+        a(n_split)?,
+        p.scale.to_bits(),
+        a(chunk)?,
+        a(acc_off)?,
+        a(row0)?,
+        p.softcap.unwrap_or(0.0).to_bits(),
+        u32::from(sinks),
+        0,
+    ]))
+}
+
+/// Attention of one sequence whose rows start at row `row0` of the batch (`p` checked by
+/// [`AttnParams::check`]).
+pub fn attention(st: &Strategy, p: &AttnParams, row0: usize, sinks: bool) -> Result<Option<AttnPlan>, BackendError> {
+    if p.rows == 0 {
+        return Ok(None);
+    }
+    // Indices the kernel forms: the caches' and the batch's last values.
+    let positions = p.pos0 + p.rows;
+    u("attention", positions * p.n_head_kv * p.head_dim_k.max(p.head_dim_v))?;
+    u("attention", (row0 + p.rows) * p.n_head * p.head_dim_k.max(p.head_dim_v))?;
+    let wide = p.head_dim_k.max(p.head_dim_v) > NARROW_HEAD_DIM;
+    let kernel = |pass| Kernel::Attention(pass, wide);
+    let split = st
+        .kv_chunk
+        .filter(|&c| c > 0 && positions > c && (st.split_any_rows || p.rows <= SPLIT_MAX_ROWS));
+    let Some(chunk) = split else {
+        let (gx, gy) = grid(p.rows * p.n_head);
+        let params = attn_params(p, row0, sinks, gx, 1, 0, 0)?;
+        return Ok(Some(AttnPlan::Whole(dispatch(
+            kernel(AttnPass::Main),
+            params,
+            (gx, gy, 1),
+        ))));
+    };
+    let n_split = positions.div_ceil(chunk);
+    let parts = p.rows * p.n_head * n_split;
+    let acc_off = 2 * parts;
+    let partial_floats = acc_off + parts * p.head_dim_v;
+    if partial_floats as u64 * 4 > st.max_storage {
+        return Err(shape(
+            "attention",
+            format!("{parts} split partial results exceed the device's largest storage binding"),
+        ));
+    }
+    let (gx, gy) = grid(parts);
+    let params = attn_params(p, row0, sinks, gx, n_split, chunk, acc_off)?;
+    let (mx, my) = grid(p.rows * p.n_head);
+    let merge_params = attn_params(p, row0, sinks, mx, n_split, chunk, acc_off)?;
+    Ok(Some(AttnPlan::Split {
+        stats: dispatch(kernel(AttnPass::Stats), params.clone(), (gx, gy, 1)),
+        weigh: dispatch(kernel(AttnPass::Weigh), params, (gx, gy, 1)),
+        merge: dispatch(kernel(AttnPass::Merge), merge_params, (mx, my, 1)),
+        partial_floats,
+    }))
+}
+
+/// Argmax of `rows` rows of `width`. Binds the input at 1, the result (`rows` u32) at 2.
+pub fn argmax(rows: usize, width: usize) -> Result<Dispatch, BackendError> {
+    let (gx, gy) = grid(rows);
+    let params = words(&[u("argmax", rows)?, u("argmax", width)?, gx, 0]);
+    Ok(dispatch(Kernel::Argmax, params, (gx, gy, 1)))
+}
+
+/// The dispatch of [`top_k`] and the layout of its result.
+pub struct TopK {
+    pub dispatch: Dispatch,
+    /// `k`, at most the row width.
+    pub k: usize,
+    /// u32 words per row of the result.
+    pub per_row: usize,
+}
+
+/// A sampler's candidates of `rows` rows of `width`: per row `k` ids, their `k` values, then
+/// the values at `gather` (`per_row` u32 words). Binds the input at 1 (the gather ids at 2),
+/// the result at 3.
+pub fn top_k(st: &Strategy, rows: usize, width: usize, k: usize, gather: &[u32]) -> Result<TopK, BackendError> {
+    let k = k.min(width);
+    let per_row = 2 * k + gather.len();
+    rows.checked_mul(per_row)
+        .filter(|&n| n as u64 * 4 <= st.max_storage)
+        .ok_or_else(|| shape("top_k", format!("{rows} rows of {per_row} candidates exceed a binding")))?;
+    let t = |v: usize| u("top_k", v);
+    let (gx, gy) = grid(rows);
+    let params = words(&[t(rows)?, t(width)?, t(k)?, gx, t(gather.len())?, 0, 0, 0]);
+    // The gather ids go in a binding of their own (at least one word: a binding is never empty).
+    let ids: Vec<u32> = if gather.is_empty() { vec![0] } else { gather.to_vec() };
+    Ok(TopK {
+        dispatch: Dispatch {
+            kernel: Kernel::Select,
+            params,
+            extra: Some((2, bytemuck::cast_slice(&ids).to_vec())),
+            groups: (gx, gy, 1),
+        },
+        k,
+        per_row,
+    })
+}

@@ -1,0 +1,156 @@
+//! [`Engine`]: a model with its tokenizer and chat template, the unit every front end loads,
+//! and the first stage of the generation pipeline: a [`Prompt`] made into a [`Prepared`]
+//! request (template, forced tool call, tokens, routing).
+
+use std::sync::Arc;
+
+use super::generation::{Generation, Settings};
+use super::request::{tool_names, Prepared, Prompt};
+use super::{EngineError, Session, SessionConfig};
+use crate::backend::Backend;
+use crate::chat::router::{RouterConfig, ToolFormat};
+use crate::chat::tools::{forced_call_opening, ToolChoice};
+use crate::chat::{ChatTemplate, RenderRequest};
+use crate::gguf::GgufFile;
+use crate::model::Model;
+use crate::tokenizer::Tokenizer;
+
+/// A loaded model and what turns text into its tokens and back.
+pub struct Engine<B: Backend> {
+    pub model: Arc<Model<B>>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Arc<ChatTemplate>,
+    /// How the model writes tool calls (from its template).
+    pub tool_format: ToolFormat,
+}
+
+impl<B: Backend> Clone for Engine<B> {
+    fn clone(&self) -> Self {
+        Engine {
+            model: Arc::clone(&self.model),
+            tokenizer: Arc::clone(&self.tokenizer),
+            template: Arc::clone(&self.template),
+            tool_format: self.tool_format,
+        }
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// Load the model of `file` onto `backend`, with its tokenizer and chat template.
+    pub fn load(backend: B, file: Arc<GgufFile>) -> Result<Self, crate::Error> {
+        // The model first: an unsupported architecture is the most useful thing to report.
+        let model = Model::load(backend, Arc::clone(&file))?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let template = ChatTemplate::from_gguf(&file)?;
+        Ok(Engine {
+            model: Arc::new(model),
+            tokenizer: Arc::new(tokenizer),
+            tool_format: ToolFormat::detect(template.source()),
+            template: Arc::new(template),
+        })
+    }
+
+    /// A fresh session of `n_ctx` positions (0: the model's trained context).
+    pub fn session(&self, n_ctx: usize) -> Result<Session<B>, EngineError> {
+        Session::new(
+            Arc::clone(&self.model),
+            SessionConfig {
+                n_ctx,
+                ..SessionConfig::default()
+            },
+        )
+    }
+
+    /// The context a session of `n_ctx` positions gets (capped by the trained context).
+    pub fn n_ctx(&self, n_ctx: usize) -> usize {
+        let trained = self.model.info().context_length;
+        if n_ctx == 0 {
+            trained
+        } else {
+            n_ctx.min(trained)
+        }
+    }
+
+    /// Render, tokenize and route `prompt`.
+    pub fn prepare(&self, prompt: &Prompt) -> Result<Prepared, EngineError> {
+        let prepared = match prompt {
+            Prompt::Ids(ids) => {
+                let n_vocab = self.model.info().n_vocab;
+                if let Some(&token) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+                    return Err(EngineError::TokenOutOfRange { token, n_vocab });
+                }
+                Prepared::ids(ids.clone())
+            }
+            Prompt::Text {
+                text,
+                add_special,
+                parse_special,
+            } => Prepared::ids(self.tokenizer.encode(text, *add_special, *parse_special)),
+            Prompt::Chat {
+                messages,
+                tools,
+                tool_choice,
+                kwargs,
+            } => self.prepare_chat(messages, tools, tool_choice, kwargs)?,
+        };
+        if prepared.prompt.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        Ok(prepared)
+    }
+
+    fn prepare_chat(
+        &self,
+        messages: &[serde_json::Value],
+        tools: &[serde_json::Value],
+        choice: &ToolChoice,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Prepared, EngineError> {
+        if messages.is_empty() {
+            return Err(EngineError::Invalid {
+                param: "messages".into(),
+                problem: "messages must not be empty".into(),
+            });
+        }
+        let names = tool_names(tools, choice)?;
+        let mut rendered = self.template.render(&RenderRequest {
+            messages,
+            tools: (!names.is_empty()).then_some(tools),
+            add_generation_prompt: true,
+            kwargs,
+        })?;
+        let opening = forced_call_opening(self.tool_format, choice);
+        // `required`: the opening stops right before the name, which must be a declared one.
+        let must_start = if *choice == ToolChoice::Required {
+            names
+                .iter()
+                .map(|n| self.tokenizer.encode(n, false, false))
+                .filter(|t| !t.is_empty())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if let Some(open) = &opening {
+            if rendered.trim_end().ends_with("<think>") {
+                // A call is wanted now: close the thinking block the template opened.
+                rendered.push_str("\n\n</think>\n\n");
+            }
+            rendered.push_str(open);
+        }
+        Ok(Prepared {
+            prompt: self.tokenizer.encode_chat(&rendered),
+            router: Some(RouterConfig {
+                format: self.tool_format,
+                in_think: rendered.trim_end().ends_with("<think>"),
+                tools: names,
+            }),
+            opening,
+            must_start,
+        })
+    }
+
+    /// An answer to `prepared`, its clock started.
+    pub fn generation(&self, prepared: Prepared, settings: Settings) -> Result<Generation<'_>, EngineError> {
+        Generation::new(&self.tokenizer, prepared, settings)
+    }
+}

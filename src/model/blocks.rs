@@ -1,0 +1,511 @@
+//! The blocks the family graphs are built from, written once against [`Backend`]: a pass's
+//! activation scratch, attention over each sequence's own KV cache, the gated FFN, and the
+//! output head.
+//!
+//! A pass may hold several sequences (continuous batching): their rows are stacked, so every
+//! weight matmul sees all of them at once, and each row carries its own position, so rope runs
+//! over the whole batch at once and each sequence's K/V rows are stored straight from the
+//! batch into its cache. Attention then reads each sequence's rows of q at their offset.
+//! Nothing is copied in or out per sequence, and a sequence gets the same logits alone or
+//! batched (`tests/batch_forward.rs`).
+
+use super::hparams::{Common, Heads};
+use super::state::{KvCache, SeqState};
+use super::tensors::Loader;
+use super::ModelError;
+use crate::backend::{AttnParams, Backend, Readback, Rope, SeqAttn};
+use crate::sample::Candidates;
+
+/// One sequence's part of a pass.
+pub struct SeqChunk<'a, B: Backend> {
+    /// The sequence's state; positions `pos0..pos0 + tokens.len()` are written.
+    pub state: &'a mut SeqState<B>,
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`.
+    pub pos0: usize,
+    /// The output head runs for rows `logits_from..tokens.len()` of this chunk.
+    pub logits_from: usize,
+}
+
+/// A pass's sequences with what every block needs about their rows.
+pub struct Batch<'a, 'b, B: Backend> {
+    pub seqs: &'a mut [SeqChunk<'b, B>],
+    /// `[rows]` token ids, sequence after sequence.
+    pub tokens: Vec<u32>,
+    /// `[rows]` the position of each row.
+    pub positions: Vec<u32>,
+}
+
+impl<'a, 'b, B: Backend> Batch<'a, 'b, B> {
+    /// The batch of `seqs`, whose positions must fit 32 bits (the caller checked them against
+    /// the contexts).
+    pub fn new(seqs: &'a mut [SeqChunk<'b, B>]) -> Self {
+        let tokens = seqs.iter().flat_map(|q| q.tokens.iter().copied()).collect();
+        let positions = seqs
+            .iter()
+            .flat_map(|q| (q.pos0..q.pos0 + q.tokens.len()).map(|p| p as u32))
+            .collect();
+        Batch {
+            seqs,
+            tokens,
+            positions,
+        }
+    }
+
+    /// Rows in all.
+    pub fn rows(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The first row of each sequence.
+    fn row0s(&self) -> Vec<usize> {
+        self.seqs
+            .iter()
+            .scan(0, |r, q| {
+                let r0 = *r;
+                *r += q.tokens.len();
+                Some(r0)
+            })
+            .collect()
+    }
+
+    /// The rows the output head runs for, ascending.
+    pub fn head_rows(&self) -> Vec<usize> {
+        self.seqs
+            .iter()
+            .zip(self.row0s())
+            .flat_map(|(q, r0)| r0 + q.logits_from..r0 + q.tokens.len())
+            .collect()
+    }
+}
+
+/// The widths a family's scratch needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScratchDims {
+    pub n_embd: usize,
+    /// q: `n_head * head_dim_k`.
+    pub q_dim: usize,
+    /// k: `n_head_kv * head_dim_k`.
+    pub k_dim: usize,
+    /// v: `n_head_kv * head_dim_v`.
+    pub v_dim: usize,
+    /// Attention output: `n_head * head_dim_v`.
+    pub att_dim: usize,
+    pub n_ff: usize,
+    pub n_vocab: usize,
+}
+
+impl ScratchDims {
+    /// The widths of a transformer with `heads` and a gated FFN of `n_ff`.
+    pub fn new(c: &Common, h: &Heads, n_ff: usize) -> Self {
+        ScratchDims {
+            n_embd: c.n_embd,
+            q_dim: h.q_dim(),
+            k_dim: h.k_dim(),
+            v_dim: h.v_dim(),
+            att_dim: h.out_dim(),
+            n_ff,
+            n_vocab: c.n_vocab,
+        }
+    }
+}
+
+/// A positional KV cache for `n_layer` layers of `heads`, as a sequence state.
+pub fn kv_state<B: Backend>(be: &B, h: &Heads, n_layer: usize, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
+    let widths = vec![(h.k_dim(), h.v_dim()); n_layer];
+    Ok(SeqState::new(KvCache::new(be, &widths, n_ctx)?))
+}
+
+/// Activation scratch of a forward pass, sized for passes of up to `rows` tokens.
+pub struct Scratch<B: Backend> {
+    pub(super) rows: usize,
+    pub(super) logit_rows: usize,
+    /// Residual stream [rows, n_embd].
+    pub x: B::Buffer,
+    /// Normed input / block output [rows, n_embd].
+    pub xn: B::Buffer,
+    /// [rows, q_dim]
+    pub q: B::Buffer,
+    /// [rows, k_dim]
+    pub k: B::Buffer,
+    /// [rows, v_dim]
+    pub v: B::Buffer,
+    /// Attention output before the projection [rows, att_dim].
+    pub att: B::Buffer,
+    /// [rows, n_ff]
+    pub gate: B::Buffer,
+    pub up: B::Buffer,
+    /// One row gathered for the output head [1, n_embd].
+    row: B::Buffer,
+    /// Rows selected for the output head [logit_rows, n_embd].
+    sel: B::Buffer,
+    /// [logit_rows, n_vocab]
+    logits: B::Buffer,
+}
+
+impl<B: Backend> Scratch<B> {
+    /// Scratch for passes of up to `rows` tokens in all; the output head runs `logit_rows` rows
+    /// at a time.
+    pub fn new(be: &B, d: ScratchDims, rows: usize, logit_rows: usize) -> Result<Self, ModelError> {
+        let rows = rows.max(1);
+        let logit_rows = logit_rows.max(1);
+        let a = |width: usize, n: usize| -> Result<B::Buffer, ModelError> {
+            let len = n.checked_mul(width).ok_or(ModelError::ChunkTooLarge {
+                rows: n,
+                capacity: usize::MAX / width.max(1),
+            })?;
+            Ok(be.alloc(len)?)
+        };
+        Ok(Scratch {
+            rows,
+            logit_rows,
+            x: a(d.n_embd, rows)?,
+            xn: a(d.n_embd, rows)?,
+            q: a(d.q_dim, rows)?,
+            k: a(d.k_dim, rows)?,
+            v: a(d.v_dim, rows)?,
+            att: a(d.att_dim, rows)?,
+            gate: a(d.n_ff, rows)?,
+            up: a(d.n_ff, rows)?,
+            row: a(d.n_embd, 1)?,
+            sel: a(d.n_embd, logit_rows)?,
+            logits: a(d.n_vocab, logit_rows)?,
+        })
+    }
+
+    /// The largest pass this scratch holds, in tokens.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+/// The attention weights of one layer.
+pub struct AttnWeights<B: Backend> {
+    pub wq: B::Weight,
+    pub wk: B::Weight,
+    pub wv: B::Weight,
+    pub wo: B::Weight,
+    /// q/k/v biases (qwen2).
+    pub bias: Option<[B::Weight; 3]>,
+    /// Per-head q/k RMS norms (qwen3, gemma3).
+    pub qk_norm: Option<[B::Weight; 2]>,
+    /// Per-head sink logits.
+    pub sinks: Option<B::Weight>,
+}
+
+/// Which optional attention tensors a family's layers have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AttnTensors {
+    /// `attn_{q,k,v}.bias`.
+    pub bias: bool,
+    /// `attn_{q,k}_norm.weight`.
+    pub qk_norm: bool,
+}
+
+impl<B: Backend> AttnWeights<B> {
+    /// Layer `il`'s attention tensors, shapes checked against `h` (`e`: the embedding width).
+    pub fn load(t: &Loader<'_, B>, il: usize, e: usize, h: &Heads, has: AttnTensors) -> Result<Self, ModelError> {
+        let n = |s: &str| Loader::<B>::blk(il, s);
+        let bias = if has.bias {
+            Some([
+                t.req(&n("attn_q.bias"), &[h.q_dim()])?,
+                t.req(&n("attn_k.bias"), &[h.k_dim()])?,
+                t.req(&n("attn_v.bias"), &[h.v_dim()])?,
+            ])
+        } else {
+            None
+        };
+        let qk_norm = if has.qk_norm {
+            Some([
+                t.req(&n("attn_q_norm.weight"), &[h.head_dim_k])?,
+                t.req(&n("attn_k_norm.weight"), &[h.head_dim_k])?,
+            ])
+        } else {
+            None
+        };
+        Ok(AttnWeights {
+            wq: t.req(&n("attn_q.weight"), &[e, h.q_dim()])?,
+            wk: t.req(&n("attn_k.weight"), &[e, h.k_dim()])?,
+            wv: t.req(&n("attn_v.weight"), &[e, h.v_dim()])?,
+            wo: t.req(&n("attn_output.weight"), &[h.out_dim(), e])?,
+            bias,
+            qk_norm,
+            sinks: None,
+        })
+    }
+}
+
+/// The attention parameters of one layer.
+pub struct AttnLayer<'a> {
+    pub heads: super::hparams::Heads,
+    pub rope: &'a Rope,
+    /// Sliding window (`None`: full causal attention).
+    pub window: Option<usize>,
+    /// Multiplies q·k.
+    pub kq_scale: f32,
+    /// Multiplies q after rope (gemma3 pre-scales q instead of q·k).
+    pub q_scale: Option<f32>,
+    pub softcap: Option<f32>,
+    pub eps: f32,
+}
+
+/// The positional KV cache of a sequence's state (every family here keeps one).
+fn kv_of<B: Backend + 'static>(state: &mut SeqState<B>) -> Result<&mut KvCache<B>, ModelError> {
+    state.get_mut::<KvCache<B>>().ok_or(ModelError::ForeignState)
+}
+
+/// Attention sub-block of layer `il` over all sequences of the batch: reads the normed input
+/// `s.xn`, writes the projected attention output back to `s.xn` (`rows x n_embd`).
+/// `factors`: the rope's per-frequency divisors (llama3 scaling).
+pub fn attention<B: Backend + 'static>(
+    be: &B,
+    batch: &mut Batch<'_, '_, B>,
+    s: &mut Scratch<B>,
+    il: usize,
+    l: &AttnLayer<'_>,
+    w: &AttnWeights<B>,
+    factors: Option<&B::Weight>,
+) -> Result<(), ModelError> {
+    let rows = batch.rows();
+    let h = l.heads;
+    // q: [rows, q_dim]; k: [rows, k_dim]; v: [rows, v_dim]
+    be.matmul(&w.wq, &s.xn, rows, &mut s.q)?;
+    be.matmul(&w.wk, &s.xn, rows, &mut s.k)?;
+    be.matmul(&w.wv, &s.xn, rows, &mut s.v)?;
+    if let Some([bq, bk, bv]) = &w.bias {
+        be.add_bias(&mut s.q, bq, rows)?;
+        be.add_bias(&mut s.k, bk, rows)?;
+        be.add_bias(&mut s.v, bv, rows)?;
+    }
+    if let Some([qn, kn]) = &w.qk_norm {
+        be.rmsnorm_inplace(&mut s.q, qn, rows * h.n_head, l.eps)?;
+        be.rmsnorm_inplace(&mut s.k, kn, rows * h.n_head_kv, l.eps)?;
+    }
+    // Every row at its own position, the whole batch at once.
+    be.rope(&mut s.q, h.n_head, h.head_dim_k, &batch.positions, l.rope, factors)?;
+    be.rope(&mut s.k, h.n_head_kv, h.head_dim_k, &batch.positions, l.rope, factors)?;
+    if let Some(qs) = l.q_scale {
+        be.scale(&mut s.q, rows * h.q_dim(), qs)?;
+    }
+    // Each sequence's K/V rows straight into its cache.
+    let row0s = batch.row0s();
+    for (seq, &r0) in batch.seqs.iter_mut().zip(&row0s) {
+        let positions = &batch.positions[r0..r0 + seq.tokens.len()];
+        let (kc, vc) = kv_of(seq.state)?.layer_mut(il);
+        be.kv_store(kc, &s.k, r0, h.k_dim(), positions)?;
+        be.kv_store(vc, &s.v, r0, h.v_dim(), positions)?;
+    }
+    let mut items = Vec::with_capacity(batch.seqs.len());
+    for (seq, &row0) in batch.seqs.iter().zip(&row0s) {
+        let (k_cache, v_cache) = seq.state.get::<KvCache<B>>().ok_or(ModelError::ForeignState)?.layer(il);
+        items.push(SeqAttn {
+            row0,
+            p: AttnParams {
+                rows: seq.tokens.len(),
+                pos0: seq.pos0,
+                n_head: h.n_head,
+                n_head_kv: h.n_head_kv,
+                head_dim_k: h.head_dim_k,
+                head_dim_v: h.head_dim_v,
+                scale: l.kq_scale,
+                window: l.window,
+                softcap: l.softcap,
+            },
+            k_cache,
+            v_cache,
+        });
+    }
+    be.attention(&s.q, &items, w.sinks.as_ref(), &mut s.att)?;
+    be.matmul(&w.wo, &s.att, rows, &mut s.xn)?;
+    Ok(())
+}
+
+/// The weights of a gated FFN.
+pub struct FfnWeights<B: Backend> {
+    pub gate: B::Weight,
+    pub up: B::Weight,
+    pub down: B::Weight,
+}
+
+impl<B: Backend> FfnWeights<B> {
+    /// Layer `il`'s FFN tensors (`e`: the embedding width).
+    pub fn load(t: &Loader<'_, B>, il: usize, e: usize, n_ff: usize) -> Result<Self, ModelError> {
+        let n = |s: &str| Loader::<B>::blk(il, s);
+        Ok(FfnWeights {
+            gate: t.req(&n("ffn_gate.weight"), &[e, n_ff])?,
+            up: t.req(&n("ffn_up.weight"), &[e, n_ff])?,
+            down: t.req(&n("ffn_down.weight"), &[n_ff, e])?,
+        })
+    }
+}
+
+/// The gate's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// SwiGLU: `silu(gate) * up`.
+    Silu,
+    /// GEGLU: `gelu_tanh(gate) * up`.
+    Gelu,
+}
+
+/// Gated FFN over `rows` rows: reads `s.xn`, writes `s.xn`.
+pub fn ffn<B: Backend>(
+    be: &B,
+    s: &mut Scratch<B>,
+    rows: usize,
+    n_ff: usize,
+    w: &FfnWeights<B>,
+    gate: Gate,
+) -> Result<(), ModelError> {
+    // gate, up: [rows, n_ff]
+    be.matmul(&w.gate, &s.xn, rows, &mut s.gate)?;
+    be.matmul(&w.up, &s.xn, rows, &mut s.up)?;
+    match gate {
+        Gate::Silu => be.swiglu(&mut s.gate, &s.up, rows * n_ff)?,
+        Gate::Gelu => be.geglu(&mut s.gate, &s.up, rows * n_ff)?,
+    }
+    be.matmul(&w.down, &s.gate, rows, &mut s.xn)?;
+    Ok(())
+}
+
+/// What the output head hands back for its rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HeadWant<'a> {
+    /// The logits, `n_vocab` per row.
+    Logits,
+    /// Only each row's argmax id: greedy decoding on a GPU backend reads back one id per row.
+    Argmax,
+    /// Only each row's sampler candidates ([`Backend::top_k`]): a sampled decode step on a GPU
+    /// backend reads back a few hundred bytes.
+    TopK { k: usize, gather: &'a [u32] },
+}
+
+/// The output head's result for the rows asked for, in row order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeadResult {
+    /// `[rows][n_vocab]`, row-major.
+    Logits(Vec<f32>),
+    Ids(Vec<u32>),
+    Candidates(Vec<Candidates>),
+}
+
+impl HeadResult {
+    /// No rows of the kind `want` asks for.
+    pub fn empty(want: HeadWant<'_>) -> HeadResult {
+        match want {
+            HeadWant::Logits => HeadResult::Logits(Vec::new()),
+            HeadWant::Argmax => HeadResult::Ids(Vec::new()),
+            HeadWant::TopK { .. } => HeadResult::Candidates(Vec::new()),
+        }
+    }
+
+    /// Split into consecutive results of `counts[i]` rows each (`n_vocab` values per row of
+    /// logits).
+    pub fn split(self, counts: &[usize], n_vocab: usize) -> Vec<HeadResult> {
+        fn cut<T>(mut v: Vec<T>, counts: &[usize], per_row: usize, wrap: fn(Vec<T>) -> HeadResult) -> Vec<HeadResult> {
+            let mut out = Vec::with_capacity(counts.len());
+            for &n in counts {
+                let rest = v.split_off((n * per_row).min(v.len()));
+                out.push(wrap(v));
+                v = rest;
+            }
+            out
+        }
+        match self {
+            HeadResult::Logits(l) => cut(l, counts, n_vocab, HeadResult::Logits),
+            HeadResult::Ids(ids) => cut(ids, counts, 1, HeadResult::Ids),
+            HeadResult::Candidates(c) => cut(c, counts, 1, HeadResult::Candidates),
+        }
+    }
+
+    /// One result from consecutive parts of the same kind (at least one).
+    pub fn concat(parts: Vec<HeadResult>) -> HeadResult {
+        let mut it = parts.into_iter();
+        let Some(mut first) = it.next() else {
+            return HeadResult::Logits(Vec::new());
+        };
+        for p in it {
+            match (&mut first, p) {
+                (HeadResult::Logits(a), HeadResult::Logits(b)) => a.extend(b),
+                (HeadResult::Ids(a), HeadResult::Ids(b)) => a.extend(b),
+                (HeadResult::Candidates(a), HeadResult::Candidates(b)) => a.extend(b),
+                // The parts of one call are all of the kind it asked for.
+                _ => {}
+            }
+        }
+        first
+    }
+}
+
+/// The embedding table and the output head's tensors.
+pub struct Embeddings<B: Backend> {
+    pub token_embd: B::Weight,
+    pub output_norm: B::Weight,
+    /// `None` when the output is tied to `token_embd`.
+    pub output: Option<B::Weight>,
+}
+
+impl<B: Backend> Embeddings<B> {
+    pub fn load(t: &Loader<'_, B>, c: &Common) -> Result<Self, ModelError> {
+        let (e, v) = (c.n_embd, c.n_vocab);
+        Ok(Embeddings {
+            token_embd: t.req("token_embd.weight", &[e, v])?,
+            output_norm: t.req("output_norm.weight", &[e])?,
+            output: t.opt("output.weight", &[e, v], t.has("output.weight"))?,
+        })
+    }
+
+    /// The output head, norms at `eps`.
+    pub fn head(&self, eps: f32) -> OutputHead<'_, B> {
+        OutputHead {
+            norm: &self.output_norm,
+            weight: self.output.as_ref().unwrap_or(&self.token_embd),
+            eps,
+        }
+    }
+}
+
+/// The output head's weights.
+pub struct OutputHead<'a, B: Backend> {
+    pub norm: &'a B::Weight,
+    /// `[n_vocab, n_embd]` (the embedding table when tied).
+    pub weight: &'a B::Weight,
+    pub eps: f32,
+}
+
+/// Final norm and output projection for rows `wanted` of `s.x` (ascending), `logit_rows` at
+/// a time; each part's result comes back as it is read.
+pub fn output_head<B: Backend>(
+    be: &B,
+    s: &mut Scratch<B>,
+    head: &OutputHead<'_, B>,
+    d: ScratchDims,
+    wanted: &[usize],
+    want: HeadWant<'_>,
+) -> Result<Readback<HeadResult>, ModelError> {
+    if wanted.is_empty() {
+        return Ok(Readback::ready(HeadResult::empty(want)));
+    }
+    let mut parts = Vec::new();
+    for part in wanted.chunks(s.logit_rows) {
+        let n = part.len();
+        if part[n - 1] - part[0] + 1 == n {
+            be.copy_rows(&s.x, part[0], n, d.n_embd, &mut s.sel)?;
+        } else {
+            for (j, &r) in part.iter().enumerate() {
+                be.copy_rows(&s.x, r, 1, d.n_embd, &mut s.row)?;
+                be.paste_rows(&s.row, 1, d.n_embd, &mut s.sel, j)?;
+            }
+        }
+        be.rmsnorm_inplace(&mut s.sel, head.norm, n, head.eps)?;
+        be.matmul(head.weight, &s.sel, n, &mut s.logits)?;
+        parts.push(match want {
+            HeadWant::Logits => be.read(&s.logits, n * d.n_vocab)?.map(HeadResult::Logits),
+            HeadWant::Argmax => be.argmax(&s.logits, n, d.n_vocab)?.map(HeadResult::Ids),
+            HeadWant::TopK { k, gather } => be
+                .top_k(&s.logits, n, d.n_vocab, k, gather)?
+                .map(HeadResult::Candidates),
+        });
+    }
+    Ok(Readback::join(parts).map(HeadResult::concat))
+}

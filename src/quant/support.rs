@@ -1,0 +1,47 @@
+//! Which kernels read each block format beyond the scalar reference, in one table: the CPU's
+//! SIMD kernels, the WGSL decoders of the GPU backends, and the GPU's texture-layout decoders.
+//! Every list of "types this path covers" is derived from it.
+//!
+//! Plain data with no imports: the build script includes this file too (it composes one
+//! WGSL variant per format with a decoder).
+
+/// The fast kernels of one block format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    /// The GGUF type name, lower case (`q4_k`): `shaders/quant/NAME.wgsl` is its decoder.
+    pub name: &'static str,
+    /// The CPU's AVX2/VNNI integer (or F16C) kernels multiply it; other formats take the
+    /// portable path.
+    pub cpu_simd: bool,
+    /// A WGSL decoder: the GPU backends multiply and embed it.
+    pub wgsl: bool,
+    /// A decoder of its own for texture-held weights (`shaders/quant/tex/NAME.wgsl`); other
+    /// WGSL formats read textures through their generic decoder.
+    pub wgsl_texture: bool,
+}
+
+const fn s(name: &'static str, cpu_simd: bool, wgsl: bool, wgsl_texture: bool) -> Support {
+    Support {
+        name,
+        cpu_simd,
+        wgsl,
+        wgsl_texture,
+    }
+}
+
+/// Every format some fast kernel reads.
+pub const SUPPORT: [Support; 13] = [
+    s("f32", true, true, false),
+    s("f16", true, true, false),
+    s("bf16", true, true, false),
+    s("q4_0", true, true, false),
+    s("q4_1", true, true, false),
+    s("q5_0", true, true, true),
+    s("q5_1", true, true, false),
+    s("q8_0", true, true, true),
+    s("q4_k", true, true, true),
+    s("q5_k", true, true, false),
+    s("q6_k", true, true, true),
+    s("iq4_nl", true, true, false),
+    s("iq4_xs", true, true, false),
+];
