@@ -224,6 +224,66 @@ fn chat_reset_repeats_the_first_answer() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("reset"));
 }
 
+/// Regression (issue #16, "chat's type-ahead"): a line typed into the terminal while `chat`
+/// still starts reached the line editor as its first character only (rustyline 17 waited on
+/// the terminal while the rest sat in its own buffer). Here a terminal (a pty, driven by
+/// Python's `pty`) gets the whole line at once, before the editor is up: the editor must show
+/// the whole line and the model must answer it.
+#[test]
+fn chat_type_ahead_reaches_the_editor_whole() {
+    let model = golden("fixtures/qwen3.F16.gguf");
+    let script = r#"
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temperature", "0", "-n", "4"])
+os.write(fd, b"the cat sat on the mat\r")
+out, deadline = b"", time.time() + 60
+while time.time() < deadline and b"generated" not in out:
+    r, _, _ = select.select([fd], [], [], 0.5)
+    if r:
+        try:
+            out += os.read(fd, 4096)
+        except OSError:
+            break
+os.write(fd, b"/exit\r")
+time.sleep(0.5)
+sys.stdout.write(out.decode(errors="replace"))
+"#;
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            env!("CARGO_BIN_EXE_tinyllm-native"),
+            model.to_str().unwrap(),
+        ])
+        .output()
+        .expect("python3 runs");
+    // The editor's output without its terminal escape sequences (`ESC [ ... final byte`) and
+    // carriage returns (it redraws the line from its start).
+    let raw = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut screen = String::new();
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.next() == Some('[') {
+                for f in chars.by_ref() {
+                    if ('@'..='~').contains(&f) {
+                        break;
+                    }
+                }
+            }
+        } else if c != '\r' {
+            screen.push(c);
+        }
+    }
+    assert!(
+        screen.contains("> the cat sat on the mat"),
+        "the editor did not get the whole line:\n{screen}"
+    );
+    assert!(screen.contains("generated"), "no answer to the typed line:\n{screen}");
+}
+
 #[test]
 fn bad_run_input_exits_2() {
     let model = golden("fixtures/llama.F16.gguf");
