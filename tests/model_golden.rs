@@ -188,6 +188,34 @@ fn check_real_model(gguf: &str, golden_name: &str) {
     assert!(failures.is_empty(), "{golden_name}:\n{}", failures.join("\n"));
 }
 
+/// The spread rule can fail: a run exactly as far from the goldens as llama.cpp's other
+/// attention path passes, one twice as far (every step) fails, as does one missing more.
+#[test]
+fn spread_rule_catches_a_run_twice_as_far() {
+    for name in ["qwen2.5-coder-0.5b", "gemma-3-270m"] {
+        let s = Spread::load(name);
+        let s = &s;
+        let scaled = |k: f64| {
+            move |c: usize, i: usize, id: u32| {
+                let g = s.golden[c].top[i][0].1;
+                let fa = s.fa[c].top[i].iter().find(|t| t.0 == id).map_or(0.0, |t| t.1);
+                g + k * (fa - g)
+            }
+        };
+        let golden_tokens: Vec<Vec<u32>> = s.golden.iter().map(|g| g.tokens.clone()).collect();
+        assert!(s.judge("as far", scaled(1.0), &golden_tokens).is_empty(), "{name}");
+        let failures = s.judge("twice as far", scaled(2.0), &golden_tokens);
+        assert!(
+            failures.iter().any(|f| f.contains("quantile 0.5")),
+            "{name}: {failures:?}"
+        );
+        // Every greedy run parting at once: 12 misses beyond llama.cpp's + 2.
+        let wrong: Vec<Vec<u32>> = s.golden.iter().map(|g| vec![u32::MAX; g.tokens.len()]).collect();
+        let failures = s.judge("parting", scaled(1.0), &wrong);
+        assert!(failures.iter().any(|f| f.contains("misses")), "{name}: {failures:?}");
+    }
+}
+
 #[test]
 fn qwen25_coder_within_llama_cpp_spread() {
     check_real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b");

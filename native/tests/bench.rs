@@ -127,3 +127,32 @@ fn bad_flags_exit_2_with_a_message() {
         assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     }
 }
+
+/// `--bandwidth`: a measured read bandwidth, the weights a decode step reads (every matrix;
+/// the embedding table only where the output head is tied to it: this fixture has its own
+/// output matrix), and each decode rate as the fraction of the bound they set.
+#[test]
+fn bandwidth_report_is_consistent() {
+    let j = bench_json(&["--prompt-tokens", "8", "--decode-tokens", "4", "--bandwidth"]);
+    let read = num(&j, "read_gb_s");
+    assert!(read > 0.1, "{j}");
+    let inspect = tinyllm(&["inspect", &fixture(), "--json"]);
+    let info: Value = serde_json::from_slice(&inspect.stdout).expect("inspect --json");
+    let tensors = info["tensors"].as_array().expect("tensors");
+    let tied = !tensors.iter().any(|t| t["name"] == "output.weight");
+    assert!(!tied, "the fixture has an output matrix");
+    let want: u64 = tensors
+        .iter()
+        .filter(|t| t["shape"].as_array().unwrap().len() >= 2 && t["name"] != "token_embd.weight")
+        .map(|t| t["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(j["weight_bytes_per_token"].as_u64(), Some(want));
+    let bound = num(&j, "decode_bound_tok_s");
+    assert!((bound - read * 1e9 / want as f64).abs() <= 1e-6 * bound, "{j}");
+    let row = &j["results"][0];
+    let f = num(row, "decode_bound_fraction");
+    assert!(
+        (f - num(row, "decode_tok_s") / bound).abs() <= 1e-9 * f.max(1.0),
+        "{row}"
+    );
+}

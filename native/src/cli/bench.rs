@@ -29,6 +29,24 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also measure this machine's read bandwidth (with the same threads) and report decode as a
+    /// fraction of the bound it sets: every weight matrix is read once per decoded token.
+    #[arg(long)]
+    bandwidth: bool,
+}
+
+/// The decode bound of this machine and model (`--bandwidth`).
+#[derive(Debug, Clone, Copy)]
+struct Bound {
+    read_bytes_s: f64,
+    weight_bytes: u64,
+}
+
+impl Bound {
+    /// Tokens per second if every token only had to read its weights at full bandwidth.
+    fn tok_s(&self) -> f64 {
+        self.read_bytes_s / self.weight_bytes.max(1) as f64
+    }
 }
 
 /// One prompt length's measurements.
@@ -109,6 +127,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         results.push(summarize(p, decode, &runs));
     }
 
+    let bound = if a.bandwidth {
+        eprintln!("[bench] read bandwidth with {} threads", loaded.threads);
+        Some(Bound {
+            read_bytes_s: super::bandwidth::read_bandwidth(loaded.threads)?,
+            weight_bytes: super::bandwidth::weight_bytes_per_token(&super::open_model(&a.model.model)?),
+        })
+    } else {
+        None
+    };
     let mut out = std::io::stdout().lock();
     let backend = loaded.engine.model.backend().name();
     let kernels = loaded.engine.model.backend().detail();
@@ -127,6 +154,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     "submissions_per_token": r.per_token.map(|p| p.submissions),
                     "readbacks_per_token": r.per_token.map(|p| p.readbacks),
                     "bind_groups_per_token": r.per_token.map(|p| p.bind_groups),
+                    "decode_bound_fraction": bound.map(|b| r.decode_tok_s / b.tok_s()),
                 })
             })
             .collect();
@@ -136,6 +164,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "backend": backend,
             "kernels": kernels,
             "repetitions": reps,
+            "read_gb_s": bound.map(|b| b.read_bytes_s / 1e9),
+            "weight_bytes_per_token": bound.map(|b| b.weight_bytes),
+            "decode_bound_tok_s": bound.map(|b| b.tok_s()),
             "results": rows,
         });
         writeln!(out, "{j}")?;
@@ -156,6 +187,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 "{:>8} {:>10.3} {:>14.1} {:>13.2} {:>9.2} {:>9.2}",
                 r.prompt_tokens, r.ttft_s, r.prefill_tok_s, r.decode_tok_s, r.decode_p50_ms, r.decode_p95_ms
             )?;
+        }
+        if let Some(b) = bound {
+            writeln!(
+                out,
+                "read bandwidth {:.1} GB/s, {:.1} MB of weights per decoded token: at most {:.1} tok/s",
+                b.read_bytes_s / 1e9,
+                b.weight_bytes as f64 / 1e6,
+                b.tok_s()
+            )?;
+            for r in &results {
+                writeln!(
+                    out,
+                    "prompt {}: decode at {:.0}% of that bound",
+                    r.prompt_tokens,
+                    100.0 * r.decode_tok_s / b.tok_s()
+                )?;
+            }
         }
         for r in &results {
             if let Some(p) = r.per_token {

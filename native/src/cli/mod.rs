@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch: one module per subcommand.
 
+mod bandwidth;
 mod bench;
 mod chat;
 mod inspect;
