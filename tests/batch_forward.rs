@@ -15,7 +15,7 @@ use serde_json::Value;
 use tinyllm::backend::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use tinyllm::backend::{Backend, BackendError, MaybeSend, Readback, Rope, SeqAttn};
 use tinyllm::engine::{forward_batch, BatchItem, EngineError, Session, SessionConfig};
-use tinyllm::gguf::GgufFile;
+use tinyllm::gguf::{GgufFile, TensorView};
 use tinyllm::model::{HeadResult, HeadWant, Model, Scratch};
 use tinyllm::sample::Candidates;
 
@@ -230,6 +230,9 @@ impl Backend for OneAtATime {
     }
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight, BackendError> {
         self.0.load_weight(file, name)
+    }
+    fn place_weight(&self, tensor: TensorView<'_>) -> Result<CpuWeight, BackendError> {
+        self.0.place_weight(tensor)
     }
     fn alloc(&self, len: usize) -> Result<CpuBuffer, BackendError> {
         self.0.alloc(len)

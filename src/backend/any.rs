@@ -14,7 +14,7 @@ use super::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use super::readback::MaybeSend;
 use super::webgpu::{WebGpuBackend, WebGpuBuffer, WebGpuKv, WebGpuWeight};
 use super::{Backend, BackendError, Readback, Rope, SeqAttn};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, TensorView};
 use crate::sample::Candidates;
 
 /// Where a model runs (`--backend`).
@@ -183,6 +183,10 @@ impl Backend for AnyBackend {
 
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<AnyWeight, BackendError> {
         forward!("load_weight", self, wrap AnyWeight, |b| b.load_weight(file, name))
+    }
+
+    fn place_weight(&self, tensor: TensorView<'_>) -> Result<AnyWeight, BackendError> {
+        forward!("place_weight", self, wrap AnyWeight, |b| b.place_weight(tensor))
     }
 
     fn alloc(&self, len: usize) -> Result<AnyBuffer, BackendError> {

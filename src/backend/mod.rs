@@ -32,7 +32,7 @@ pub use attn::{AttnParams, SeqAttn, MAX_HEAD_DIM};
 pub use readback::{MaybeSend, Readback};
 pub use rope::{Rope, RopeKind, RopeScaling, Yarn};
 
-use crate::gguf::{GgufError, GgufFile};
+use crate::gguf::{GgufError, GgufFile, TensorView};
 use crate::quant::{GgmlType, QuantError};
 use crate::sample::Candidates;
 
@@ -87,6 +87,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Place tensor `name` of `file` on the device (zero-copy where the device can read the
     /// mapping). Errors when the tensor is missing or of a type the backend cannot use.
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<Self::Weight, BackendError>;
+
+    /// Place a tensor whose bytes the caller holds only for this call (a file streamed in
+    /// tensor by tensor, [`crate::gguf::stream`]): the backend keeps its own copy, so the file
+    /// need never be held whole.
+    fn place_weight(&self, tensor: TensorView<'_>) -> Result<Self::Weight, BackendError>;
 
     /// A zeroed buffer of `len` f32 values.
     fn alloc(&self, len: usize) -> Result<Self::Buffer, BackendError>;

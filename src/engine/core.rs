@@ -12,7 +12,7 @@ use crate::chat::router::{RouterConfig, ToolFormat};
 use crate::chat::tools::{forced_call_opening, ToolChoice};
 use crate::chat::{ChatTemplate, RenderRequest};
 use crate::gguf::GgufFile;
-use crate::model::Model;
+use crate::model::{Model, Placed};
 use crate::tokenizer::Tokenizer;
 
 /// A loaded model and what turns text into its tokens and back.
@@ -40,8 +40,19 @@ impl<B: Backend> Engine<B> {
     pub fn load(backend: B, file: Arc<GgufFile>) -> Result<Self, crate::Error> {
         // The model first: an unsupported architecture is the most useful thing to report.
         let model = Model::load(backend, Arc::clone(&file))?;
-        let tokenizer = Tokenizer::from_gguf(&file)?;
-        let template = ChatTemplate::from_gguf(&file)?;
+        Self::with_model(model, &file)
+    }
+
+    /// [`Engine::load`] for a file that was streamed: its weights are already on `backend`
+    /// (`placed`), `file` holds its metadata and tensor table.
+    pub fn load_placed(backend: B, file: Arc<GgufFile>, placed: Placed<B>) -> Result<Self, crate::Error> {
+        let model = Model::load_placed(backend, Arc::clone(&file), placed)?;
+        Self::with_model(model, &file)
+    }
+
+    fn with_model(model: Model<B>, file: &GgufFile) -> Result<Self, crate::Error> {
+        let tokenizer = Tokenizer::from_gguf(file)?;
+        let template = ChatTemplate::from_gguf(file)?;
         Ok(Engine {
             model: Arc::new(model),
             tokenizer: Arc::new(tokenizer),

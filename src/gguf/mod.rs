@@ -6,6 +6,7 @@
 //! the tensor tables of all parts are merged.
 
 mod parse;
+pub mod stream;
 mod value;
 
 pub use value::{Array, Value, ValueType};
@@ -85,6 +86,12 @@ pub enum GgufError {
     BadValue { key: String, problem: String },
     #[error("no tensor named '{0}'")]
     MissingTensor(String),
+    /// The file was streamed: its tensors' bytes went to the backend as they arrived
+    /// ([`stream::GgufStream`]) and are not kept.
+    #[error("tensor '{0}': the file was streamed and its tensor data is not held in memory")]
+    NotResident(String),
+    #[error("streamed file: {0}")]
+    Stream(String),
 }
 
 /// The bytes of one GGUF file.
@@ -92,14 +99,26 @@ enum Source {
     #[cfg(not(target_arch = "wasm32"))]
     Mapped(memmap2::Mmap),
     Owned(Vec<u8>),
+    /// A file that was streamed ([`stream::GgufStream`]): only its header is kept, and its
+    /// length.
+    Streamed(u64),
 }
 
 impl Source {
+    /// The file's bytes; empty for a streamed file, whose tensor views are refused.
     fn bytes(&self) -> &[u8] {
         match self {
             #[cfg(not(target_arch = "wasm32"))]
             Source::Mapped(m) => m,
             Source::Owned(v) => v,
+            Source::Streamed(_) => &[],
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Source::Streamed(len) => *len,
+            s => s.bytes().len() as u64,
         }
     }
 }
@@ -191,14 +210,23 @@ impl GgufFile {
     }
 
     fn from_sources(sources: Vec<Source>) -> Result<Self, GgufError> {
-        let mut parts = Vec::with_capacity(sources.len());
+        let parts = sources
+            .into_iter()
+            .map(|source| Ok((parse::parse_header(source.bytes())?, source)))
+            .collect::<Result<Vec<_>, GgufError>>()?;
+        Self::assemble(parts)
+    }
+
+    /// One model from the parsed headers of its parts (in order) and their bytes: the tensor
+    /// tables merged, the split-set metadata checked.
+    fn assemble(headers: Vec<(parse::Header, Source)>) -> Result<Self, GgufError> {
+        let mut parts = Vec::with_capacity(headers.len());
         let mut metadata = Vec::new();
         let mut tensors = Vec::new();
         let mut index = HashMap::new();
         let (mut version, mut alignment) = (0, 0);
-        let n_parts = sources.len();
-        for (part_no, source) in sources.into_iter().enumerate() {
-            let header = parse::parse_header(source.bytes())?;
+        let n_parts = headers.len();
+        for (part_no, (header, source)) in headers.into_iter().enumerate() {
             if n_parts > 1 {
                 check_split_part(&header.metadata, part_no, n_parts)?;
             }
@@ -252,6 +280,11 @@ impl GgufFile {
         })
     }
 
+    /// Whether tensor data can be viewed (false for a streamed file).
+    pub fn is_resident(&self) -> bool {
+        !self.parts.iter().any(|p| matches!(p.source, Source::Streamed(_)))
+    }
+
     /// All metadata entries in file order.
     pub fn metadata(&self) -> &[(String, Value)] {
         &self.metadata
@@ -275,7 +308,7 @@ impl GgufFile {
 
     /// Total bytes of all parts.
     pub fn file_bytes(&self) -> u64 {
-        self.parts.iter().map(|p| p.source.bytes().len() as u64).sum()
+        self.parts.iter().map(|p| p.source.len()).sum()
     }
 
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
@@ -287,11 +320,19 @@ impl GgufFile {
         let info = self
             .tensor_info(name)
             .ok_or_else(|| GgufError::MissingTensor(name.to_string()))?;
+        if matches!(self.parts[info.part].source, Source::Streamed(_)) {
+            return Err(GgufError::NotResident(name.to_string()));
+        }
         Ok(self.view(info))
     }
 
-    /// The view for an entry of [`Self::tensors`]. Bounds were checked at parse time.
+    /// The view for an entry of [`Self::tensors`] of a resident file (bounds were checked at
+    /// parse time). A streamed file holds no tensor bytes: its views are empty, which is why
+    /// [`Self::tensor`], the checked way in, refuses them.
     pub fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
+        if matches!(self.parts[info.part].source, Source::Streamed(_)) {
+            return TensorView { info, data: &[] };
+        }
         let part = &self.parts[info.part];
         let start = (part.data_offset + info.offset) as usize;
         TensorView {

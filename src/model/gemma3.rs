@@ -7,8 +7,6 @@
 //!             x += post_ffn_norm(Wdown · (gelu_tanh(Wgate·n) * Wup·n))
 //! ```
 
-use std::sync::Arc;
-
 use super::blocks::{
     self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims,
 };
@@ -83,9 +81,8 @@ pub struct Gemma3<B: Backend> {
 pub struct Gemma3Arch;
 
 impl Architecture for Gemma3Arch {
-    fn load<B: Backend>(be: &B, file: &Arc<GgufFile>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError> {
-        let hp = Hparams::read(file, arch)?;
-        let t = Loader { be, file };
+    fn load<B: Backend>(t: &Loader<'_, B>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError> {
+        let hp = Hparams::read(t.file, arch)?;
         let (c, h) = (&hp.common, &hp.heads);
         let e = c.n_embd;
         let has = AttnTensors {
@@ -97,10 +94,10 @@ impl Architecture for Gemma3Arch {
             let n = |s: &str| Loader::<B>::blk(il, s);
             layers.push(Layer {
                 attn_norm: t.req(&n("attn_norm.weight"), &[e])?,
-                attn: AttnWeights::load(&t, il, e, h, has)?,
+                attn: AttnWeights::load(t, il, e, h, has)?,
                 post_attn_norm: t.req(&n("post_attention_norm.weight"), &[e])?,
                 ffn_norm: t.req(&n("ffn_norm.weight"), &[e])?,
-                ffn: FfnWeights::load(&t, il, e, hp.n_ff)?,
+                ffn: FfnWeights::load(t, il, e, hp.n_ff)?,
                 post_ffn_norm: t.req(&n("post_ffw_norm.weight"), &[e])?,
             });
         }
@@ -112,7 +109,7 @@ impl Architecture for Gemma3Arch {
         }
         let model = Gemma3 {
             info: ModelInfo::new(arch, "gemma3", c),
-            embd: Embeddings::load(&t, c)?,
+            embd: Embeddings::load(t, c)?,
             layers,
             hp,
         };

@@ -8,8 +8,6 @@
 //! Biases are qwen2's, per-head q/k norms qwen3's; llama and mistral rotate adjacent pairs,
 //! the qwens halves. K and V heads may differ in width.
 
-use std::sync::Arc;
-
 use super::blocks::{
     self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims,
 };
@@ -74,9 +72,8 @@ pub struct Llama<B: Backend> {
 pub struct LlamaArch;
 
 impl Architecture for LlamaArch {
-    fn load<B: Backend>(be: &B, file: &Arc<GgufFile>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError> {
-        let hp = Hparams::read(file, arch)?;
-        let t = Loader { be, file };
+    fn load<B: Backend>(t: &Loader<'_, B>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError> {
+        let hp = Hparams::read(t.file, arch)?;
         let (c, h) = (&hp.common, &hp.heads);
         let e = c.n_embd;
         let has = AttnTensors {
@@ -88,14 +85,14 @@ impl Architecture for LlamaArch {
             let n = |s: &str| Loader::<B>::blk(il, s);
             layers.push(Layer {
                 attn_norm: t.req(&n("attn_norm.weight"), &[e])?,
-                attn: AttnWeights::load(&t, il, e, h, has)?,
+                attn: AttnWeights::load(t, il, e, h, has)?,
                 ffn_norm: t.req(&n("ffn_norm.weight"), &[e])?,
-                ffn: FfnWeights::load(&t, il, e, hp.n_ff)?,
+                ffn: FfnWeights::load(t, il, e, hp.n_ff)?,
             });
         }
         let model = Llama {
             info: ModelInfo::new(arch, "llama", c),
-            embd: Embeddings::load(&t, c)?,
+            embd: Embeddings::load(t, c)?,
             rope_freqs: t.opt("rope_freqs.weight", &[hp.rope.n_rot / 2], hp.rope.wants_factors())?,
             layers,
             hp,

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 pub use blocks::{Batch, HeadResult, HeadWant, OutputHead, Scratch, ScratchDims, SeqChunk};
 pub use state::{KvCache, Recurrent, SeqState, SequenceMemory};
+pub use tensors::{Loader, Placed};
 
 use crate::backend::{Backend, BackendError, Readback};
 use crate::gguf::{GgufError, GgufFile};
@@ -37,6 +38,8 @@ pub enum ModelError {
     BadParam { key: String, problem: String },
     #[error("missing tensor '{name}'")]
     MissingTensor { name: String },
+    #[error("tensor '{name}' was not placed while the file streamed in")]
+    NotPlaced { name: String },
     #[error("tensor '{name}' has shape {actual}, expected {expected}")]
     TensorShape {
         name: String,
@@ -100,9 +103,9 @@ pub trait Family<B: Backend>: Send + Sync {
 
 /// How the registry loads a family.
 pub trait Architecture {
-    /// Read the hyper-parameters of `file` (architecture `arch`, one of the family's registry
-    /// names) and place its weights on `be`.
-    fn load<B: Backend>(be: &B, file: &Arc<GgufFile>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError>;
+    /// Read the hyper-parameters of `t.file` (architecture `arch`, one of the family's registry
+    /// names) and place its weights through `t`.
+    fn load<B: Backend>(t: &Loader<'_, B>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError>;
 }
 
 /// A loaded model: a family's graph and weights on a backend.
@@ -123,8 +126,23 @@ impl<B: Backend> std::fmt::Debug for Model<B> {
 impl<B: Backend> Model<B> {
     /// Read the architecture of `file` and load it through the registry onto `backend`.
     pub fn load(backend: B, file: Arc<GgufFile>) -> Result<Self, ModelError> {
+        Self::load_from(backend, &file, None)
+    }
+
+    /// [`Model::load`] for a file that was streamed: its weights were placed on `backend`
+    /// while it arrived (`placed`), and `file` holds its metadata and tensor table only.
+    pub fn load_placed(backend: B, file: Arc<GgufFile>, placed: Placed<B>) -> Result<Self, ModelError> {
+        Self::load_from(backend, &file, Some(&placed))
+    }
+
+    fn load_from(backend: B, file: &Arc<GgufFile>, placed: Option<&Placed<B>>) -> Result<Self, ModelError> {
         let arch = file.architecture()?.to_string();
-        let family = load_family(&backend, &file, &arch)?;
+        let t = Loader {
+            be: &backend,
+            file,
+            placed,
+        };
+        let family = load_family(&t, &arch)?;
         Ok(Model { backend, family })
     }
 
@@ -207,9 +225,9 @@ macro_rules! registry {
         pub const SUPPORTED: &[&str] = &[$($($name),+),+];
 
         /// The family of architecture `arch`, loaded from `file` onto `be`.
-        fn load_family<B: Backend>(be: &B, file: &Arc<GgufFile>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError> {
+        fn load_family<B: Backend>(t: &Loader<'_, B>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError> {
             match arch {
-                $($($name)|+ => <$family>::load(be, file, arch),)+
+                $($($name)|+ => <$family>::load(t, arch),)+
                 _ => Err(ModelError::UnsupportedArch {
                     arch: arch.to_string(),
                     supported: SUPPORTED.join(", "),

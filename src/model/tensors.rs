@@ -1,17 +1,67 @@
 //! Placing a family's weights: each tensor's shape is checked against what the graph reads
 //! before it goes to the backend, so a file with the right names but wrong sizes is an error
 //! naming the tensor, not a wrong answer.
+//!
+//! Weights come from the file as the family asks for them, or, for a file that was streamed
+//! (the browser), from [`Placed`]: every tensor was placed on the backend the moment its bytes
+//! arrived, in file order, and the family takes them by name.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::ModelError;
-use crate::backend::Backend;
-use crate::gguf::GgufFile;
+use crate::backend::{Backend, BackendError};
+use crate::gguf::{GgufFile, TensorView};
+
+/// Weights placed on a backend while their file streamed in, by tensor name. A tensor the
+/// backend could not place keeps its error, reported only if the model asks for it.
+pub struct Placed<B: Backend> {
+    weights: Mutex<HashMap<String, Result<B::Weight, BackendError>>>,
+}
+
+impl<B: Backend> Default for Placed<B> {
+    fn default() -> Self {
+        Placed {
+            weights: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<B: Backend> Placed<B> {
+    /// Place `tensor` on `be` and keep it (or the error) under its name.
+    pub fn place(&self, be: &B, tensor: TensorView<'_>) {
+        let weight = be.place_weight(tensor);
+        self.lock().insert(tensor.info.name.clone(), weight);
+    }
+
+    /// How many tensors were placed or failed.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn take(&self, name: &str) -> Result<B::Weight, ModelError> {
+        match self.lock().remove(name) {
+            Some(w) => Ok(w?),
+            None => Err(ModelError::NotPlaced { name: name.to_string() }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Result<B::Weight, BackendError>>> {
+        // A panic while holding the map cannot leave it half-changed (one insert or remove).
+        self.weights.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// Loads tensors of one file onto one backend.
 pub struct Loader<'a, B: Backend> {
     pub be: &'a B,
     pub file: &'a Arc<GgufFile>,
+    /// The weights of a streamed file, already on the backend.
+    pub placed: Option<&'a Placed<B>>,
 }
 
 impl<B: Backend> Loader<'_, B> {
@@ -34,7 +84,10 @@ impl<B: Backend> Loader<'_, B> {
                 actual: format!("{:?}", info.shape),
             });
         }
-        Ok(self.be.load_weight(self.file, name)?)
+        match self.placed {
+            Some(placed) => placed.take(name),
+            None => Ok(self.be.load_weight(self.file, name)?),
+        }
     }
 
     /// Tensor `name` when `present` (the family decides from its hyper-parameters).

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod generation;
+pub mod gguf_write;
 
 use std::path::PathBuf;
 

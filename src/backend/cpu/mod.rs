@@ -20,7 +20,7 @@ use half::f16;
 use super::checks::{self, shape, weight_matrix};
 use super::readback::MaybeSend;
 use super::{Backend, BackendError, Readback, Rope, SeqAttn};
-use crate::gguf::{GgufFile, TensorInfo};
+use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
 use kernels::{Kernels, Layout, TileOut};
@@ -158,9 +158,45 @@ impl CpuBackend {
         Ok(())
     }
 
+    /// A weight from a tensor's bytes: 1-D decoded to f32, 2-D interleaved where the kernels
+    /// want it (`release` lets go of the source's pages as they are copied), otherwise kept as
+    /// `rows` makes them (in the file mapping, or a copy).
+    fn weight(
+        &self,
+        view: TensorView<'_>,
+        release: impl Fn(std::ops::Range<usize>) + Sync,
+        rows: impl FnOnce() -> WeightData,
+    ) -> Result<CpuWeight, BackendError> {
+        let info = view.info;
+        let (n_in, n_out) = weight_matrix(&info.name, &view, quant::has_vec_dot, "cpu")?;
+        let interleaved = (info.shape.len() > 1 && (self.kernels.interleaves)(info.ty))
+            .then(|| self.interleave(info, n_in, view.data, &release))
+            .flatten();
+        let data = if info.shape.len() <= 1 {
+            WeightData::Dense(view.to_f32()?)
+        } else if let Some(tiles) = interleaved {
+            WeightData::Interleaved(tiles)
+        } else {
+            rows()
+        };
+        Ok(CpuWeight {
+            name: info.name.clone(),
+            ty: info.ty,
+            n_in,
+            n_out,
+            data,
+        })
+    }
+
     /// The interleaved copy of a tensor's `rows` (`k` values each), made in parallel. Each
-    /// part's file pages are released once copied, so the tensor is never resident twice.
-    fn interleave(&self, file: &GgufFile, info: &TensorInfo, k: usize, rows: &[u8]) -> Option<Vec<u8>> {
+    /// part's source pages are released once copied, so the tensor is never resident twice.
+    fn interleave(
+        &self,
+        info: &TensorInfo,
+        k: usize,
+        rows: &[u8],
+        release: &(impl Fn(std::ops::Range<usize>) + Sync),
+    ) -> Option<Vec<u8>> {
         /// Tiles per task.
         const TILES: usize = 64;
         let n = interleave::row_count(info.ty, k, rows)?;
@@ -172,11 +208,11 @@ impl CpuBackend {
             interleave::interleave_tiles(info.ty, k, rows, c * TILES, dst);
             let r0 = c * TILES * interleave::TILE_ROWS;
             let r1 = (r0 + dst.len() / tb * interleave::TILE_ROWS).min(n);
-            file.release(info, r0 * rb..r1 * rb);
+            release(r0 * rb..r1 * rb);
         });
         // Once more as a whole: a part's page faults may have mapped a few pages of a
         // neighbouring part that was already released.
-        file.release(info, 0..rows.len());
+        release(0..rows.len());
         Some(tiles)
     }
 }
@@ -231,6 +267,8 @@ pub struct CpuWeight {
 enum WeightData {
     /// 2-D tensors stay in the file mapping; rows are read in place.
     Mapped { file: Arc<GgufFile>, info: TensorInfo },
+    /// 2-D tensors placed from bytes the caller did not keep (a streamed file): a copy.
+    Owned(Vec<u8>),
     /// 2-D tensors of the types the kernels interleave, copied into that layout at load
     /// (`[ceil(n_out / 8)]` tiles of [`interleave::tile_bytes`]).
     Interleaved(Vec<u8>),
@@ -242,7 +280,7 @@ impl CpuWeight {
     fn bytes(&self) -> &[u8] {
         match &self.data {
             WeightData::Mapped { file, info } => file.view(info).data,
-            WeightData::Interleaved(v) => v,
+            WeightData::Owned(v) | WeightData::Interleaved(v) => v,
             WeightData::Dense(_) => &[],
         }
     }
@@ -291,28 +329,18 @@ impl Backend for CpuBackend {
 
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight, BackendError> {
         let view = file.tensor(name)?;
-        let info = view.info;
-        let (n_in, n_out) = weight_matrix(name, &view, quant::has_vec_dot, "cpu")?;
-        let interleaved = (info.shape.len() > 1 && (self.kernels.interleaves)(info.ty))
-            .then(|| self.interleave(file, info, n_in, view.data))
-            .flatten();
-        let data = if info.shape.len() <= 1 {
-            WeightData::Dense(view.to_f32()?)
-        } else if let Some(tiles) = interleaved {
-            WeightData::Interleaved(tiles)
-        } else {
-            WeightData::Mapped {
+        self.weight(
+            view,
+            |r| file.release(view.info, r),
+            || WeightData::Mapped {
                 file: Arc::clone(file),
-                info: info.clone(),
-            }
-        };
-        Ok(CpuWeight {
-            name: name.to_string(),
-            ty: info.ty,
-            n_in,
-            n_out,
-            data,
-        })
+                info: view.info.clone(),
+            },
+        )
+    }
+
+    fn place_weight(&self, tensor: TensorView<'_>) -> Result<CpuWeight, BackendError> {
+        self.weight(tensor, |_| {}, || WeightData::Owned(tensor.data.to_vec()))
     }
 
     fn alloc(&self, len: usize) -> Result<CpuBuffer, BackendError> {

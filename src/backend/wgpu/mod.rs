@@ -49,7 +49,7 @@ pub use super::gpu::{kernels, MatmulVariant, KV_CHUNK};
 use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_BYTES};
 use super::readback::MaybeSend;
 use super::{Backend, BackendError, Readback, Rope, SeqAttn};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, TensorView};
 use crate::quant::GgmlType;
 use crate::sample::Candidates;
 
@@ -597,8 +597,12 @@ impl Backend for WebGpuBackend {
     }
 
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<WebGpuWeight, BackendError> {
-        let view = file.tensor(name)?;
+        self.place_weight(file.tensor(name)?)
+    }
+
+    fn place_weight(&self, view: TensorView<'_>) -> Result<WebGpuWeight, BackendError> {
         let info = view.info;
+        let name = info.name.as_str();
         let (n_in, n_out) = weight_matrix(name, &view, kernels::supports, "webgpu")?;
         let ty = info.ty;
         let bad = |problem: String| BackendError::BadTensor {

@@ -1,0 +1,229 @@
+//! Streamed GGUF reading (`gguf::stream`), the browser's way in: every tensor arrives once,
+//! byte-exact and in file order, whatever the chunking; split sets stream part after part; a
+//! model placed from the stream computes the same logits as one loaded from the file; bad
+//! streams are errors that say what is wrong.
+
+mod common;
+
+use std::sync::Arc;
+
+use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::{Backend, BackendKind};
+use tinyllm::gguf::stream::GgufStream;
+use tinyllm::gguf::{GgufError, GgufFile, Value};
+use tinyllm::model::{Model, Placed};
+
+const FIXTURES: [&str; 4] = [
+    "fixtures/llama.Q4_K_M.gguf",
+    "fixtures/qwen2.Q8_0.gguf",
+    "fixtures/qwen3.F16.gguf",
+    "fixtures/gemma3.Q4_K_M.gguf",
+];
+
+/// Stream `parts` (one file or a split set) in chunks of `chunk` bytes, the chunks running
+/// across part boundaries; the tensors in arrival order with their bytes, and the file.
+fn stream(parts: &[Vec<u8>], chunk: usize) -> Result<(Vec<(String, Vec<u8>)>, GgufFile), GgufError> {
+    let mut s = GgufStream::new(parts.iter().map(|p| p.len() as u64).collect())?;
+    let all: Vec<u8> = parts.concat();
+    let mut got = Vec::new();
+    for c in all.chunks(chunk.max(1)) {
+        s.push::<GgufError>(c, &mut |t| {
+            got.push((t.info.name.clone(), t.data.to_vec()));
+            Ok(())
+        })?;
+    }
+    Ok((got, s.finish()?))
+}
+
+/// The tensors of a resident file, in data order, with their bytes.
+fn in_file_order(file: &GgufFile) -> Vec<(String, Vec<u8>)> {
+    let mut t: Vec<_> = file.tensors().iter().collect();
+    t.sort_by_key(|t| (t.part, t.offset));
+    t.into_iter()
+        .map(|t| (t.name.clone(), file.view(t).data.to_vec()))
+        .collect()
+}
+
+fn same_table(a: &GgufFile, b: &GgufFile) {
+    assert_eq!(a.metadata().len(), b.metadata().len());
+    for ((ka, va), (kb, vb)) in a.metadata().iter().zip(b.metadata()) {
+        assert_eq!(ka, kb);
+        assert_eq!(va, vb, "metadata {ka}");
+    }
+    assert_eq!(a.tensors().len(), b.tensors().len());
+    for (x, y) in a.tensors().iter().zip(b.tensors()) {
+        assert_eq!(
+            (&x.name, x.ty, &x.shape, x.offset, x.bytes, x.part),
+            (&y.name, y.ty, &y.shape, y.offset, y.bytes, y.part)
+        );
+    }
+}
+
+#[test]
+fn every_tensor_arrives_once_in_file_order_whatever_the_chunking() {
+    for rel in FIXTURES {
+        let bytes = std::fs::read(common::golden(rel)).unwrap();
+        let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+        let want = in_file_order(&file);
+        for chunk in [1, 7, 4096, 65536, bytes.len()] {
+            let (got, streamed) = stream(std::slice::from_ref(&bytes), chunk).unwrap();
+            assert_eq!(got.len(), want.len(), "{rel} in chunks of {chunk}");
+            for ((gn, gb), (wn, wb)) in got.iter().zip(&want) {
+                assert_eq!(gn, wn, "{rel} in chunks of {chunk}: order");
+                assert!(gb == wb, "{rel} in chunks of {chunk}: bytes of {gn}");
+            }
+            same_table(&streamed, &file);
+            assert!(!streamed.is_resident());
+            assert_eq!(streamed.file_bytes(), bytes.len() as u64);
+            let e = streamed.tensor(&want[0].0).unwrap_err();
+            assert!(matches!(e, GgufError::NotResident(_)), "{e}");
+        }
+    }
+}
+
+#[test]
+fn the_real_models_stream_whole() {
+    for name in common::REAL_MODELS {
+        let file = GgufFile::open(common::real_model(name)).unwrap();
+        let bytes = std::fs::read(common::real_model(name)).unwrap();
+        let want = in_file_order(&file);
+        // Network-sized chunks that do not line up with anything.
+        let (got, streamed) = stream(std::slice::from_ref(&bytes), 65_537).unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        assert!(got.iter().zip(&want).all(|(g, w)| g == w), "{name}: tensor bytes");
+        same_table(&streamed, &file);
+    }
+}
+
+#[test]
+fn split_sets_stream_part_after_part() {
+    let bytes = std::fs::read(common::golden(FIXTURES[0])).unwrap();
+    let file = GgufFile::from_bytes(bytes).unwrap();
+    let parts = common::gguf_write::split(&file, 3);
+    assert_eq!(parts.len(), 3);
+    let whole = GgufFile::from_parts(parts.clone()).unwrap();
+    let want = in_file_order(&whole);
+    for chunk in [1000, 4096, parts.iter().map(Vec::len).max().unwrap()] {
+        let (got, streamed) = stream(&parts, chunk).unwrap();
+        assert!(got == want, "split set in chunks of {chunk}");
+        same_table(&streamed, &whole);
+        assert_eq!(streamed.part_count(), 3);
+    }
+    // The parts in the wrong order are refused as a split set would be from files.
+    let swapped = vec![parts[1].clone(), parts[0].clone(), parts[2].clone()];
+    let e = stream(&swapped, 4096).unwrap_err().to_string();
+    assert!(e.contains("split"), "{e}");
+}
+
+/// Logits of a few teacher-forced tokens, as bits.
+fn logits_bits<B: Backend>(model: Model<B>) -> Vec<u32> {
+    let model = Arc::new(model);
+    let mut s = tinyllm::engine::Session::new(model, Default::default()).unwrap();
+    let logits = s.prefill(&[1, 15, 27, 300, 42, 7]).unwrap();
+    logits.iter().map(|v| v.to_bits()).collect()
+}
+
+fn placed_model<B: Backend>(be: B, bytes: &[u8], chunk: usize) -> Model<B> {
+    let mut s = GgufStream::new(vec![bytes.len() as u64]).unwrap();
+    let placed = Placed::default();
+    for c in bytes.chunks(chunk) {
+        s.push::<GgufError>(c, &mut |t| {
+            placed.place(&be, t);
+            Ok(())
+        })
+        .unwrap();
+    }
+    let file = Arc::new(s.finish().unwrap());
+    assert_eq!(placed.len(), file.tensors().len());
+    Model::load_placed(be, file, placed).unwrap()
+}
+
+#[test]
+fn a_model_placed_from_the_stream_computes_the_same_logits() {
+    for rel in FIXTURES {
+        let bytes = std::fs::read(common::golden(rel)).unwrap();
+        let file = Arc::new(GgufFile::from_bytes(bytes.clone()).unwrap());
+        let loaded = logits_bits(Model::load(CpuBackend::new(2).unwrap(), file).unwrap());
+        let streamed = logits_bits(placed_model(CpuBackend::new(2).unwrap(), &bytes, 10_000));
+        assert!(
+            loaded == streamed,
+            "{rel}: CPU logits differ between loaded and streamed"
+        );
+    }
+}
+
+#[test]
+fn a_model_placed_from_the_stream_on_webgpu_computes_the_same_logits() {
+    let open = || tinyllm::backend::AnyBackend::open(BackendKind::WebGpu, 1);
+    if common::device_or_skip(open).is_none() {
+        return;
+    }
+    let rel = FIXTURES[0];
+    let bytes = std::fs::read(common::golden(rel)).unwrap();
+    let file = Arc::new(GgufFile::from_bytes(bytes.clone()).unwrap());
+    let loaded = logits_bits(Model::load(open().unwrap(), file).unwrap());
+    let streamed = logits_bits(placed_model(open().unwrap(), &bytes, 10_000));
+    assert!(
+        loaded == streamed,
+        "{rel}: WebGPU logits differ between loaded and streamed"
+    );
+}
+
+#[test]
+fn bad_streams_say_what_is_wrong() {
+    let bytes = std::fs::read(common::golden(FIXTURES[0])).unwrap();
+    // Ends early.
+    let mut s = GgufStream::new(vec![bytes.len() as u64]).unwrap();
+    s.push::<GgufError>(&bytes[..bytes.len() / 2], &mut |_| Ok(())).unwrap();
+    let e = s.finish().unwrap_err().to_string();
+    assert!(e.contains("ended after") && e.contains(&bytes.len().to_string()), "{e}");
+    // More bytes than announced.
+    let mut s = GgufStream::new(vec![bytes.len() as u64 - 10]).unwrap();
+    let e = s.push::<GgufError>(&bytes, &mut |_| Ok(())).unwrap_err().to_string();
+    assert!(e.contains("bytes"), "{e}");
+    // Not a GGUF file: refused from its first bytes, before anything else arrives.
+    let html = b"<!doctype html><html><body>404 Not Found</body></html>".repeat(100);
+    let mut s = GgufStream::new(vec![html.len() as u64 * 10]).unwrap();
+    let e = s.push::<GgufError>(&html, &mut |_| Ok(())).unwrap_err();
+    assert!(matches!(e, GgufError::BadMagic { .. }), "{e}");
+    // A file that ends inside its header: its counts cannot fit.
+    let mut s = GgufStream::new(vec![100]).unwrap();
+    let e = s
+        .push::<GgufError>(&bytes[..100], &mut |_| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only 84 bytes are left"), "{e}");
+    // A count the announced size cannot hold is refused before anything is allocated.
+    let mut b = bytes.clone();
+    b[8..16].copy_from_slice(&(1u64 << 60).to_le_bytes());
+    let mut s = GgufStream::new(vec![b.len() as u64]).unwrap();
+    let e = s.push::<GgufError>(&b[..64], &mut |_| Ok(())).unwrap_err().to_string();
+    assert!(e.contains("tensor_count"), "{e}");
+    // The caller's error stops the stream.
+    let mut s = GgufStream::new(vec![bytes.len() as u64]).unwrap();
+    let e = s
+        .push::<GgufError>(&bytes, &mut |t| {
+            Err(GgufError::Stream(format!("refused {}", t.info.name)))
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("refused"), "{e}");
+    // No files at all.
+    assert!(GgufStream::new(vec![]).is_err());
+}
+
+#[test]
+fn the_architecture_is_known_before_the_tensors_arrive() {
+    let bytes = std::fs::read(common::golden(FIXTURES[0])).unwrap();
+    let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+    let changed = common::gguf_write::with_metadata(&file, "general.architecture", Value::String("mamba".into()));
+    let mut s = GgufStream::new(vec![changed.len() as u64]).unwrap();
+    let data_start = file.data_offset(0) as usize;
+    s.push::<GgufError>(&changed[..data_start], &mut |_| Ok(())).unwrap();
+    let meta = s.metadata().expect("the header is complete");
+    let arch = meta
+        .iter()
+        .find(|(k, _)| k == "general.architecture")
+        .map(|(_, v)| v.clone());
+    assert_eq!(arch, Some(Value::String("mamba".into())));
+}
