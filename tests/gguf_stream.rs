@@ -20,9 +20,12 @@ const FIXTURES: [&str; 4] = [
     "fixtures/gemma3.Q4_K_M.gguf",
 ];
 
+/// Tensor names with their bytes.
+type Tensors = Vec<(String, Vec<u8>)>;
+
 /// Stream `parts` (one file or a split set) in chunks of `chunk` bytes, the chunks running
 /// across part boundaries; the tensors in arrival order with their bytes, and the file.
-fn stream(parts: &[Vec<u8>], chunk: usize) -> Result<(Vec<(String, Vec<u8>)>, GgufFile), GgufError> {
+fn stream(parts: &[Vec<u8>], chunk: usize) -> Result<(Tensors, GgufFile), GgufError> {
     let mut s = GgufStream::new(parts.iter().map(|p| p.len() as u64).collect())?;
     let all: Vec<u8> = parts.concat();
     let mut got = Vec::new();
@@ -36,7 +39,7 @@ fn stream(parts: &[Vec<u8>], chunk: usize) -> Result<(Vec<(String, Vec<u8>)>, Gg
 }
 
 /// The tensors of a resident file, in data order, with their bytes.
-fn in_file_order(file: &GgufFile) -> Vec<(String, Vec<u8>)> {
+fn in_file_order(file: &GgufFile) -> Tensors {
     let mut t: Vec<_> = file.tensors().iter().collect();
     t.sort_by_key(|t| (t.part, t.offset));
     t.into_iter()
