@@ -23,17 +23,19 @@ const FIXTURES: [&str; 4] = [
 /// Tensor names with their bytes.
 type Tensors = Vec<(String, Vec<u8>)>;
 
-/// Stream `parts` (one file or a split set) in chunks of `chunk` bytes, the chunks running
-/// across part boundaries; the tensors in arrival order with their bytes, and the file.
+/// Stream `parts` (one file or a split set) in chunks of `chunk` bytes; the tensors in
+/// arrival order with their bytes, and the file.
 fn stream(parts: &[Vec<u8>], chunk: usize) -> Result<(Tensors, GgufFile), GgufError> {
-    let mut s = GgufStream::new(parts.iter().map(|p| p.len() as u64).collect())?;
-    let all: Vec<u8> = parts.concat();
+    let mut s = GgufStream::new(parts.len())?;
     let mut got = Vec::new();
-    for c in all.chunks(chunk.max(1)) {
-        s.push::<GgufError>(c, &mut |t| {
-            got.push((t.info.name.clone(), t.data.to_vec()));
-            Ok(())
-        })?;
+    for part in parts {
+        s.begin(part.len() as u64)?;
+        for c in part.chunks(chunk.max(1)) {
+            s.push::<GgufError>(c, &mut |t| {
+                got.push((t.info.name.clone(), t.data.to_vec()));
+                Ok(())
+            })?;
+        }
     }
     Ok((got, s.finish()?))
 }
@@ -127,7 +129,8 @@ fn logits_bits<B: Backend>(model: Model<B>) -> Vec<u32> {
 }
 
 fn placed_model<B: Backend>(be: B, bytes: &[u8], chunk: usize) -> Model<B> {
-    let mut s = GgufStream::new(vec![bytes.len() as u64]).unwrap();
+    let mut s = GgufStream::new(1).unwrap();
+    s.begin(bytes.len() as u64).unwrap();
     let placed = Placed::default();
     for c in bytes.chunks(chunk) {
         s.push::<GgufError>(c, &mut |t| {
@@ -172,25 +175,37 @@ fn a_model_placed_from_the_stream_on_webgpu_computes_the_same_logits() {
     );
 }
 
+/// A stream of one file of `size` bytes, begun.
+fn begun(size: usize) -> GgufStream {
+    let mut s = GgufStream::new(1).unwrap();
+    s.begin(size as u64).unwrap();
+    s
+}
+
 #[test]
 fn bad_streams_say_what_is_wrong() {
     let bytes = std::fs::read(common::golden(FIXTURES[0])).unwrap();
     // Ends early.
-    let mut s = GgufStream::new(vec![bytes.len() as u64]).unwrap();
+    let mut s = begun(bytes.len());
     s.push::<GgufError>(&bytes[..bytes.len() / 2], &mut |_| Ok(())).unwrap();
+    assert_eq!(s.received(), bytes.len() as u64 / 2);
     let e = s.finish().unwrap_err().to_string();
     assert!(e.contains("ended after") && e.contains(&bytes.len().to_string()), "{e}");
     // More bytes than announced.
-    let mut s = GgufStream::new(vec![bytes.len() as u64 - 10]).unwrap();
+    let mut s = begun(bytes.len() - 10);
     let e = s.push::<GgufError>(&bytes, &mut |_| Ok(())).unwrap_err().to_string();
-    assert!(e.contains("bytes"), "{e}");
+    assert!(e.contains("more bytes than"), "{e}");
     // Not a GGUF file: refused from its first bytes, before anything else arrives.
     let html = b"<!doctype html><html><body>404 Not Found</body></html>".repeat(100);
-    let mut s = GgufStream::new(vec![html.len() as u64 * 10]).unwrap();
+    let mut s = begun(html.len() * 10);
     let e = s.push::<GgufError>(&html, &mut |_| Ok(())).unwrap_err();
     assert!(matches!(e, GgufError::BadMagic { .. }), "{e}");
+    // An empty file.
+    let mut s = GgufStream::new(1).unwrap();
+    let e = s.begin(0).unwrap_err().to_string();
+    assert!(e.contains("truncated"), "{e}");
     // A file that ends inside its header: its counts cannot fit.
-    let mut s = GgufStream::new(vec![100]).unwrap();
+    let mut s = begun(100);
     let e = s
         .push::<GgufError>(&bytes[..100], &mut |_| Ok(()))
         .unwrap_err()
@@ -199,11 +214,11 @@ fn bad_streams_say_what_is_wrong() {
     // A count the announced size cannot hold is refused before anything is allocated.
     let mut b = bytes.clone();
     b[8..16].copy_from_slice(&(1u64 << 60).to_le_bytes());
-    let mut s = GgufStream::new(vec![b.len() as u64]).unwrap();
+    let mut s = begun(b.len());
     let e = s.push::<GgufError>(&b[..64], &mut |_| Ok(())).unwrap_err().to_string();
     assert!(e.contains("tensor_count"), "{e}");
     // The caller's error stops the stream.
-    let mut s = GgufStream::new(vec![bytes.len() as u64]).unwrap();
+    let mut s = begun(bytes.len());
     let e = s
         .push::<GgufError>(&bytes, &mut |t| {
             Err(GgufError::Stream(format!("refused {}", t.info.name)))
@@ -211,8 +226,20 @@ fn bad_streams_say_what_is_wrong() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("refused"), "{e}");
-    // No files at all.
-    assert!(GgufStream::new(vec![]).is_err());
+    // Parts: none at all, bytes before a part, a part too many, a split set cut short.
+    assert!(GgufStream::new(0).is_err());
+    let mut s = GgufStream::new(1).unwrap();
+    assert!(s.push::<GgufError>(&bytes[..10], &mut |_| Ok(())).is_err());
+    let (_, _) = stream(std::slice::from_ref(&bytes), 4096).unwrap();
+    let mut s = begun(bytes.len());
+    s.push::<GgufError>(&bytes, &mut |_| Ok(())).unwrap();
+    let e = s.begin(10).unwrap_err().to_string();
+    assert!(e.contains("after the last"), "{e}");
+    let mut s = GgufStream::new(2).unwrap();
+    s.begin(bytes.len() as u64).unwrap();
+    s.push::<GgufError>(&bytes, &mut |_| Ok(())).unwrap();
+    let e = s.finish().unwrap_err().to_string();
+    assert!(e.contains("1 of 2 files"), "{e}");
 }
 
 #[test]
@@ -220,7 +247,7 @@ fn the_architecture_is_known_before_the_tensors_arrive() {
     let bytes = std::fs::read(common::golden(FIXTURES[0])).unwrap();
     let file = GgufFile::from_bytes(bytes.clone()).unwrap();
     let changed = common::gguf_write::with_metadata(&file, "general.architecture", Value::String("mamba".into()));
-    let mut s = GgufStream::new(vec![changed.len() as u64]).unwrap();
+    let mut s = begun(changed.len());
     let data_start = file.data_offset(0) as usize;
     s.push::<GgufError>(&changed[..data_start], &mut |_| Ok(())).unwrap();
     let meta = s.metadata().expect("the header is complete");

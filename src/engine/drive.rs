@@ -49,7 +49,20 @@ pub async fn generate_async<B: Backend>(
     session: &mut Session<B>,
     gen: &mut Generation<'_>,
     cancel: &AtomicBool,
+    on_step: impl FnMut(&Step) -> Flow,
+) -> Result<Finish, EngineError> {
+    generate_pausing(session, gen, cancel, on_step, || std::future::ready(())).await
+}
+
+/// [`generate_async`], awaiting `pause()` after every step: the browser hands its event loop
+/// a turn there, so a stop request posted to the worker is seen between tokens even when
+/// the backend computes without awaiting anything (the CPU).
+pub async fn generate_pausing<B: Backend, P: std::future::Future<Output = ()>>(
+    session: &mut Session<B>,
+    gen: &mut Generation<'_>,
+    cancel: &AtomicBool,
     mut on_step: impl FnMut(&Step) -> Flow,
+    mut pause: impl FnMut() -> P,
 ) -> Result<Finish, EngineError> {
     check_fits(gen.prompt().len(), session.n_ctx())?;
     let cached = session.reuse_prefix(gen.prompt())?;
@@ -72,6 +85,7 @@ pub async fn generate_async<B: Backend>(
             return Ok(Finish::Cancelled);
         }
         next = step.token.into_iter().collect();
+        pause().await;
     }
 }
 

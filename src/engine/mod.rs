@@ -13,6 +13,7 @@
 mod core;
 mod drive;
 mod generation;
+pub mod report;
 mod request;
 mod session;
 mod stop;
@@ -20,7 +21,7 @@ mod stop;
 pub use self::core::Engine;
 #[cfg(not(target_arch = "wasm32"))]
 pub use drive::generate;
-pub use drive::{check_fits, generate_async, head_of, Flow};
+pub use drive::{check_fits, generate_async, generate_pausing, head_of, Flow};
 pub use generation::{Finish, Generation, Head, Settings, Step, TokenLogprob, Usage, Want};
 pub use request::{tool_names, Prepared, Prompt, Request};
 pub use session::{forward_batch, BatchItem, Session, SessionConfig};

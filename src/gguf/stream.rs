@@ -3,9 +3,9 @@
 //! are complete, so the caller can place them on a device and let them go. The whole file is
 //! never held, so wasm32's 4 GiB memory does not bound the model size.
 //!
-//! A split set streams part after part. The caller must know each part's length up front
-//! (HTTP `Content-Length`, a `Blob`'s size): counts in the header are checked against it, as
-//! they are against a whole file's size.
+//! A split set streams part after part. The caller announces each part's length before its
+//! bytes ([`GgufStream::begin`]: HTTP `Content-Length`, a `Blob`'s size): counts in the header
+//! are checked against it, as they are against a whole file's size.
 
 use super::parse::{self, Header, ParseError};
 use super::{GgufError, GgufFile, Source, TensorInfo, TensorView};
@@ -17,6 +17,8 @@ const RETRY_GROWTH: usize = 2;
 
 /// The part being read.
 struct Current {
+    /// The part's announced length.
+    size: u64,
     /// Bytes of this part received so far.
     pos: u64,
     /// Bytes received before the header could be parsed.
@@ -36,155 +38,157 @@ struct Parsed {
     pending: Vec<u8>,
 }
 
-/// A GGUF file (or split set) read from a stream of chunks. Feed it with [`Self::push`];
-/// [`Self::finish`] then gives the file's metadata and tensor table (no tensor data).
+/// A GGUF file (or split set) read from a stream of chunks: [`Self::begin`] each part with its
+/// length, feed its bytes with [`Self::push`]; [`Self::finish`] then gives the file's metadata
+/// and tensor table (no tensor data).
 pub struct GgufStream {
-    /// The byte length of each part.
-    sizes: Vec<u64>,
-    /// The index of the part being read.
-    part: usize,
-    current: Current,
-    /// The headers of the parts already read.
-    done: Vec<Header>,
+    /// How many files the model has (1, or the size of a split set).
+    parts: usize,
+    /// The part being read, once begun.
+    current: Option<Current>,
+    /// The headers and lengths of the parts already read.
+    done: Vec<(Header, u64)>,
 }
 
 impl GgufStream {
-    /// A stream of a file, or a split set of files in order, of these byte lengths.
-    pub fn new(sizes: Vec<u64>) -> Result<Self, GgufError> {
-        if sizes.is_empty() {
+    /// A stream of a model in `parts` files (1, or a split set read in order).
+    pub fn new(parts: usize) -> Result<Self, GgufError> {
+        if parts == 0 {
             return Err(GgufError::Stream("no files to read".into()));
         }
         Ok(GgufStream {
-            sizes,
-            part: 0,
-            current: Current::new(),
+            parts,
+            current: None,
             done: Vec::new(),
         })
     }
 
-    /// Total bytes of all parts.
-    pub fn total_bytes(&self) -> u64 {
-        self.sizes.iter().sum()
+    /// Start the next part, of `size` bytes.
+    pub fn begin(&mut self, size: u64) -> Result<(), GgufError> {
+        if let Some(c) = &self.current {
+            return Err(GgufError::Stream(format!(
+                "file {} ended after {} of its {} bytes",
+                self.done.len() + 1,
+                c.pos,
+                c.size
+            )));
+        }
+        if self.done.len() == self.parts {
+            return Err(GgufError::Stream(format!("a file after the last of {}", self.parts)));
+        }
+        self.current = Some(Current::new(size));
+        if size == 0 {
+            // Parsing empty bytes gives the error an empty file deserves.
+            let mut none = |_: TensorView<'_>| Ok::<(), GgufError>(());
+            self.take(&[], &mut none)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes received of all parts so far.
+    pub fn received(&self) -> u64 {
+        self.done.iter().map(|(_, n)| n).sum::<u64>() + self.current.as_ref().map_or(0, |c| c.pos)
     }
 
     /// The metadata of the first part, once its header has been read: enough to check the
     /// architecture before the tensors arrive.
     pub fn metadata(&self) -> Option<&[(String, super::Value)]> {
-        match (self.done.first(), &self.current.header) {
-            (Some(h), _) => Some(&h.metadata),
-            (None, Some(p)) => Some(&p.header.metadata),
-            (None, None) => None,
+        match (self.done.first(), &self.current) {
+            (Some((h, _)), _) => Some(&h.metadata),
+            (None, Some(Current { header: Some(p), .. })) => Some(&p.header.metadata),
+            _ => None,
         }
     }
 
-    /// Take the next bytes of the file (of the current part; a chunk may run into the next
-    /// part). `on_tensor` gets every tensor whose bytes are now complete, in file order; its
-    /// error stops the stream.
+    /// Take the next bytes of the current part. `on_tensor` gets every tensor whose bytes are
+    /// now complete, in file order; its error stops the stream.
     pub fn push<E: From<GgufError>>(
         &mut self,
-        mut chunk: &[u8],
+        chunk: &[u8],
         on_tensor: &mut dyn FnMut(TensorView<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
-        while !chunk.is_empty() {
-            let Some(&size) = self.sizes.get(self.part) else {
-                return Err(GgufError::Stream(format!(
-                    "{} more bytes after the end of the last file ({} bytes in all)",
-                    chunk.len(),
-                    self.total_bytes()
-                ))
-                .into());
-            };
-            let room = (size - self.current.pos) as usize;
-            let (mine, rest) = chunk.split_at(room.min(chunk.len()));
-            self.take(mine, size, on_tensor)?;
-            chunk = rest;
-            if self.current.pos == size {
-                self.end_part()?;
-            }
+        let Some(c) = &self.current else {
+            return Err(GgufError::Stream("bytes before a file was begun".into()).into());
+        };
+        if chunk.len() as u64 > c.size - c.pos {
+            return Err(GgufError::Stream(format!(
+                "file {} has more bytes than the {} announced",
+                self.done.len() + 1,
+                c.size
+            ))
+            .into());
         }
-        Ok(())
+        self.take(chunk, on_tensor)
     }
 
-    /// The file's metadata and tensor table, once every byte has arrived.
+    /// The file's metadata and tensor table, once every byte of every part has arrived.
     pub fn finish(self) -> Result<GgufFile, GgufError> {
-        if self.part < self.sizes.len() {
+        if let Some(c) = &self.current {
             return Err(GgufError::Stream(format!(
                 "file {} of {} ended after {} of its {} bytes",
-                self.part + 1,
-                self.sizes.len(),
-                self.current.pos,
-                self.sizes[self.part]
+                self.done.len() + 1,
+                self.parts,
+                c.pos,
+                c.size
+            )));
+        }
+        if self.done.len() < self.parts {
+            return Err(GgufError::Stream(format!(
+                "{} of {} files arrived",
+                self.done.len(),
+                self.parts
             )));
         }
         let parts = self
             .done
             .into_iter()
-            .zip(&self.sizes)
-            .map(|(h, &len)| (h, Source::Streamed(len)))
+            .map(|(h, len)| (h, Source::Streamed(len)))
             .collect();
         GgufFile::assemble(parts)
     }
 
-    /// Bytes `mine` of the current part of `size` bytes.
+    /// Bytes `mine` of the current part (which they do not overrun).
     fn take<E: From<GgufError>>(
         &mut self,
         mine: &[u8],
-        size: u64,
         on_tensor: &mut dyn FnMut(TensorView<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let c = &mut self.current;
+        let part = self.done.len();
+        let Some(c) = self.current.as_mut() else {
+            return Ok(());
+        };
         let start = c.pos;
         c.pos += mine.len() as u64;
         if c.header.is_some() {
-            return feed(c, start, mine, on_tensor);
-        }
-        c.head.extend_from_slice(mine);
-        if c.head.len() < c.next_try && c.pos < size {
-            return Ok(());
-        }
-        match parse::parse_prefix(&c.head, size) {
-            Ok(header) => {
-                let head = std::mem::take(&mut c.head);
-                let mut tensors: Vec<TensorInfo> = header
-                    .tensors
-                    .iter()
-                    .map(|t| TensorInfo {
-                        name: t.name.clone(),
-                        ty: t.ty,
-                        shape: t.shape.clone(),
-                        offset: t.offset,
-                        bytes: t.bytes,
-                        part: self.part,
-                    })
-                    .collect();
-                tensors.sort_by_key(|t| t.offset);
-                if let Some(w) = tensors.windows(2).find(|w| w[0].offset + w[0].bytes > w[1].offset) {
-                    return Err(GgufError::BadTensor {
-                        tensor: w[1].name.clone(),
-                        problem: format!("its data overlaps tensor '{}'", w[0].name),
+            feed(c, start, mine, on_tensor)?;
+        } else {
+            c.head.extend_from_slice(mine);
+            if c.head.len() >= c.next_try || c.pos == c.size {
+                match parse::parse_prefix(&c.head, c.size) {
+                    Ok(header) => {
+                        let head = std::mem::take(&mut c.head);
+                        c.header = Some(parsed(header, part)?);
+                        // What arrived with the header may already hold tensor data.
+                        feed(c, 0, &head, on_tensor)?;
                     }
-                    .into());
+                    Err(ParseError::Incomplete { need }) => {
+                        c.next_try = (need as usize).max(c.head.len() * RETRY_GROWTH);
+                    }
+                    Err(ParseError::Gguf(e)) => return Err(e.into()),
                 }
-                c.header = Some(Parsed {
-                    header,
-                    tensors,
-                    next: 0,
-                    pending: Vec::new(),
-                });
-                // What arrived with the header may already hold tensor data.
-                feed(c, 0, &head, on_tensor)
             }
-            Err(ParseError::Incomplete { need }) => {
-                c.next_try = (need as usize).max(c.head.len() * RETRY_GROWTH);
-                Ok(())
-            }
-            Err(ParseError::Gguf(e)) => Err(e.into()),
         }
+        if c.pos == c.size {
+            self.end_part()?;
+        }
+        Ok(())
     }
 
-    /// The current part is complete: keep its header, start the next.
+    /// The current part is complete: keep its header.
     fn end_part(&mut self) -> Result<(), GgufError> {
-        let c = std::mem::replace(&mut self.current, Current::new());
+        let Some(c) = self.current.take() else {
+            return Ok(());
+        };
         let parsed = c
             .header
             .ok_or_else(|| GgufError::Stream("a file ended inside its header".into()))?;
@@ -193,15 +197,44 @@ impl GgufStream {
             // size), kept as an error rather than an assumption.
             return Err(GgufError::Stream(format!("tensor '{}' did not arrive", t.name)));
         }
-        self.done.push(parsed.header);
-        self.part += 1;
+        self.done.push((parsed.header, c.size));
         Ok(())
     }
 }
 
+/// A parsed header of part `part`, its tensors ordered by offset (which must not overlap).
+fn parsed(header: Header, part: usize) -> Result<Parsed, GgufError> {
+    let mut tensors: Vec<TensorInfo> = header
+        .tensors
+        .iter()
+        .map(|t| TensorInfo {
+            name: t.name.clone(),
+            ty: t.ty,
+            shape: t.shape.clone(),
+            offset: t.offset,
+            bytes: t.bytes,
+            part,
+        })
+        .collect();
+    tensors.sort_by_key(|t| t.offset);
+    if let Some(w) = tensors.windows(2).find(|w| w[0].offset + w[0].bytes > w[1].offset) {
+        return Err(GgufError::BadTensor {
+            tensor: w[1].name.clone(),
+            problem: format!("its data overlaps tensor '{}'", w[0].name),
+        });
+    }
+    Ok(Parsed {
+        header,
+        tensors,
+        next: 0,
+        pending: Vec::new(),
+    })
+}
+
 impl Current {
-    fn new() -> Self {
+    fn new(size: u64) -> Self {
         Current {
+            size,
             pos: 0,
             head: Vec::new(),
             next_try: 0,

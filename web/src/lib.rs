@@ -1,11 +1,28 @@
-//! Browser bindings for tinyllm. For now this exposes GGUF inspection to JavaScript. The engine
-//! it will wrap already builds for wasm32 with the WebGPU backend on the browser's WebGPU:
-//! `tinyllm::backend::AnyBackend::open_async`, `tinyllm::engine::Engine` and
-//! `tinyllm::engine::generate_async` (every readback awaited on the event loop), and
-//! `tinyllm::openai` for OpenAI-shaped requests and chunks; the npm package and the chat page
-//! are the next step.
+//! tinyllm in the browser: the wasm-bindgen layer under the `tinyllm` npm package (`web/js/`)
+//! and its chat page. [`ModelLoader`] places a model's weights while its file streams in;
+//! [`WebEngine`] answers OpenAI-shaped requests through the library's generation pipeline.
+//! The package runs all of it in a Web Worker; JSON crosses the boundary as strings, errors
+//! as `Error`s with a `code` ([`error`]).
+
+pub mod engine;
+pub mod error;
+pub mod load;
+
+pub use engine::WebEngine;
+pub use load::ModelLoader;
 
 use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+/// The `general.architecture` names this build runs.
+#[wasm_bindgen(js_name = supportedArchitectures)]
+pub fn supported_architectures() -> Vec<String> {
+    tinyllm::model::SUPPORTED.iter().map(|s| s.to_string()).collect()
+}
 
 /// Parse a GGUF file held in memory and describe it as a JSON string
 /// (`{"architecture", "tensor_count", "version"}`).

@@ -7,13 +7,13 @@
 //! editor a half-read line).
 
 use super::load::{load_opened, open, Loaded, ModelArgs, SamplerArgs};
-use super::run::shown;
 use super::InputError;
 use serde_json::json;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tinyllm::chat::router::Routed;
+use tinyllm::engine::report::shown;
 use tinyllm::engine::{generate, Finish, Flow, Prompt, Settings};
 
 #[derive(clap::Args, Debug)]

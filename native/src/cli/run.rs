@@ -7,8 +7,8 @@ use serde_json::json;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use tinyllm::chat::router::Routed;
-use tinyllm::engine::{generate, Finish, Flow, Prompt, Settings, Step};
+use tinyllm::engine::report::{finish_name, run_json, shown};
+use tinyllm::engine::{generate, Flow, Prompt, Settings, Step};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -111,29 +111,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let t = gen.usage();
     let (tps, dps) = (t.prefill_tok_s(), t.decode_tok_s());
     if a.json {
-        let tokens: Vec<u32> = steps.iter().filter_map(|s| s.token).collect();
-        let top: Vec<Vec<(u32, f32)>> = steps
-            .iter()
-            .filter_map(|s| s.logprob.as_ref())
-            .map(|lp| lp.top.iter().map(|(id, _, l)| (*id, *l)).collect())
-            .collect();
-        let text: String = steps.iter().map(|s| shown(&s.outputs)).collect();
-        let j = json!({
-            "tokens": tokens,
-            "text": text,
-            "top_logprobs": top,
-            "stop": stop_name(finish),
-            "timings": {
-                "prompt_tokens": t.prompt_tokens,
-                "generated_tokens": t.completion_tokens,
-                "prefill_s": t.prefill_s,
-                "decode_s": t.decode_s,
-                "prefill_tok_s": tps,
-                "decode_tok_s": dps,
-                "threads": loaded.threads,
-                "backend": tinyllm::backend::Backend::name(engine.model.backend()),
-            }
+        let extra = json!({
+            "threads": loaded.threads,
+            "backend": tinyllm::backend::Backend::name(engine.model.backend()),
         });
+        let j = run_json(&steps, finish, &t, extra);
         writeln!(stdout, "{j}")?;
     } else {
         writeln!(stdout)?;
@@ -142,35 +124,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             t.prompt_tokens,
             t.completion_tokens,
             loaded.threads,
-            stop_name(finish)
+            finish_name(finish)
         );
     }
     Ok(())
-}
-
-/// The text of routed outputs as a terminal shows it: content and reasoning as they come,
-/// a tool call as one line of JSON.
-pub fn shown(outputs: &[Routed]) -> String {
-    let mut s = String::new();
-    for r in outputs {
-        match r {
-            Routed::Content(t) | Routed::Reasoning(t) => s.push_str(t),
-            Routed::ToolCall(c) => {
-                s.push_str(&json!({"tool_call": {"name": c.name, "arguments": c.arguments}}).to_string());
-                s.push('\n');
-            }
-        }
-    }
-    s
-}
-
-/// The stop reason as printed (`eos` is llama.cpp's name for end of generation).
-pub fn stop_name(f: Finish) -> &'static str {
-    match f {
-        Finish::EndOfGeneration => "eos",
-        Finish::StopString => "stop",
-        Finish::Length => "length",
-        Finish::ContextFull => "context",
-        Finish::Cancelled => "cancelled",
-    }
 }

@@ -42,6 +42,8 @@ pub use context::{AdapterReport, WebGpuError};
 use mapped::{MappedRead, StagingPool};
 pub use recorder::Counters;
 use recorder::{Bind, Recorder};
+/// The wgpu this backend is built on (front ends that reach the device use the same one).
+pub use wgpu;
 
 use super::checks::{self, shape, weight_matrix};
 use super::gpu::plan::{self, AttnPlan, PartRows};
@@ -218,6 +220,12 @@ impl WebGpuBackend {
     /// The adapter in use.
     pub fn adapter(&self) -> &AdapterReport {
         &self.ctx.adapter
+    }
+
+    /// The device (for error scopes and its uncaptured-error handler: the browser reports an
+    /// out-of-memory upload there, not as a return value).
+    pub fn device(&self) -> &wgpu::Device {
+        &self.ctx.device
     }
 
     /// Largest weight buffer in bytes (weights beyond it are split).

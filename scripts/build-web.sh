@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build the `tinyllm` npm package into web/pkg/: the wasm engine through wasm-bindgen (the CLI
+# pinned to the crate's version, installed with cargo where missing) and wasm-opt (npm's
+# binaryen, from web/package.json), the package's JavaScript, its types and the chat page.
+# The folder can be served as it is: the worker and the wasm files load relative to the entry.
+#
+#   scripts/build-web.sh [--debug]
+#
+# Two wasm builds: wasm/ (WebGPU and the CPU on one thread, SIMD128) and, where the toolchain
+# can build it, wasm-mt/ (the CPU on Web Workers over shared memory, for cross-origin isolated
+# pages; needs the rust-src component: the standard library is rebuilt with atomics).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+profile=release
+[ "${1:-}" = "--debug" ] && profile=debug
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+out="$root/web/pkg"
+
+# wasm-bindgen's CLI must match the wasm-bindgen crate exactly.
+want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if ! command -v wasm-bindgen >/dev/null || [ "$(wasm-bindgen --version | awk '{print $2}')" != "$want" ]; then
+  echo "installing wasm-bindgen-cli $want"
+  cargo install -q wasm-bindgen-cli --version "$want"
+fi
+rustup target list --installed | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+[ -x web/node_modules/.bin/wasm-opt ] || (cd web && npm ci --no-audit --no-fund)
+
+cargo_flags=(-p tinyllm-web --target wasm32-unknown-unknown)
+# What rustc's wasm32 target emits (plus SIMD128 and, for wasm-mt, threads); not
+# --all-features, which lets wasm-opt use proposals browsers do not ship.
+wasm_features=(--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int --enable-sign-ext
+  --enable-reference-types --enable-multivalue --enable-simd --enable-threads)
+[ "$profile" = release ] && cargo_flags+=(--release)
+
+# $1: output folder under web/pkg, $2: its own cargo target dir, then extra cargo arguments;
+# RUSTFLAGS for the wasm target come from the caller's environment.
+build() {
+  local name=$1 dir=$2
+  shift 2
+  CARGO_TARGET_DIR="$dir" cargo build "${cargo_flags[@]}" "$@"
+  local wasm="$dir/wasm32-unknown-unknown/$profile/tinyllm_web.wasm"
+  rm -rf "${out:?}/$name"
+  wasm-bindgen --target web --out-dir "$out/$name" --out-name tinyllm_web "$wasm"
+  if [ "$profile" = release ]; then
+    web/node_modules/.bin/wasm-opt -O3 "${wasm_features[@]}" "$out/$name/tinyllm_web_bg.wasm" -o "$out/$name/tinyllm_web_bg.wasm"
+  fi
+}
+
+mkdir -p "$out"
+echo "=== wasm (WebGPU + one CPU thread)"
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
+  build wasm "$target_dir/web"
+
+echo "=== package files"
+cp web/js/*.js web/js/tinyllm.d.ts web/js/package.json "$out/"
+rm -rf "$out/chat"
+if [ -d web/chat ]; then cp -r web/chat "$out/chat"; fi
+du -sh "$out"/wasm*/ 2>/dev/null | sed 's/^/  /'
+echo "built $out"

@@ -1,0 +1,214 @@
+// Types of the `tinyllm` package. The request and response objects follow OpenAI's
+// chat.completions and completions APIs; only the fields tinyllm reads or writes are listed.
+
+export type ErrorCode =
+  | 'NOT_FOUND' | 'HTTP_ERROR' | 'CORS' | 'NETWORK'
+  | 'NOT_GGUF' | 'TRUNCATED' | 'BAD_GGUF'
+  | 'UNSUPPORTED_ARCH' | 'BAD_MODEL'
+  | 'NO_WEBGPU' | 'GPU_OUT_OF_MEMORY'
+  | 'BAD_REQUEST' | 'CONTEXT_LENGTH_EXCEEDED'
+  | 'ABORTED' | 'BUSY' | 'UNLOADED' | 'WORKER_CRASHED' | 'INTERNAL';
+
+export class TinyLLMError extends Error {
+  readonly code: ErrorCode;
+  /** The request field at fault, for BAD_REQUEST. */
+  readonly param?: string;
+}
+
+export type ModelSource = string | URL | Blob | ArrayBuffer | ArrayBufferView | Array<string | URL | Blob>;
+
+export interface LoadProgress {
+  /** `download`: bytes arriving from the network; `load`: bytes placed in the engine. */
+  phase: 'download' | 'load';
+  loaded: number;
+  /** Bytes of the files opened so far. */
+  total: number;
+  /** Average megabytes per second since the load started. */
+  mbps: number;
+}
+
+export interface LoadOptions {
+  backend?: 'auto' | 'webgpu' | 'cpu';
+  onProgress?: (p: LoadProgress) => void;
+  /** Positions in the context (default: the model's trained context). */
+  contextSize?: number;
+  /** CPU workers (more than one needs a cross-origin isolated page). */
+  threads?: number;
+  /** Keep downloaded files in Cache Storage (default true). */
+  cache?: boolean;
+  signal?: AbortSignal;
+  /** The model name responses report. */
+  name?: string;
+  /** Where the package's worker.js is served, if not beside this module. */
+  workerUrl?: string | URL;
+}
+
+export interface ModelInfo {
+  name: string;
+  architecture: string;
+  backend: 'webgpu' | 'cpu';
+  device: string;
+  context_size: number;
+  n_vocab: number;
+  n_layer: number;
+  n_embd: number;
+  threads: number;
+  /** Every file came from Cache Storage. */
+  cached: boolean;
+  load_s: number;
+}
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool';
+  content: string | null | Array<{ type: 'text'; text: string }>;
+  name?: string;
+  tool_calls?: ToolCall[];
+  tool_call_id?: string;
+  reasoning_content?: string;
+}
+
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+export interface Tool {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: object };
+}
+
+interface SamplingParams {
+  max_tokens?: number;
+  max_completion_tokens?: number;
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  seed?: number;
+  stop?: string | string[];
+  presence_penalty?: number;
+  frequency_penalty?: number;
+  repeat_penalty?: number;
+  logprobs?: boolean;
+  top_logprobs?: number;
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean };
+  signal?: AbortSignal;
+}
+
+export interface ChatCompletionRequest extends SamplingParams {
+  messages: ChatMessage[];
+  tools?: Tool[];
+  tool_choice?: 'auto' | 'none' | 'required' | { type: 'function'; function: { name: string } };
+  parallel_tool_calls?: boolean;
+  chat_template_kwargs?: Record<string, unknown>;
+}
+
+export interface CompletionRequest extends SamplingParams {
+  prompt: string | number[];
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details?: { cached_tokens: number };
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    message: { role: 'assistant'; content: string | null; reasoning_content?: string; tool_calls?: ToolCall[] };
+    finish_reason: 'stop' | 'length' | 'tool_calls';
+    logprobs: unknown;
+  }>;
+  usage: Usage;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    delta: {
+      role?: 'assistant';
+      content?: string;
+      reasoning_content?: string;
+      tool_calls?: Array<{ index: number; id?: string; type?: 'function'; function?: { name?: string; arguments?: string } }>;
+    };
+    finish_reason: 'stop' | 'length' | 'tool_calls' | null;
+    logprobs: unknown;
+  }>;
+  usage?: Usage;
+}
+
+export interface Completion {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  choices: Array<{ index: number; text: string; finish_reason: 'stop' | 'length'; logprobs: unknown }>;
+  usage: Usage;
+}
+
+export interface CompletionChunk {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  choices: Array<{ index: number; text: string; finish_reason: 'stop' | 'length' | null; logprobs: unknown }>;
+  usage?: Usage;
+}
+
+export interface Stream<T> extends AsyncIterable<T> {
+  controller: AbortController;
+}
+
+export interface GenerateOptions {
+  promptIds: number[];
+  maxTokens?: number;
+  temperature?: number;
+  seed?: number;
+  topK?: number;
+  topP?: number;
+  topLogprobs?: number;
+  signal?: AbortSignal;
+}
+
+export interface GenerateResult {
+  tokens: number[];
+  /** Per generated token, `[id, logprob]` pairs, best first. */
+  topLogprobs: Array<Array<[number, number]>>;
+  text: string;
+  stop: 'eos' | 'stop' | 'length' | 'context' | 'cancelled';
+  timings: Record<string, number | string>;
+}
+
+export class TinyLLM {
+  static load(source: ModelSource, options?: LoadOptions): Promise<TinyLLM>;
+  static clearCache(url?: string): Promise<boolean>;
+  readonly info: ModelInfo;
+  readonly chat: {
+    completions: {
+      create(request: ChatCompletionRequest & { stream: true }): Promise<Stream<ChatCompletionChunk>>;
+      create(request: ChatCompletionRequest & { stream?: false }): Promise<ChatCompletion>;
+      create(request: ChatCompletionRequest): Promise<ChatCompletion | Stream<ChatCompletionChunk>>;
+    };
+  };
+  readonly completions: {
+    create(request: CompletionRequest & { stream: true }): Promise<Stream<CompletionChunk>>;
+    create(request: CompletionRequest & { stream?: false }): Promise<Completion>;
+    create(request: CompletionRequest): Promise<Completion | Stream<CompletionChunk>>;
+  };
+  generate(options: GenerateOptions): Promise<GenerateResult>;
+  tokenize(text: string, options?: { addSpecial?: boolean; parseSpecial?: boolean }): Promise<number[]>;
+  detokenize(ids: number[] | Uint32Array): Promise<string>;
+  unload(): Promise<void>;
+}
