@@ -112,13 +112,21 @@ function resumable(url, res, size, signal, onBytes) {
   });
 }
 
-/** `stream` cut into chunks of at most CHUNK bytes. */
+/** `stream` cut into chunks of at most CHUNK bytes; a consumer that stops early cancels it. */
 async function* chunked(stream) {
   const reader = stream.getReader();
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    for (let i = 0; i < value.byteLength; i += CHUNK) yield value.subarray(i, i + CHUNK);
+  let finished = false;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) {
+        finished = true;
+        return;
+      }
+      for (let i = 0; i < value.byteLength; i += CHUNK) yield value.subarray(i, i + CHUNK);
+    }
+  } finally {
+    if (!finished) await reader.cancel().catch(() => {});
   }
 }
 

@@ -192,9 +192,15 @@ export interface GenerateResult {
 }
 
 export class TinyLLM {
+  /** A worker with the model `source` loaded. */
   static load(source: ModelSource, options?: LoadOptions): Promise<TinyLLM>;
+  /** A worker with no model yet. */
+  constructor(options?: { workerUrl?: string | URL });
+  /** Load (or replace) this worker's model; a failed load leaves the worker usable. */
+  load(source: ModelSource, options?: LoadOptions): Promise<ModelInfo>;
   static clearCache(url?: string): Promise<boolean>;
-  readonly info: ModelInfo;
+  /** The loaded model (null before a load succeeds). */
+  readonly info: ModelInfo | null;
   readonly chat: {
     completions: {
       create(request: ChatCompletionRequest & { stream: true }): Promise<Stream<ChatCompletionChunk>>;

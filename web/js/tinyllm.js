@@ -64,35 +64,24 @@ export class TinyLLM {
    * Cache Storage), `signal`, `name`, `workerUrl`.
    */
   static async load(source, options = {}) {
-    const workerUrl = options.workerUrl || new URL('./worker.js', import.meta.url);
-    // URLs are relative to the page, not to the worker that fetches them.
-    const base = (typeof document !== 'undefined' && document.baseURI) || (globalThis.location && globalThis.location.href);
-    const resolve = (s) => (typeof s === 'string' || s instanceof URL ? new URL(String(s), base).href : s);
-    source = Array.isArray(source) ? source.map(resolve) : resolve(source);
-    const worker = new Worker(workerUrl, { type: 'module', name: 'tinyllm' });
-    const llm = new TinyLLM(worker);
+    const llm = new TinyLLM(options);
     try {
-      const name = options.name || (typeof source === 'string' ? source.split('/').pop().split('?')[0] : 'model');
-      llm.info = await llm._call(
-        {
-          op: 'load',
-          source,
-          backend: options.backend || 'auto',
-          contextSize: options.contextSize || 0,
-          threads: options.threads,
-          cache: options.cache,
-          name,
-        },
-        { signal: options.signal, onProgress: options.onProgress },
-      );
+      await llm.load(source, options);
     } catch (e) {
-      worker.terminate();
+      llm._terminate();
       throw e;
     }
     return llm;
   }
 
-  constructor(worker) {
+  /**
+   * An engine worker with no model yet (`workerUrl`: where the package's worker.js is served,
+   * if not beside this module). Load one with `load()`; a failed load leaves the worker ready
+   * for the next.
+   */
+  constructor(options = {}) {
+    const workerUrl = options.workerUrl || new URL('./worker.js', import.meta.url);
+    const worker = new Worker(workerUrl, { type: 'module', name: 'tinyllm' });
     this._worker = worker;
     this._next = 1;
     this._pending = new Map();
@@ -105,6 +94,35 @@ export class TinyLLM {
     };
     this.chat = { completions: { create: (request) => this._openai('chat', request) } };
     this.completions = { create: (request) => this._openai('completion', request) };
+  }
+
+  /** Load a model into this worker (replacing the one it holds); options as for `TinyLLM.load`. */
+  async load(source, options = {}) {
+    // URLs are relative to the page, not to the worker that fetches them.
+    const base = (typeof document !== 'undefined' && document.baseURI) || (globalThis.location && globalThis.location.href);
+    const resolve = (s) => (typeof s === 'string' || s instanceof URL ? new URL(String(s), base).href : s);
+    const src = Array.isArray(source) ? source.map(resolve) : resolve(source);
+    const first = Array.isArray(src) ? src[0] : src;
+    const name = options.name || (typeof first === 'string' ? first.split('/').pop().split('?')[0] : 'model');
+    this.info = null;
+    this.info = await this._call(
+      {
+        op: 'load',
+        source: src,
+        backend: options.backend || 'auto',
+        contextSize: options.contextSize || 0,
+        threads: options.threads,
+        cache: options.cache,
+        name,
+      },
+      { signal: options.signal, onProgress: options.onProgress },
+    );
+    return this.info;
+  }
+
+  _terminate() {
+    if (this._worker) this._worker.terminate();
+    this._worker = null;
   }
 
   _receive(m) {
@@ -200,8 +218,7 @@ export class TinyLLM {
     try {
       await this._call({ op: 'unload' });
     } finally {
-      this._worker.terminate();
-      this._worker = null;
+      this._terminate();
     }
   }
 

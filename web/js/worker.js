@@ -50,6 +50,12 @@ function post(msg) {
 }
 
 async function load(id, o, stop) {
+  if (engine) {
+    // A new model replaces the one held: free it first.
+    engine.unload();
+    engine = null;
+    info = null;
+  }
   const threads = Math.max(1, o.threads || (self.navigator && navigator.hardwareConcurrency) || 1);
   let backend = o.backend || 'auto';
   if (!['auto', 'webgpu', 'cpu'].includes(backend)) {
@@ -168,6 +174,8 @@ async function handle(m) {
     post({ id, type: 'error', error: TinyLLMError.from(e).toJSON() });
   } finally {
     stops.delete(id);
+    // A load that failed may leave a download running: stop it.
+    fetches.get(id)?.abort();
     fetches.delete(id);
   }
 }

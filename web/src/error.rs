@@ -30,7 +30,8 @@ impl WebError {
     pub fn gguf(e: GgufError) -> Self {
         let code = match &e {
             GgufError::BadMagic { .. } => "NOT_GGUF",
-            GgufError::Truncated { .. } | GgufError::Stream(_) => "TRUNCATED",
+            // A file cut short shows as tensors whose data lies past its end.
+            GgufError::Truncated { .. } | GgufError::Stream(_) | GgufError::TensorOutOfBounds { .. } => "TRUNCATED",
             _ => "BAD_GGUF",
         };
         WebError::new(code, e.to_string())

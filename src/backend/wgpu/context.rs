@@ -118,11 +118,18 @@ fn report(a: &wgpu::Adapter) -> AdapterReport {
     let info = a.get_info();
     let mut features: Vec<String> = a.features().iter_names().map(|(n, _)| n.to_lowercase()).collect();
     features.sort();
+    // Browsers often leave the name empty (privacy); the driver string says what runs.
+    let driver = format!("{} {}", info.driver, info.driver_info).trim().to_string();
+    let name = if info.name.is_empty() {
+        format!("{:?} adapter {}", info.backend, driver).trim().to_string()
+    } else {
+        info.name
+    };
     AdapterReport {
-        name: info.name,
+        name,
         backend: format!("{:?}", info.backend).to_lowercase(),
         device_type: format!("{:?}", info.device_type),
-        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        driver,
         features,
         limits: limit_list(&a.limits()),
     }

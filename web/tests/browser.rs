@@ -1,0 +1,388 @@
+//! The npm package in a real browser: headless Chromium (WebGPU through SwiftShader, the CPU
+//! path in wasm) driven by playwright-core (`tests/browser/drive.mjs`), against the package
+//! built into `web/pkg/` by `scripts/build-web.sh`, served with the test pages and the models
+//! by `support/server.rs`. What the browser computes is compared with the native engine in
+//! this process.
+//!
+//! Needs `/usr/bin/chromium` (or `$CHROMIUM`), `npm ci` in `web/` and a built `web/pkg/`;
+//! `scripts/test.sh` and `.ci/run` provide all three. The tests fail, rather than skip,
+//! without them.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::server::{Options, TestServer};
+use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::engine::{generate, Engine, Flow, Prepared, Settings};
+use tinyllm::gguf::{GgufFile, Value as GgufValue};
+use tinyllm::sample::SamplerConfig;
+
+/// Longest a scenario may run (real models on SwiftShader are slow).
+const TIME_LIMIT: Duration = Duration::from_secs(900);
+/// Greedy tokens must agree until the native run's top-1 / top-2 probability gap drops below
+/// this (a near-tie, where last-bit differences between kernels may pick either).
+const NEAR_TIE: f64 = 0.01;
+
+const FIXTURES: [&str; 4] = [
+    "llama.Q4_K_M.gguf",
+    "qwen2.Q8_0.gguf",
+    "qwen3.Q4_K_M.gguf",
+    "gemma3.Q4_K_M.gguf",
+];
+
+fn web_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+fn check_setup() {
+    assert!(
+        chromium().is_file(),
+        "{} is missing: `apt-get install chromium` (or set CHROMIUM), as .ci/run does",
+        chromium().display()
+    );
+    assert!(
+        web_dir().join("node_modules/playwright-core").is_dir(),
+        "playwright-core is missing: run `npm ci` in web/, as scripts/test.sh does"
+    );
+    assert!(
+        web_dir().join("pkg/wasm/tinyllm_web_bg.wasm").is_file(),
+        "web/pkg is not built: run scripts/build-web.sh, as scripts/test.sh does"
+    );
+}
+
+/// A folder of model files for the server (links to the golden fixtures and real models,
+/// plus whatever a test writes there).
+struct Models {
+    dir: tempfile::TempDir,
+}
+
+impl Models {
+    fn new() -> Models {
+        let dir = tempfile::tempdir().unwrap();
+        for f in FIXTURES {
+            std::os::unix::fs::symlink(common::golden(&format!("fixtures/{f}")), dir.path().join(f)).unwrap();
+        }
+        for f in common::REAL_MODELS {
+            let p = common::models_dir().join(f);
+            if p.is_file() {
+                std::os::unix::fs::symlink(p, dir.path().join(f)).unwrap();
+            }
+        }
+        Models { dir }
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) {
+        std::fs::write(self.dir.path().join(name), bytes).unwrap();
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+}
+
+fn serve(models: &Models, options: Options) -> TestServer {
+    check_setup();
+    TestServer::start(web_dir().join("pkg"), web_dir().join("tests/browser"), models.path(), options)
+}
+
+/// Run scenario `name` with `args` in Chromium on `server`'s test page; its JSON result.
+fn scenario(server: &TestServer, name: &str, args: Value) -> Value {
+    let mut child = Command::new("node")
+        .arg(web_dir().join("tests/browser/drive.mjs"))
+        .arg(format!("{}/index.html", server.url))
+        .arg(name)
+        .arg(args.to_string())
+        .env("CHROMIUM", chromium())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
+    fn drain(mut p: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = p.read_to_string(&mut s);
+            s
+        })
+    }
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let deadline = Instant::now() + TIME_LIMIT;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = stdout.join().unwrap();
+    let err = stderr.join().unwrap();
+    eprintln!("--- {name}: browser log\n{err}");
+    match status {
+        None => panic!("scenario {name} ran past {TIME_LIMIT:?}"),
+        Some(st) => assert!(st.success(), "scenario {name} failed ({st}):\n{err}"),
+    }
+    let last = out.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("scenario {name}: no JSON result ({e}): {out}"))
+}
+
+/// Native greedy tokens of `ids` on `file` (CPU backend), with each step's top-1 / top-2
+/// probability gap.
+fn native_greedy(file: &Path, ids: &[u32], n: usize) -> (Vec<u32>, Vec<f64>) {
+    let gguf = Arc::new(GgufFile::open(file).unwrap());
+    let engine = Engine::load(CpuBackend::new(2).unwrap(), gguf).unwrap();
+    let mut session = engine.session(512).unwrap();
+    let settings = Settings {
+        sampler: SamplerConfig::greedy(),
+        max_tokens: Some(n),
+        logprobs: Some(2),
+        ..Settings::default()
+    };
+    let mut gen = engine.generation(Prepared::ids(ids.to_vec()), settings).unwrap();
+    let mut tokens = Vec::new();
+    let mut gaps = Vec::new();
+    generate(&mut session, &mut gen, &AtomicBool::new(false), |step| {
+        if let (Some(t), Some(lp)) = (step.token, &step.logprob) {
+            tokens.push(t);
+            let p = |i: usize| lp.top.get(i).map_or(0.0, |x| f64::from(x.2).exp());
+            gaps.push(p(0) - p(1));
+        }
+        Flow::Continue
+    })
+    .unwrap();
+    (tokens, gaps)
+}
+
+/// The browser's greedy tokens agree with the native ones up to the first near-tie.
+fn assert_same_greedy(what: &str, got: &[u32], want: &[u32], gaps: &[f64]) {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if g != w {
+            assert!(
+                gaps[i] < NEAR_TIE,
+                "{what}: step {i} gives {g}, native {w} at a clear gap of {:.4}\nbrowser {got:?}\nnative  {want:?}",
+                gaps[i]
+            );
+            eprintln!("{what}: parts at step {i}, a near-tie (gap {:.4})", gaps[i]);
+            return;
+        }
+    }
+    assert_eq!(got.len(), want.len(), "{what}: browser {got:?}, native {want:?}");
+}
+
+/// A prompt for the fixtures: the first golden case of each file.
+fn fixture_prompt(f: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(common::golden(&format!("fixtures/{}", f.replace(".gguf", ".golden.jsonl")))).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    first["prompt_ids"]
+        .as_array()
+        .or_else(|| first["prompt"].as_array())
+        .unwrap_or_else(|| panic!("{f}: no prompt ids in {first}"))
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn greedy_in_browser(backend: &str, threads: Option<u32>, isolate: bool) {
+    let models = Models::new();
+    let server = serve(&models, Options { isolate, ..Options::default() });
+    let n = 12;
+    let cases: Vec<Value> = FIXTURES
+        .iter()
+        .map(|f| json!({"url": format!("/models/{f}"), "promptIds": fixture_prompt(f), "maxTokens": n}))
+        .collect();
+    let got = scenario(
+        &server,
+        "greedy",
+        json!({"models": cases, "backend": backend, "threads": threads}),
+    );
+    for (f, r) in FIXTURES.iter().zip(got.as_array().unwrap()) {
+        assert_eq!(r["info"]["backend"], backend, "{f}: {}", r["info"]);
+        let ids = fixture_prompt(f);
+        let (want, gaps) = native_greedy(&common::golden(&format!("fixtures/{f}")), &ids, n);
+        let tokens: Vec<u32> = serde_json::from_value(r["tokens"].clone()).unwrap();
+        assert_same_greedy(&format!("{f} on {backend}"), &tokens, &want, &gaps);
+        eprintln!("{f} on {backend} ({}): {tokens:?}", r["info"]["device"]);
+    }
+}
+
+#[test]
+fn fixtures_reproduce_native_greedy_tokens_on_webgpu() {
+    greedy_in_browser("webgpu", None, false);
+}
+
+#[test]
+fn fixtures_reproduce_native_greedy_tokens_on_the_wasm_cpu() {
+    greedy_in_browser("cpu", Some(1), false);
+}
+
+#[test]
+fn a_second_load_comes_from_cache_storage() {
+    let models = Models::new();
+    let server = serve(&models, Options::default());
+    let url = format!("/models/{}", FIXTURES[0]);
+    let got = scenario(&server, "cache", json!({"url": url, "backend": "cpu"}));
+    let loads = got.as_array().unwrap();
+    assert_eq!(loads[0]["cached"], false, "{got}");
+    assert_eq!(loads[1]["cached"], true, "{got}");
+    assert_eq!(loads[0]["tokens"], loads[1]["tokens"], "{got}");
+    let gets: Vec<_> = server.hits_of(&url).into_iter().filter(|h| h.method == "GET").collect();
+    assert_eq!(gets.len(), 1, "the model was fetched {} times: {gets:?}", gets.len());
+}
+
+#[test]
+fn split_sets_flaky_downloads_blobs_and_buffers_load_alike() {
+    let models = Models::new();
+    let fixture = common::golden(&format!("fixtures/{}", FIXTURES[2]));
+    let file = GgufFile::open(&fixture).unwrap();
+    let parts = common::gguf_write::split(&file, 3);
+    let mut urls = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let name = format!("split-{:05}-of-{:05}.gguf", i + 1, parts.len());
+        models.write(&name, p);
+        urls.push(format!("/models/{name}"));
+    }
+    models.write("flaky.gguf", &std::fs::read(&fixture).unwrap());
+    let options = Options {
+        flaky: ["/models/flaky.gguf".to_string()].into_iter().collect(),
+        ..Options::default()
+    };
+    let server = serve(&models, options);
+    let got = scenario(
+        &server,
+        "sources",
+        json!({
+            "url": format!("/models/{}", FIXTURES[2]),
+            "urls": urls,
+            "flakyUrl": "/models/flaky.gguf",
+            "backend": "cpu",
+            "promptIds": [1, 15, 27, 300],
+        }),
+    );
+    for k in ["split", "flaky", "blob", "buffer"] {
+        assert_eq!(got[k], got["whole"], "{k}: {got}");
+    }
+    let flaky = server.hits_of("/models/flaky.gguf");
+    assert!(
+        flaky.iter().any(|h| h.range.as_deref().is_some_and(|r| r.starts_with("bytes=")) && h.status == 206),
+        "no Range request resumed the cut download: {flaky:?}"
+    );
+}
+
+#[test]
+fn bad_input_gives_typed_errors_and_the_worker_answers_after() {
+    let models = Models::new();
+    let good = common::golden(&format!("fixtures/{}", FIXTURES[1]));
+    let bytes = std::fs::read(&good).unwrap();
+    models.write("truncated.gguf", &bytes[..bytes.len() * 2 / 3]);
+    models.write("page.gguf", b"<!doctype html><title>Not a model</title>".repeat(50).as_slice());
+    let file = GgufFile::open(&good).unwrap();
+    models.write(
+        "mamba.gguf",
+        &common::gguf_write::with_metadata(&file, "general.architecture", GgufValue::String("mamba".into())),
+    );
+    let server = serve(&models, Options::default());
+    let other = serve(&models, Options::default()); // another origin (port), no CORS headers
+    let got = scenario(
+        &server,
+        "errors",
+        json!({
+            "notFound": "/models/missing.gguf",
+            "truncated": "/models/truncated.gguf",
+            "notGguf": "/models/page.gguf",
+            "unsupported": "/models/mamba.gguf",
+            "crossOrigin": format!("{}/models/{}", other.url, FIXTURES[1]),
+            "good": format!("/models/{}", FIXTURES[1]),
+            "backend": "cpu",
+        }),
+    );
+    let code = |k: &str| got[k]["code"].as_str().unwrap_or("").to_string();
+    assert_eq!(code("notFound"), "NOT_FOUND", "{got}");
+    assert_eq!(code("truncated"), "TRUNCATED", "{got}");
+    assert_eq!(code("notGguf"), "NOT_GGUF", "{got}");
+    assert_eq!(code("unsupported"), "UNSUPPORTED_ARCH", "{got}");
+    assert!(got["unsupported"]["message"].as_str().unwrap().contains("mamba"), "{got}");
+    assert_eq!(code("crossOrigin"), "CORS", "{got}");
+    assert_eq!(code("badBackend"), "BAD_REQUEST", "{got}");
+    assert_eq!(got["loadedAfter"], "qwen2", "{got}");
+    assert_eq!(code("badRequest"), "BAD_REQUEST", "{got}");
+    assert_eq!(code("emptyMessages"), "BAD_REQUEST", "{got}");
+    assert_eq!(code("badTemperature"), "BAD_REQUEST", "{got}");
+    assert_eq!(code("badIds"), "BAD_REQUEST", "{got}");
+    assert_eq!(code("tooLong"), "CONTEXT_LENGTH_EXCEEDED", "{got}");
+    assert_eq!(code("aborted"), "ABORTED", "{got}");
+    assert_eq!(got["aborted"]["name"], "AbortError", "{got}");
+    assert!(got["chunksBeforeAbort"].as_u64().unwrap() >= 3, "{got}");
+    assert_eq!(got["tokensAfter"].as_array().map(Vec::len), Some(3), "{got}");
+    assert_eq!(got["wholeAfter"]["object"], "chat.completion", "{got}");
+    assert_eq!(code("unloaded"), "UNLOADED", "{got}");
+}
+
+/// The real models load in the browser and give the native engine's first 8 greedy tokens,
+/// exactly: the prompt is one whose first 8 steps have no near-tie natively (checked).
+fn real_models_in_browser(backend: &str) {
+    let models = Models::new();
+    let server = serve(&models, Options::default());
+    let n = 8;
+    let prompts: Vec<(String, Vec<u32>)> = common::REAL_MODELS
+        .iter()
+        .map(|f| {
+            let file = GgufFile::open(common::real_model(f)).unwrap();
+            let tok = tinyllm::tokenizer::Tokenizer::from_gguf(&file).unwrap();
+            (f.to_string(), tok.encode("def fibonacci(n):", true, false))
+        })
+        .collect();
+    let cases: Vec<Value> = prompts
+        .iter()
+        .map(|(f, ids)| json!({"url": format!("/models/{f}"), "promptIds": ids, "maxTokens": n}))
+        .collect();
+    let got = scenario(
+        &server,
+        "greedy",
+        json!({"models": cases, "backend": backend, "contextSize": 256}),
+    );
+    for ((f, ids), r) in prompts.iter().zip(got.as_array().unwrap()) {
+        assert_eq!(r["info"]["backend"], backend, "{f}: {}", r["info"]);
+        let (want, gaps) = native_greedy(&common::real_model(f), ids, n);
+        assert!(
+            gaps.iter().all(|&g| g >= NEAR_TIE),
+            "{f}: the prompt has a near-tie in its first {n} steps natively ({gaps:?}); pick another"
+        );
+        let tokens: Vec<u32> = serde_json::from_value(r["tokens"].clone()).unwrap();
+        assert_eq!(tokens, want, "{f} on {backend}: browser vs native greedy tokens");
+        eprintln!(
+            "{f} on {backend}: {tokens:?}, prefill {} tok/s, decode {} tok/s",
+            r["timings"]["prefill_tok_s"], r["timings"]["decode_tok_s"]
+        );
+    }
+}
+
+#[test]
+fn real_models_give_natives_first_tokens_on_webgpu() {
+    real_models_in_browser("webgpu");
+}
+
+#[test]
+fn real_models_give_natives_first_tokens_on_the_wasm_cpu() {
+    real_models_in_browser("cpu");
+}

@@ -1,0 +1,107 @@
+// The browser tests' scenarios: each takes the Rust test's arguments and returns what it saw
+// as JSON; the Rust side (../browser.rs) compares it with the native engine.
+import { TinyLLM } from '/pkg/tinyllm.js';
+
+/** An error as data. */
+function caught(e) {
+  return { code: e.code || null, name: e.name, message: String(e.message || e) };
+}
+
+async function expectError(f) {
+  try {
+    await f();
+    return { code: null, message: 'no error' };
+  } catch (e) {
+    return caught(e);
+  }
+}
+
+window.scenarios = {
+  /** Greedy runs of `models` ({url, promptIds, maxTokens}) on `backend`, each in a fresh worker. */
+  async greedy({ models, backend, contextSize, threads }) {
+    const out = [];
+    for (const m of models) {
+      const llm = await TinyLLM.load(m.url, { backend, contextSize: contextSize || 512, threads, cache: false });
+      const r = await llm.generate({ promptIds: m.promptIds, maxTokens: m.maxTokens, temperature: 0, topLogprobs: 2 });
+      out.push({ url: m.url, info: llm.info, tokens: r.tokens, topLogprobs: r.topLogprobs, timings: r.timings });
+      await llm.unload();
+    }
+    return out;
+  },
+
+  /** Load `url` twice (Cache Storage on), reporting where each load came from. */
+  async cache({ url, backend }) {
+    await TinyLLM.clearCache();
+    const loads = [];
+    for (let i = 0; i < 2; i++) {
+      const phases = new Set();
+      const llm = await TinyLLM.load(url, { backend, contextSize: 128, onProgress: (p) => phases.add(p.phase) });
+      const r = await llm.generate({ promptIds: [1, 2, 3], maxTokens: 2, temperature: 0 });
+      loads.push({ cached: llm.info.cached, phases: [...phases], tokens: r.tokens });
+      await llm.unload();
+    }
+    return loads;
+  },
+
+  /** A split set ({urls}) and a flaky download ({flakyUrl}) load and answer like the whole file ({url}). */
+  async sources({ url, urls, flakyUrl, backend, promptIds }) {
+    const run = async (src, opts = {}) => {
+      const llm = await TinyLLM.load(src, { backend, contextSize: 128, ...opts });
+      const r = await llm.generate({ promptIds, maxTokens: 6, temperature: 0 });
+      await llm.unload();
+      return r.tokens;
+    };
+    const bytes = await (await fetch(url)).arrayBuffer();
+    return {
+      whole: await run(url, { cache: false }),
+      split: await run(urls, { cache: false }),
+      flaky: await run(flakyUrl, { cache: false }),
+      blob: await run(new Blob([bytes]), {}),
+      buffer: await run(bytes, {}),
+    };
+  },
+
+  /** Bad input, one after another in the same worker, which then still answers. */
+  async errors({ notFound, truncated, notGguf, unsupported, crossOrigin, good, backend }) {
+    const llm = new TinyLLM();
+    const opts = { backend, contextSize: 128, cache: false };
+    const out = {};
+    out.notFound = await expectError(() => llm.load(notFound, opts));
+    out.truncated = await expectError(() => llm.load(truncated, opts));
+    out.notGguf = await expectError(() => llm.load(notGguf, opts));
+    out.unsupported = await expectError(() => llm.load(unsupported, opts));
+    out.crossOrigin = await expectError(() => llm.load(crossOrigin, opts));
+    out.badBackend = await expectError(() => llm.load(good, { ...opts, backend: 'tpu' }));
+    await llm.load(good, opts);
+    out.loadedAfter = llm.info.architecture;
+    out.badRequest = await expectError(() => llm.chat.completions.create({ messages: 'hello' }));
+    out.emptyMessages = await expectError(() => llm.chat.completions.create({ messages: [] }));
+    out.badTemperature = await expectError(() => llm.generate({ promptIds: [1, 2], temperature: -1 }));
+    out.badIds = await expectError(() => llm.generate({ promptIds: [1, 1e9] }));
+    out.tooLong = await expectError(() => llm.generate({ promptIds: Array(200).fill(5), maxTokens: 4 }));
+    // An aborted generation: stops between tokens, the worker answers the next request.
+    const ctl = new AbortController();
+    const stream = await llm.chat.completions.create({
+      messages: [{ role: 'user', content: 'Count to one hundred.' }],
+      stream: true,
+      max_tokens: 100,
+      temperature: 0,
+      signal: ctl.signal,
+    });
+    let chunks = 0;
+    out.aborted = await expectError(async () => {
+      for await (const c of stream) {
+        if (c.choices[0] && c.choices[0].delta && c.choices[0].delta.content) chunks++;
+        if (chunks === 3) ctl.abort();
+      }
+    });
+    out.chunksBeforeAbort = chunks;
+    const after = await llm.generate({ promptIds: [1, 15, 27], maxTokens: 3, temperature: 0 });
+    out.tokensAfter = after.tokens;
+    const whole = await llm.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4, temperature: 0 });
+    out.wholeAfter = { object: whole.object, finish: whole.choices[0].finish_reason, usage: whole.usage };
+    await llm.unload();
+    out.unloaded = await expectError(() => llm.generate({ promptIds: [1] }));
+    return out;
+  },
+};
