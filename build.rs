@@ -13,6 +13,15 @@ mod compose;
 mod support;
 
 fn main() {
+    // The WebGPU backend is built everywhere but in wasm's threaded build (shared memory,
+    // `+atomics`): there the browser's WebGPU handles cannot cross threads, and that build
+    // exists for the CPU path alone.
+    println!("cargo::rustc-check-cfg=cfg(tinyllm_webgpu)");
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let features = std::env::var("CARGO_CFG_TARGET_FEATURE").unwrap_or_default();
+    if !(arch == "wasm32" && features.split(',').any(|f| f == "atomics")) {
+        println!("cargo:rustc-cfg=tinyllm_webgpu");
+    }
     let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let shaders = root.join("shaders");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

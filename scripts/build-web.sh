@@ -52,6 +52,23 @@ echo "=== wasm (WebGPU + one CPU thread)"
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
   build wasm "$target_dir/web"
 
+echo "=== wasm-mt (the CPU on Web Workers over shared memory)"
+# Stable rustc cannot build a threaded standard library for wasm32 without -Z build-std:
+# RUSTC_BOOTSTRAP lets this one build use it (the rust-src component provides the sources).
+if rustup component list --installed 2>/dev/null | grep -q '^rust-src' || rustup component add rust-src; then
+  # Since rust-lang/rust#147225 (Rust 1.92) the atomics feature no longer implies a shared,
+  # imported memory: the linker is told so, and to export the TLS symbols wasm-bindgen's
+  # thread support initializes each worker with.
+  link=(--shared-memory --import-memory --max-memory=4294967296 --export=__wasm_init_tls --export=__tls_size
+    --export=__tls_align --export=__tls_base --export=__heap_base)
+  RUSTC_BOOTSTRAP=1 \
+    CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+simd128 ${link[*]/#/-C link-arg=}" \
+    build wasm-mt "$target_dir/web-mt" --features threads -Z build-std=panic_abort,std
+else
+  echo "rust-src is not installable here: no threaded build (the package runs the CPU on one thread)"
+  rm -rf "$out/wasm-mt"
+fi
+
 echo "=== package files"
 cp web/js/*.js web/js/tinyllm.d.ts web/js/package.json "$out/"
 rm -rf "$out/chat"

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use super::readback::MaybeSend;
+#[cfg(tinyllm_webgpu)]
 use super::webgpu::{WebGpuBackend, WebGpuBuffer, WebGpuKv, WebGpuWeight};
 use super::{Backend, BackendError, Readback, Rope, SeqAttn};
 use crate::gguf::{GgufFile, TensorView};
@@ -42,21 +43,25 @@ impl BackendKind {
 #[derive(Debug)]
 pub enum AnyBackend {
     Cpu(CpuBackend),
+    #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuBackend),
 }
 
 pub enum AnyBuffer {
     Cpu(CpuBuffer),
+    #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuBuffer),
 }
 
 pub enum AnyKv {
     Cpu(CpuKv),
+    #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuKv),
 }
 
 pub enum AnyWeight {
     Cpu(CpuWeight),
+    #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuWeight),
 }
 
@@ -72,12 +77,20 @@ impl AnyBackend {
     pub async fn open_async(kind: BackendKind, threads: usize) -> Result<Self, BackendError> {
         Ok(match kind {
             BackendKind::Cpu => AnyBackend::Cpu(CpuBackend::new(threads)?),
+            #[cfg(tinyllm_webgpu)]
             BackendKind::WebGpu => AnyBackend::WebGpu(WebGpuBackend::open(Default::default()).await.map_err(|e| {
                 BackendError::Unavailable {
                     backend: "webgpu",
                     reason: e.to_string(),
                 }
             })?),
+            #[cfg(not(tinyllm_webgpu))]
+            BackendKind::WebGpu => {
+                return Err(BackendError::Unavailable {
+                    backend: "webgpu",
+                    reason: "this build has no WebGPU backend (the threaded wasm build is for the CPU)".into(),
+                })
+            }
         })
     }
 
@@ -85,11 +98,13 @@ impl AnyBackend {
     pub fn detail(&self) -> String {
         match self {
             AnyBackend::Cpu(b) => b.kernel_variant().to_string(),
+            #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu(b) => b.adapter().name.clone(),
         }
     }
 
     /// Submissions, readbacks, dispatches and bind groups so far (WebGPU only).
+    #[cfg(tinyllm_webgpu)]
     pub fn counters(&self) -> Option<super::webgpu::Counters> {
         match self {
             AnyBackend::Cpu(_) => None,
@@ -118,6 +133,7 @@ macro_rules! unwrap_arg {
     ($op:literal, $v:ident, $arg:ident: seqs) => {
         let mut unwrapped = Vec::with_capacity($arg.len());
         for s in $arg {
+            #[allow(irrefutable_let_patterns)]
             let (AnyKv::$v(k_cache), AnyKv::$v(v_cache)) = (s.k_cache, s.v_cache) else {
                 return Err(mismatch($op));
             };
@@ -148,6 +164,7 @@ macro_rules! forward {
                 $(unwrap_arg!($op, Cpu, $arg: $($kind)+);)*
                 $call
             }
+            #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu($be) => {
                 $(unwrap_arg!($op, WebGpu, $arg: $($kind)+);)*
                 $call
@@ -157,6 +174,7 @@ macro_rules! forward {
     ($op:literal, $self:expr, wrap $ty:ident, |$be:ident| $call:expr) => {
         match $self {
             AnyBackend::Cpu($be) => Ok($ty::Cpu($call?)),
+            #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu($be) => Ok($ty::WebGpu($call?)),
         }
     };
@@ -170,6 +188,7 @@ impl Backend for AnyBackend {
     fn run_pass<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
         match self {
             AnyBackend::Cpu(b) => b.run_pass(f),
+            #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu(b) => b.run_pass(f),
         }
     }
@@ -177,6 +196,7 @@ impl Backend for AnyBackend {
     fn name(&self) -> &'static str {
         match self {
             AnyBackend::Cpu(b) => b.name(),
+            #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu(b) => b.name(),
         }
     }

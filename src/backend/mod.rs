@@ -22,6 +22,7 @@ pub mod cpu;
 pub mod gpu;
 pub mod readback;
 pub mod rope;
+#[cfg(tinyllm_webgpu)]
 #[path = "wgpu/mod.rs"]
 pub mod webgpu;
 

@@ -12,15 +12,17 @@ use std::task::{Context, Poll};
 
 use super::BackendError;
 
-/// `Send` where the target has threads; nothing on wasm32, whose GPU handles are not `Send`.
-#[cfg(not(target_arch = "wasm32"))]
+/// `Send` where the target has threads (native, and wasm's threaded build, which has no GPU
+/// backend); nothing in wasm's single-threaded build, whose GPU handles are not `Send`.
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 pub trait MaybeSend: Send {}
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 impl<T: Send> MaybeSend for T {}
-/// `Send` where the target has threads; nothing on wasm32, whose GPU handles are not `Send`.
-#[cfg(target_arch = "wasm32")]
+/// `Send` where the target has threads (native, and wasm's threaded build, which has no GPU
+/// backend); nothing in wasm's single-threaded build, whose GPU handles are not `Send`.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 pub trait MaybeSend {}
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 impl<T> MaybeSend for T {}
 
 /// A result a device layer is still producing.

@@ -10,6 +10,9 @@ pub mod load;
 
 pub use engine::WebEngine;
 pub use load::ModelLoader;
+/// `initThreadPool(n)` in JS: starts the CPU workers of the threaded build.
+#[cfg(feature = "threads")]
+pub use wasm_bindgen_rayon::init_thread_pool;
 
 use wasm_bindgen::prelude::*;
 

@@ -17,8 +17,8 @@ mod support;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -99,7 +99,12 @@ impl Models {
 
 fn serve(models: &Models, options: Options) -> TestServer {
     check_setup();
-    TestServer::start(web_dir().join("pkg"), web_dir().join("tests/browser"), models.path(), options)
+    TestServer::start(
+        web_dir().join("pkg"),
+        web_dir().join("tests/browser"),
+        models.path(),
+        options,
+    )
 }
 
 /// Run scenario `name` with `args` in Chromium on `server`'s test page; its JSON result.
@@ -192,7 +197,11 @@ fn assert_same_greedy(what: &str, got: &[u32], want: &[u32], gaps: &[f64]) {
 
 /// A prompt for the fixtures: the first golden case of each file.
 fn fixture_prompt(f: &str) -> Vec<u32> {
-    let text = std::fs::read_to_string(common::golden(&format!("fixtures/{}", f.replace(".gguf", ".golden.jsonl")))).unwrap();
+    let text = std::fs::read_to_string(common::golden(&format!(
+        "fixtures/{}",
+        f.replace(".gguf", ".golden.jsonl")
+    )))
+    .unwrap();
     let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     first["prompt_ids"]
         .as_array()
@@ -205,7 +214,13 @@ fn fixture_prompt(f: &str) -> Vec<u32> {
 
 fn greedy_in_browser(backend: &str, threads: Option<u32>, isolate: bool) {
     let models = Models::new();
-    let server = serve(&models, Options { isolate, ..Options::default() });
+    let server = serve(
+        &models,
+        Options {
+            isolate,
+            ..Options::default()
+        },
+    );
     let n = 12;
     let cases: Vec<Value> = FIXTURES
         .iter()
@@ -218,6 +233,9 @@ fn greedy_in_browser(backend: &str, threads: Option<u32>, isolate: bool) {
     );
     for (f, r) in FIXTURES.iter().zip(got.as_array().unwrap()) {
         assert_eq!(r["info"]["backend"], backend, "{f}: {}", r["info"]);
+        if let Some(t) = threads {
+            assert_eq!(r["info"]["threads"], t, "{f}: {}", r["info"]);
+        }
         let ids = fixture_prompt(f);
         let (want, gaps) = native_greedy(&common::golden(&format!("fixtures/{f}")), &ids, n);
         let tokens: Vec<u32> = serde_json::from_value(r["tokens"].clone()).unwrap();
@@ -284,7 +302,9 @@ fn split_sets_flaky_downloads_blobs_and_buffers_load_alike() {
     }
     let flaky = server.hits_of("/models/flaky.gguf");
     assert!(
-        flaky.iter().any(|h| h.range.as_deref().is_some_and(|r| r.starts_with("bytes=")) && h.status == 206),
+        flaky
+            .iter()
+            .any(|h| h.range.as_deref().is_some_and(|r| r.starts_with("bytes=")) && h.status == 206),
         "no Range request resumed the cut download: {flaky:?}"
     );
 }
@@ -295,7 +315,10 @@ fn bad_input_gives_typed_errors_and_the_worker_answers_after() {
     let good = common::golden(&format!("fixtures/{}", FIXTURES[1]));
     let bytes = std::fs::read(&good).unwrap();
     models.write("truncated.gguf", &bytes[..bytes.len() * 2 / 3]);
-    models.write("page.gguf", b"<!doctype html><title>Not a model</title>".repeat(50).as_slice());
+    models.write(
+        "page.gguf",
+        b"<!doctype html><title>Not a model</title>".repeat(50).as_slice(),
+    );
     let file = GgufFile::open(&good).unwrap();
     models.write(
         "mamba.gguf",
@@ -321,7 +344,10 @@ fn bad_input_gives_typed_errors_and_the_worker_answers_after() {
     assert_eq!(code("truncated"), "TRUNCATED", "{got}");
     assert_eq!(code("notGguf"), "NOT_GGUF", "{got}");
     assert_eq!(code("unsupported"), "UNSUPPORTED_ARCH", "{got}");
-    assert!(got["unsupported"]["message"].as_str().unwrap().contains("mamba"), "{got}");
+    assert!(
+        got["unsupported"]["message"].as_str().unwrap().contains("mamba"),
+        "{got}"
+    );
     assert_eq!(code("crossOrigin"), "CORS", "{got}");
     assert_eq!(code("badBackend"), "BAD_REQUEST", "{got}");
     assert_eq!(got["loadedAfter"], "qwen2", "{got}");
@@ -385,4 +411,11 @@ fn real_models_give_natives_first_tokens_on_webgpu() {
 #[test]
 fn real_models_give_natives_first_tokens_on_the_wasm_cpu() {
     real_models_in_browser("cpu");
+}
+
+/// On a cross-origin isolated page the CPU path runs on two Web Workers (the threaded build)
+/// and still reproduces the native greedy tokens.
+#[test]
+fn fixtures_reproduce_native_greedy_tokens_on_two_wasm_threads() {
+    greedy_in_browser("cpu", Some(2), true);
 }

@@ -9,8 +9,11 @@
 //!   quantized blocks in registers, register-blocked over several weight and activation rows
 //!   (see [`super::simd`]); `avxvnni` and `avx512vnni` are the same kernels with VNNI dot
 //!   products. Types they do not cover fall back to `portable`.
-//! * `portable` (default elsewhere, wasm32 included): the quantized activations are expanded back to the exact f32
-//!   values they represent, each weight row is decoded to f32 once and reused across the
+//! * `simd128` (wasm32 builds with `+simd128`, the browser package): integer dot products of
+//!   the quantized blocks in 128-bit vectors for the formats real models spend their bytes on
+//!   ([`super::simd128`]); other types fall back to `portable`.
+//! * `portable` (default elsewhere): the quantized activations are expanded back to the exact
+//!   f32 values they represent, each weight row is decoded to f32 once and reused across the
 //!   batch, and the products are summed in f32.
 //! * `oracle`: the scalar integer dot products of [`crate::quant::vec_dot`], per pair. Tests
 //!   compare the others against it.
@@ -181,7 +184,7 @@ pub struct Kernels {
     pub interleaves: fn(GgmlType) -> bool,
     /// `gate[i] = silu(gate[i]) · up[i]` (the SwiGLU gate).
     pub swiglu: fn(gate: &mut [f32], up: &[f32]),
-    /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `portable`, `oracle`).
+    /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `simd128`, `portable`, `oracle`).
     pub variant: &'static str,
 }
 
@@ -212,7 +215,22 @@ impl Kernels {
                 return k;
             }
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return Self::simd128();
+        #[allow(unreachable_code)]
         Self::portable()
+    }
+
+    /// The WebAssembly SIMD128 kernels ([`super::simd128`]).
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    pub fn simd128() -> Self {
+        Kernels {
+            prepare: prepare_simd128,
+            tile: tile_simd128,
+            interleaves: |_| false,
+            swiglu: swiglu_scalar,
+            variant: "simd128",
+        }
     }
 
     /// The AVX2 kernels with `isa`'s dot products, where the CPU has both.
@@ -268,6 +286,33 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantE
     }
     // SAFETY: `Kernels::simd` picks this function only after `simd::available()`.
     unsafe { super::simd::q8::prepare(ty, x, k) }
+}
+
+/// SIMD128 activations: quantized blocks for the types the kernels cover, f32 values for the
+/// rest.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn prepare_simd128(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
+    if super::simd128::supports(ty) {
+        prepare_blocks(ty, x, k)
+    } else {
+        prepare_values(ty, x, k)
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn tile_simd128(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let w = file_rows(ty, layout, k, w, out);
+    if super::simd128::supports(ty) {
+        for_rows(k, &w, act, out, |wr, o| {
+            for (r, y) in o.iter_mut().enumerate() {
+                let a = act.bytes.get(r * act.row_bytes..(r + 1) * act.row_bytes).unwrap_or(&[]);
+                *y = super::simd128::dot(ty, k, wr, a).unwrap_or(f32::NAN);
+            }
+        });
+        return;
+    }
+    let mut scratch = vec![0f32; k];
+    for_rows(k, &w, act, out, |wr, o| row_portable(ty, k, wr, act, &mut scratch, o));
 }
 
 /// The scalar SwiGLU gate ([`super::ops::silu`]), the slow twin of the AVX2 one.

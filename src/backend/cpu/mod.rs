@@ -12,6 +12,8 @@ mod ops;
 pub mod pool;
 #[cfg(target_arch = "x86_64")]
 mod simd;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub mod simd128;
 
 use std::sync::Arc;
 

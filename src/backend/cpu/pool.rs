@@ -2,18 +2,30 @@
 //!
 //! Ops split their output into disjoint chunks and run one task per chunk. Every output value
 //! is computed by exactly one task with the same arithmetic whatever the chunking, so results
-//! never depend on the thread count. On native targets the workers are a dedicated rayon pool
-//! (started once, reused by every op; rayon gives us work stealing and panic propagation
-//! without hand-written unsafe scoping). On wasm, where threads need extra setup, tasks run
-//! in order on the calling thread.
+//! never depend on the thread count. The workers are rayon's (work stealing and panic
+//! propagation without hand-written unsafe scoping): natively a dedicated pool started once;
+//! in wasm's threaded build (shared memory, `+atomics`) the global pool whose Web Workers the
+//! page started (`initThreadPool`, wasm-bindgen-rayon); in the single-threaded wasm build tasks
+//! run in order on the calling thread.
 
 use super::super::readback::MaybeSend;
 use super::super::BackendError;
 
+/// Whether this build runs tasks on rayon workers.
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
+macro_rules! threaded {
+    ($($t:tt)*) => { $($t)* };
+}
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+macro_rules! threaded {
+    ($($t:tt)*) => {};
+}
+
 /// A fixed set of worker threads.
 pub struct Pool {
-    #[cfg(not(target_arch = "wasm32"))]
-    pool: rayon::ThreadPool,
+    /// The dedicated pool (native); `None`: rayon's global pool (wasm's threaded build).
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
+    pool: Option<rayon::ThreadPool>,
     threads: usize,
 }
 
@@ -24,7 +36,8 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// A pool of `threads` workers (0: one per available core).
+    /// A pool of `threads` workers (0: one per available core). In wasm's threaded build the
+    /// workers are the page's: `threads` is ignored.
     pub fn new(threads: usize) -> Result<Self, BackendError> {
         #[cfg(not(target_arch = "wasm32"))]
         {
@@ -38,23 +51,39 @@ impl Pool {
                 .thread_name(|i| format!("tinyllm-cpu-{i}"))
                 .build()
                 .map_err(|e| BackendError::ThreadPool(e.to_string()))?;
-            Ok(Pool { pool, threads })
+            Ok(Pool {
+                pool: Some(pool),
+                threads,
+            })
         }
-        #[cfg(target_arch = "wasm32")]
+        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        {
+            let _ = threads;
+            Ok(Pool {
+                pool: None,
+                threads: rayon::current_num_threads(),
+            })
+        }
+        #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
         {
             let _ = threads;
             Ok(Pool { threads: 1 })
         }
     }
 
-    /// Run `f` on a worker of the pool (on wasm: on the caller): the ops `f` runs then fork
-    /// from inside the pool, which costs far less than entering it from outside per op.
+    /// Run `f` on a worker of the pool (single-threaded wasm: on the caller): the ops `f` runs
+    /// then fork from inside the pool, which costs far less than entering it from outside per
+    /// op.
     pub fn run<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            self.pool.install(f)
+        threaded! {
+            return match &self.pool {
+                Some(p) => p.install(f),
+                // The caller (the engine's worker) waits while a pool worker runs the pass.
+                None if self.threads > 1 => rayon::scope(|_| f()),
+                None => f(),
+            };
         }
-        #[cfg(target_arch = "wasm32")]
+        #[allow(unreachable_code)]
         f()
     }
 
@@ -65,16 +94,16 @@ impl Pool {
 
     /// Run `f(i)` for each `i` in `0..n`, in parallel.
     pub fn for_each_index(&self, n: usize, f: impl Fn(usize) + Sync + Send) {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
+        threaded! {
             use rayon::prelude::*;
-            if n <= 1 || self.threads == 1 {
-                (0..n).for_each(f);
-            } else {
-                self.pool.install(|| (0..n).into_par_iter().for_each(f));
+            if n > 1 && self.threads > 1 {
+                match &self.pool {
+                    Some(p) => p.install(|| (0..n).into_par_iter().for_each(f)),
+                    None => (0..n).into_par_iter().for_each(f),
+                }
+                return;
             }
         }
-        #[cfg(target_arch = "wasm32")]
         (0..n).for_each(f);
     }
 
@@ -82,17 +111,17 @@ impl Pool {
     /// be shorter), in parallel.
     pub fn for_chunks<T: Send>(&self, out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
         let chunk = chunk.max(1);
-        #[cfg(not(target_arch = "wasm32"))]
-        {
+        threaded! {
             use rayon::prelude::*;
-            if out.len() <= chunk || self.threads == 1 {
-                out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
-            } else {
-                self.pool
-                    .install(|| out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c)));
+            if out.len() > chunk && self.threads > 1 {
+                let mut run = || out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+                match &self.pool {
+                    Some(p) => p.install(run),
+                    None => run(),
+                }
+                return;
             }
         }
-        #[cfg(target_arch = "wasm32")]
         out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     }
 }
