@@ -1,6 +1,9 @@
 //! The chat page at `/` in a real browser: headless Chromium, driven by playwright-core from
-//! `tests/browser/chat_page.mjs`, against `tinyllm-native serve` on the golden fixture. The
-//! script sends messages through the page and compares the streamed answers with the API's.
+//! `tests/browser/chat_page.mjs`, against `tinyllm-native serve` on the golden qwen2 fixture
+//! (with tests/common's thinking template). The script sends messages through the page,
+//! compares the streamed answers with the API's, stops one, folds reasoning and checks its
+//! screenshots (kept in `$CARGO_TARGET_TMPDIR/chat-page/`). web/tests/browser.rs runs the same
+//! script on the npm package's build of the page.
 //! Needs `/usr/bin/chromium` and `npm ci` in `tests/browser/` (`.ci/run` installs both); the
 //! test fails, rather than skips, without them.
 
@@ -8,7 +11,7 @@
 mod common;
 mod serve_support;
 
-use serve_support::{Server, FIXTURE};
+use serve_support::Server;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -36,13 +39,16 @@ fn chat_page_streams_the_same_answer_as_the_api() {
         dir.display()
     );
 
-    let s = Server::start(&common::golden(FIXTURE), &["--parallel", "2", "--threads", "2"]);
     let tmp = tempfile::tempdir().unwrap();
-    let shot = tmp.path().join("chat.png");
+    let model = tmp.path().join("thinking.gguf");
+    std::fs::write(&model, common::gguf_write::thinking_fixture()).unwrap();
+    let s = Server::start(&model, &["--parallel", "2", "--threads", "2"]);
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page");
+    std::fs::create_dir_all(&shots).unwrap();
     let mut child = Command::new("node")
         .arg(dir.join("chat_page.mjs"))
         .arg(s.url())
-        .arg(&shot)
+        .arg(shots.join("serve"))
         .env("CHROMIUM", chromium())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -78,6 +84,6 @@ fn chat_page_streams_the_same_answer_as_the_api() {
         None => panic!("chat_page.mjs ran past {TIME_LIMIT:?}\n{report}"),
         Some(st) => assert!(st.success(), "chat_page.mjs failed ({st})\n{report}"),
     }
-    assert!(out.contains("chat page: ok"), "{report}");
+    assert!(out.contains("chat page: ok") && out.contains("over http"), "{report}");
     eprintln!("{out}");
 }

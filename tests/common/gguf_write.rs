@@ -121,3 +121,26 @@ pub fn split(file: &GgufFile, n: usize) -> Vec<Vec<u8>> {
         })
         .collect()
 }
+
+/// The user message that makes [`thinking_fixture`]'s template open a `<think>` block.
+pub const THINK_TRIGGER: &str = "Think first.";
+
+/// The qwen2 golden fixture with its chat template changed so that a conversation whose last
+/// message is [`THINK_TRIGGER`] ends its prompt inside `<think>`: the random-weight model's
+/// answer is then reasoning, which the chat page's tests need and no fixture produces by itself.
+pub fn thinking_fixture() -> Vec<u8> {
+    let file = GgufFile::open(super::golden("fixtures/qwen2.Q8_0.gguf")).expect("qwen2 fixture");
+    let template = file
+        .metadata()
+        .iter()
+        .find(|(k, _)| k == "tokenizer.chat_template")
+        .and_then(|(_, v)| match v {
+            Value::String(s) => Some(s.clone()),
+            _ => None,
+        })
+        .expect("the qwen2 fixture has a chat template");
+    let trigger = format!(
+        "{{%- if add_generation_prompt and messages[-1].content == '{THINK_TRIGGER}' %}}<think>\n{{%- endif %}}"
+    );
+    with_metadata(&file, "tokenizer.chat_template", Value::String(template + &trigger))
+}

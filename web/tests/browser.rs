@@ -107,19 +107,18 @@ fn serve(models: &Models, options: Options) -> TestServer {
     )
 }
 
-/// Run scenario `name` with `args` in Chromium on `server`'s test page; its JSON result.
-fn scenario(server: &TestServer, name: &str, args: Value) -> Value {
+/// Run a Node script with `args` (Chromium at `CHROMIUM`), within [`TIME_LIMIT`]: its exit
+/// status (None if it ran past the limit), stdout and stderr.
+fn node(args: &[&std::ffi::OsStr]) -> (Option<std::process::ExitStatus>, String, String) {
     let mut child = Command::new("node")
-        .arg(web_dir().join("tests/browser/drive.mjs"))
-        .arg(format!("{}/index.html", server.url))
-        .arg(name)
-        .arg(args.to_string())
+        .args(args)
         .env("CHROMIUM", chromium())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
+    // Read both pipes on threads so a chatty script cannot block on a full pipe.
     fn drain(mut p: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
         std::thread::spawn(move || {
             let mut s = String::new();
@@ -141,8 +140,15 @@ fn scenario(server: &TestServer, name: &str, args: Value) -> Value {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let out = stdout.join().unwrap();
-    let err = stderr.join().unwrap();
+    (status, stdout.join().unwrap(), stderr.join().unwrap())
+}
+
+/// Run scenario `name` with `args` in Chromium on `server`'s test page; its JSON result.
+fn scenario(server: &TestServer, name: &str, args: Value) -> Value {
+    let script = web_dir().join("tests/browser/drive.mjs");
+    let page = format!("{}/index.html", server.url);
+    let args = args.to_string();
+    let (status, out, err) = node(&[script.as_os_str(), page.as_ref(), name.as_ref(), args.as_ref()]);
     eprintln!("--- {name}: browser log\n{err}");
     match status {
         None => panic!("scenario {name} ran past {TIME_LIMIT:?}"),
@@ -418,4 +424,35 @@ fn real_models_give_natives_first_tokens_on_the_wasm_cpu() {
 #[test]
 fn fixtures_reproduce_native_greedy_tokens_on_two_wasm_threads() {
     greedy_in_browser("cpu", Some(2), true);
+}
+
+/// The chat page of the npm package (`pkg/chat/`), its model running in the page's worker on
+/// the wasm CPU: the same end-to-end script as under `tinyllm-native serve`
+/// (native/tests/browser/chat_page.mjs): send, stream, IndexedDB, stop, reasoning folded,
+/// screenshots checked (and kept in `$CARGO_TARGET_TMPDIR/chat-page/`).
+#[test]
+fn chat_page_in_the_browser_build() {
+    let models = Models::new();
+    models.write("thinking.gguf", &common::gguf_write::thinking_fixture());
+    let server = serve(&models, Options::default());
+    let script = web_dir().join("../native/tests/browser/chat_page.mjs");
+    assert!(
+        script.with_file_name("node_modules/playwright-core").is_dir(),
+        "playwright-core is missing: run `npm ci` in native/tests/browser, as scripts/test.sh does"
+    );
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page");
+    std::fs::create_dir_all(&shots).unwrap();
+    let page = format!(
+        "{}/pkg/chat/index.html?model=/models/thinking.gguf&backend=cpu",
+        server.url
+    );
+    let prefix = shots.join("browser");
+    let (status, out, err) = node(&[script.as_os_str(), page.as_ref(), prefix.as_os_str()]);
+    let report = format!("--- stdout\n{out}--- stderr\n{err}");
+    match status {
+        None => panic!("chat_page.mjs ran past {TIME_LIMIT:?}\n{report}"),
+        Some(st) => assert!(st.success(), "chat_page.mjs failed ({st})\n{report}"),
+    }
+    assert!(out.contains("chat page: ok") && out.contains("over worker"), "{report}");
+    eprintln!("{out}");
 }

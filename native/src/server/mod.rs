@@ -105,6 +105,9 @@ fn routes(state: Shared, cors: CorsLayer) -> Router {
     use handlers::{generate, info, tokens};
     Router::new()
         .route("/", get(page::index))
+        .route("/chat.js", get(page::asset))
+        .route("/chat.css", get(page::asset))
+        .route("/vendor/{file}", get(page::asset))
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
         .route("/v1/models", get(info::models))
@@ -130,7 +133,9 @@ async fn not_found(req: Request) -> ApiError {
 /// `--api-key`: every route but the page and `/health` needs `Authorization: Bearer <key>`.
 async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.api_key {
-        let open = matches!(req.uri().path(), "/" | "/health");
+        // The page and its files load without the key; the page then asks for it.
+        let path = req.uri().path();
+        let open = matches!(path, "/" | "/health" | "/chat.js" | "/chat.css") || path.starts_with("/vendor/");
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
