@@ -70,7 +70,7 @@ else
 fi
 
 echo "=== package files"
-cp web/js/*.js web/js/tinyllm.d.ts web/js/package.json "$out/"
+cp web/js/*.js web/js/tinyllm.d.ts web/js/package.json web/js/README.md "$out/"
 rm -rf "$out/chat"
 if [ -d web/chat ]; then cp -r web/chat "$out/chat"; fi
 du -sh "$out"/wasm*/ 2>/dev/null | sed 's/^/  /'

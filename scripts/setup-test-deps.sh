@@ -23,4 +23,7 @@ python3 -c "import openai" 2>/dev/null || python3 -m pip install -q openai
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || apt_install mesa-vulkan-drivers
 command -v npm >/dev/null || apt_install nodejs npm
 [ -d native/tests/browser/node_modules/playwright-core ] || (cd native/tests/browser && npm ci --no-audit --no-fund)
+# The npm package's tests: playwright-core, wasm-opt (binaryen) and @wllama/wllama (the speed
+# comparison) from web/package.json.
+[ -d web/node_modules/playwright-core ] || (cd web && npm ci --no-audit --no-fund)
 scripts/fetch-models.sh

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README, CI): install what the tests need where it is missing
-# (models, openai client, Chromium, playwright-core; see setup-test-deps.sh), then run every
+# (models, openai client, Chromium, playwright-core; see setup-test-deps.sh), build the npm
+# package (scripts/build-web.sh) and the Vite example app on it, then run every
 # test of the workspace in release mode (the model tests need optimized code), the fixture
 # goldens again on the portable CPU kernels (what every non-x86 target, wasm32 included, runs),
+# the wasm build's CPU kernels in WebAssembly against the scalar oracle,
 # and end with one line adding up all of cargo's test binaries:
 # "tests: N passed, N failed, N skipped". Tests that skip at run time (no GPU adapter) are
 # counted as skipped, not passed (tests/common's device_or_skip records them).
@@ -10,6 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-test-deps.sh
+# The browser tests (web/tests/browser.rs) load the built npm package and the Vite example
+# app built from it.
+scripts/build-web.sh
+(cd web/example && npm ci --no-audit --no-fund && npm run build)
 log=$(mktemp)
 skips=$(mktemp)
 trap 'rm -f "$log" "$skips"' EXIT
@@ -19,6 +25,10 @@ cargo test --workspace --release "$@" 2>&1 | tee "$log" || status=$?
 echo "=== fixture goldens on the portable CPU kernels"
 TINYLLM_CPU_KERNELS=portable cargo test --release -p tinyllm --test model_golden -- fixtures 2>&1 | tee -a "$log" ||
   status=$?
+echo "=== the wasm CPU kernels in WebAssembly (Node), against the scalar oracle"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/web" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+  CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
+  cargo test --release -p tinyllm-web --target wasm32-unknown-unknown --test kernels 2>&1 | tee -a "$log" || status=$?
 n_skipped=$(wc -l < "$skips")
 if [ "$n_skipped" -gt 0 ]; then
   echo "skipped at run time:"

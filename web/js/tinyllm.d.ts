@@ -216,5 +216,7 @@ export class TinyLLM {
   generate(options: GenerateOptions): Promise<GenerateResult>;
   tokenize(text: string, options?: { addSpecial?: boolean; parseSpecial?: boolean }): Promise<number[]>;
   detokenize(ids: number[] | Uint32Array): Promise<string>;
+  /** The wasm module's linear memory in bytes (it only grows: also the peak). */
+  memoryUsage(): Promise<{ wasm_bytes: number }>;
   unload(): Promise<void>;
 }

@@ -212,6 +212,14 @@ export class TinyLLM {
     return this._call({ op: 'detokenize', ids: Array.from(ids) });
   }
 
+  /**
+   * The engine's memory: `{wasm_bytes}`, the size of the wasm module's linear memory, which
+   * only grows (so it is also the peak). Model weights on WebGPU live in GPU buffers instead.
+   */
+  memoryUsage() {
+    return this._call({ op: 'memory' });
+  }
+
   /** Free the model and stop the worker. */
   async unload() {
     if (!this._worker) return;

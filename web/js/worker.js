@@ -156,6 +156,10 @@ async function handle(m) {
       case 'info':
         data = info;
         break;
+      case 'memory':
+        // Linear memory only grows: its size now is the peak so far.
+        data = { wasm_bytes: wasm ? wasm.mod.wasmMemoryBytes() : 0 };
+        break;
       case 'clearCache':
         data = await clearCache(m.url);
         break;

@@ -40,3 +40,13 @@ pub fn inspect_gguf(bytes: Vec<u8>) -> Result<String, JsError> {
     })
     .to_string())
 }
+
+/// Bytes of this module's linear memory. Wasm memory only grows, so this is also its peak.
+#[wasm_bindgen(js_name = wasmMemoryBytes)]
+pub fn wasm_memory_bytes() -> f64 {
+    #[cfg(target_arch = "wasm32")]
+    let pages = core::arch::wasm32::memory_size(0);
+    #[cfg(not(target_arch = "wasm32"))]
+    let pages = 0;
+    (pages * 65536) as f64
+}

@@ -456,3 +456,130 @@ fn chat_page_in_the_browser_build() {
     assert!(out.contains("chat page: ok") && out.contains("over worker"), "{report}");
     eprintln!("{out}");
 }
+
+/// The Vite example app (web/example), built into `web/example/dist` by scripts/test.sh from
+/// the package's built output: served as built, it loads a fixture on the wasm CPU and streams
+/// the same answer the package gives whole.
+#[test]
+fn example_app_built_with_vite_answers() {
+    check_setup();
+    let dist = web_dir().join("example/dist");
+    assert!(
+        dist.join("tinyllm/tinyllm.js").is_file(),
+        "web/example is not built: run `npm ci && npm run build` in web/example, as scripts/test.sh does"
+    );
+    let models = Models::new();
+    let server = TestServer::start(web_dir().join("pkg"), dist, models.path(), Options::default());
+    let script = web_dir().join("tests/browser/example.mjs");
+    let page = format!(
+        "{}/index.html?model=/models/{}&backend=cpu&max_tokens=16",
+        server.url, FIXTURES[2]
+    );
+    let (status, out, err) = node(&[script.as_os_str(), page.as_ref()]);
+    let report = format!("--- stdout\n{out}--- stderr\n{err}");
+    assert!(status.is_some_and(|s| s.success()), "example.mjs failed\n{report}");
+    assert!(out.contains("example: ok"), "{report}");
+    eprintln!("{out}");
+}
+
+/// Speed benchmark, not a test (`--ignored`): prefill and decode tok/s of the real models on
+/// the package's wasm CPU path next to @wllama/wllama (llama.cpp in wasm, from web/package.json)
+/// on the same GGUF, in the same headless Chromium, with the same threads, alternating the two
+/// within one run; then both on WebGPU (SwiftShader here). Prints a table with the ratios and
+/// the memory, and writes the raw numbers to `$CARGO_TARGET_TMPDIR/web-bench.json`.
+///
+///   TINYLLM_BENCH_ROUNDS=3 cargo test --release -p tinyllm-web --test browser bench -- --ignored --nocapture
+#[test]
+#[ignore]
+fn bench_cpu_and_webgpu_against_wllama() {
+    let rounds: u32 = std::env::var("TINYLLM_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let threads: Vec<u32> = std::env::var("TINYLLM_BENCH_THREADS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|t| t.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2]);
+    let models = Models::new();
+    let wllama = web_dir().join("node_modules/@wllama/wllama/esm");
+    assert!(wllama.is_dir(), "@wllama/wllama is missing: run `npm ci` in web/");
+    let server = serve(
+        &models,
+        Options {
+            isolate: true,
+            mounts: vec![("/wllama".into(), wllama)],
+            ..Options::default()
+        },
+    );
+    // About 130 tokens of prose on either tokenizer; code after it keeps greedy decoding going.
+    let prompt = "The history of computing is a story of machines that became smaller, faster and cheaper \
+        with every decade. Early computers filled rooms and consumed enormous amounts of power, yet they \
+        could only perform a few thousand operations each second. Transistors replaced vacuum tubes, \
+        integrated circuits replaced transistors, and microprocessors put an entire computer on a single \
+        chip. Today a phone carries more computing power than the machines that guided the first \
+        missions to the moon. Here is a small Python program that prints the Fibonacci numbers:\n\ndef fibonacci(n):";
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut all = Vec::new();
+    println!("| model | path | threads | tinyllm prefill | wllama prefill | ratio | tinyllm decode | wllama decode | ratio |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut configs: Vec<(&str, u32)> = threads.iter().map(|&t| ("cpu", t)).collect();
+    configs.push(("webgpu", 1));
+    for model in common::REAL_MODELS {
+        let url = format!("{}/models/{model}", server.url);
+        for &(path, t) in &configs {
+            // SwiftShader runs WebGPU on the CPU, slowly: a short prompt and a few tokens there.
+            let (text, decode, n) = match path {
+                "webgpu" => (&prompt[..prompt.find('.').unwrap() + 1], 8, 1),
+                _ => (prompt, 64, rounds),
+            };
+            let args = json!({"url": url, "threads": t, "backend": path, "gpu": path == "webgpu",
+                "promptText": text, "decodeTokens": decode, "rounds": n});
+            // Alternate which runs first, so neither always gets the cooler machine.
+            let mut ours = Vec::new();
+            let mut theirs = Vec::new();
+            for turn in 0..2 {
+                let order = if turn == 0 {
+                    ["benchTinyllm", "benchWllama"]
+                } else {
+                    ["benchWllama", "benchTinyllm"]
+                };
+                for name in order {
+                    let r = scenario(&server, name, args.clone());
+                    if name == "benchTinyllm" {
+                        ours.push(r)
+                    } else {
+                        theirs.push(r)
+                    }
+                }
+            }
+            let rate = |rs: &[Value], key: &str| {
+                let mut v: Vec<f64> = rs
+                    .iter()
+                    .flat_map(|r| r["runs"].as_array().unwrap().iter().map(|x| x[key].as_f64().unwrap()))
+                    .collect();
+                median(&mut v)
+            };
+            let (op, od) = (rate(&ours, "prefill_tok_s"), rate(&ours, "decode_tok_s"));
+            let (wp, wd) = (rate(&theirs, "prefill_tok_s"), rate(&theirs, "decode_tok_s"));
+            println!(
+                "| {model} | {path} | {t} | {op:.1} | {wp:.1} | {:.2}x | {od:.1} | {wd:.1} | {:.2}x |",
+                op / wp,
+                od / wd
+            );
+            let mem = |r: &Value| (r["wasmBytes"].as_f64().unwrap_or(0.0) / 1e6, r["page"].clone());
+            println!(
+                "  memory: tinyllm wasm {:.0} MB, page {}; wllama page {}",
+                mem(&ours[0]).0,
+                mem(&ours[0]).1,
+                theirs[0]["page"]
+            );
+            all.push(json!({"model": model, "path": path, "threads": t, "tinyllm": ours, "wllama": theirs}));
+        }
+    }
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-bench.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&all).unwrap()).unwrap();
+    println!("raw numbers: {}", out.display());
+}

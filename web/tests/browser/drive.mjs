@@ -17,7 +17,7 @@ const browser = await chromium.launchPersistentContext(profile, {
   args: [
     '--no-sandbox', '--disable-gpu-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
     '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync',
+    '--disable-sync', '--enable-blink-features=ForceEagerMeasureMemory',
   ],
 });
 const page = browser.pages()[0] || (await browser.newPage());

@@ -16,6 +16,21 @@ async function expectError(f) {
   }
 }
 
+/**
+ * The page's memory, workers included, where the browser can measure it
+ * (`performance.measureUserAgentSpecificMemory`, cross-origin isolated pages): total bytes and
+ * the JavaScript heap of the main thread.
+ */
+async function pageMemory() {
+  const out = { jsHeapBytes: performance.memory ? performance.memory.usedJSHeapSize : null, totalBytes: null };
+  if (self.crossOriginIsolated && performance.measureUserAgentSpecificMemory) {
+    const m = await performance.measureUserAgentSpecificMemory();
+    out.totalBytes = m.bytes;
+    out.breakdown = m.breakdown.filter((b) => b.bytes > 0).map((b) => ({ bytes: b.bytes, types: b.types, scope: b.attribution.map((a) => a.scope).join(',') }));
+  }
+  return out;
+}
+
 window.scenarios = {
   /** Greedy runs of `models` ({url, promptIds, maxTokens}) on `backend`, each in a fresh worker. */
   async greedy({ models, backend, contextSize, threads }) {
@@ -102,6 +117,52 @@ window.scenarios = {
     out.wholeAfter = { object: whole.object, finish: whole.choices[0].finish_reason, usage: whole.usage };
     await llm.unload();
     out.unloaded = await expectError(() => llm.generate({ promptIds: [1] }));
+    return out;
+  },
+
+  /**
+   * Speed of the package on `url`: `rounds` greedy runs of `promptText` (a different first
+   * word each round, so no prefix is reused) for `decodeTokens` tokens, with the engine's own
+   * prefill and decode timings; then the wasm memory (its peak) and the page's memory.
+   */
+  async benchTinyllm({ url, backend, threads, promptText, decodeTokens, rounds }) {
+    const llm = await TinyLLM.load(url, { backend, threads, contextSize: 1024, cache: false });
+    await llm.generate({ promptIds: await llm.tokenize('Warm up.'), maxTokens: 4, temperature: 0 });
+    const runs = [];
+    for (let i = 0; i < rounds; i++) {
+      const ids = await llm.tokenize(`${i + 1}. ${promptText}`);
+      const t0 = performance.now();
+      const r = await llm.generate({ promptIds: ids, maxTokens: decodeTokens, temperature: 0 });
+      runs.push({ ...r.timings, wall_s: (performance.now() - t0) / 1000 });
+    }
+    const mem = await llm.memoryUsage();
+    const page = await pageMemory();
+    const info = llm.info;
+    await llm.unload();
+    return { info, runs, wasmBytes: mem.wasm_bytes, page };
+  },
+
+  /** The same measurement with @wllama/wllama (llama.cpp in wasm), served at /wllama/. */
+  async benchWllama({ url, threads, gpu, promptText, decodeTokens, rounds }) {
+    const { Wllama } = await import('/wllama/index.js');
+    const w = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { logger: { debug() {}, log() {}, warn: console.warn, error: console.error } });
+    await w.loadModelFromUrl(url, { n_threads: threads, n_ctx: 1024, n_gpu_layers: gpu ? 999 : 0, useCache: false });
+    const warm = await w.createCompletion({ prompt: 'Warm up.', max_tokens: 4, temperature: 0 });
+    const runs = [];
+    for (let i = 0; i < rounds; i++) {
+      const t0 = performance.now();
+      const r = await w.createCompletion({
+        prompt: `${i + 1}. ${promptText}`, max_tokens: decodeTokens, temperature: 0, cache_prompt: false,
+      });
+      const t = r.timings;
+      runs.push({
+        prompt_tokens: t.prompt_n, generated_tokens: t.predicted_n,
+        prefill_tok_s: t.prompt_per_second, decode_tok_s: t.predicted_per_second, wall_s: (performance.now() - t0) / 1000,
+      });
+    }
+    const page = await pageMemory();
+    const out = { info: { threads: w.getNumThreads(), multithread: w.isMultithread(), warm: !!warm }, runs, page };
+    await w.exit();
     return out;
   },
 };

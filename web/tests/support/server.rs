@@ -36,6 +36,8 @@ pub struct Options {
     pub isolate: bool,
     /// Paths (under `/models/`) whose first GET is cut after half of the file.
     pub flaky: HashSet<String>,
+    /// More folders to serve: (path prefix such as `/wllama`, folder).
+    pub mounts: Vec<(String, PathBuf)>,
 }
 
 #[derive(Clone)]
@@ -65,9 +67,13 @@ impl TestServer {
             options,
             cut: Arc::new(Mutex::new(HashSet::new())),
         };
-        let app = Router::new()
+        let mut app = Router::new()
             .nest_service("/pkg", ServeDir::new(pkg))
-            .nest_service("/models", ServeDir::new(models))
+            .nest_service("/models", ServeDir::new(models));
+        for (at, dir) in &shared.options.mounts {
+            app = app.nest_service(at, ServeDir::new(dir));
+        }
+        let app = app
             .fallback_service(ServeDir::new(pages))
             .layer(middleware::from_fn_with_state(shared, around));
         let listener = rt
