@@ -287,7 +287,8 @@ async function send(text) {
       if (reasoning) turn.reasoning_content = reasoning;
       if (calls.length) turn.tool_calls = calls.filter(Boolean);
       conv.messages.push(turn);
-      await save(conv);
+      // Without IndexedDB (some private modes) the conversation still works, unsaved.
+      await save(conv).catch((e) => console.warn('tinyllm chat: conversation not saved:', e));
     } else {
       // Nothing came back (an error or an early stop): no empty bubble, and no empty turn
       // sent with the next message.
