@@ -58,13 +58,31 @@ fn info_endpoints_and_page() {
     assert!(page.head.contains("text/html"), "{}", page.head);
     let html = page.text();
     assert!(
-        html.contains("/v1/chat/completions") && html.contains("[DONE]"),
+        html.contains(r#"<meta name="tinyllm-transport" content="http">"#) && html.contains("./chat.js"),
+        "the page is not set up for this server's API: {html}"
+    );
+    // The page's files: the script streams chat from the API; nothing loads from elsewhere
+    // (the vendored libraries mention URLs only in comments and strings that are not fetched).
+    let js = s.request("GET", "/chat.js", &[], b"");
+    assert_eq!(js.status, 200);
+    assert!(js.head.contains("text/javascript"), "{}", js.head);
+    let js = js.text();
+    assert!(
+        js.contains("/v1/chat/completions") && js.contains("[DONE]"),
         "page does not stream chat"
     );
-    assert!(
-        !html.contains("http://") && !html.contains("https://"),
-        "page loads external resources"
-    );
+    for text in [&html, &js, &s.request("GET", "/chat.css", &[], b"").text()] {
+        assert!(
+            !text.contains("http://") && !text.contains("https://"),
+            "page loads external resources"
+        );
+    }
+    for lib in ["marked", "purify", "idb-keyval"] {
+        let r = s.request("GET", &format!("/vendor/{lib}.js"), &[], b"");
+        assert_eq!(r.status, 200, "/vendor/{lib}.js");
+        assert!(r.text().contains("export"), "/vendor/{lib}.js is not a module");
+    }
+    assert_eq!(s.request("GET", "/vendor/missing.js", &[], b"").status, 404);
     assert_eq!(s.metric("tinyllm_slots_total"), 2.0);
     assert_eq!(s.metric("tinyllm_slots_busy"), 0.0);
     assert_eq!(s.metric("tinyllm_requests_queued"), 0.0);
@@ -269,6 +287,10 @@ fn every_error_is_an_openai_error_object() {
     .error(401);
     s.request("GET", "/v1/models", &[], b"").error(401);
     assert_eq!(s.request("GET", "/health", &[], b"").status, 200);
+    // The chat page and its files load without the key (the page asks for it).
+    for path in ["/", "/chat.js", "/chat.css", "/vendor/marked.js"] {
+        assert_eq!(s.request("GET", path, &[], b"").status, 200, "{path}");
+    }
     assert_eq!(post(&good).status, 200);
 
     // Malformed bodies and fields.
