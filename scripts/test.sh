@@ -21,7 +21,8 @@ skips=$(mktemp)
 trap 'rm -f "$log" "$skips"' EXIT
 export TINYLLM_SKIP_LOG="$skips"
 status=0
-cargo test --workspace --release "$@" 2>&1 | tee "$log" || status=$?
+# --no-fail-fast: a failing test binary must not hide the ones after it.
+cargo test --workspace --release --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 echo "=== fixture goldens on the portable CPU kernels"
 TINYLLM_CPU_KERNELS=portable cargo test --release -p tinyllm --test model_golden -- fixtures 2>&1 | tee -a "$log" ||
   status=$?
