@@ -12,10 +12,9 @@ mod common;
 mod serve_support;
 
 use serve_support::Server;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const TIME_LIMIT: Duration = Duration::from_secs(240);
 
@@ -45,40 +44,16 @@ fn chat_page_streams_the_same_answer_as_the_api() {
     let s = Server::start(&model, &["--parallel", "2", "--threads", "2"]);
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page");
     std::fs::create_dir_all(&shots).unwrap();
-    let mut child = Command::new("node")
-        .arg(dir.join("chat_page.mjs"))
+    let mut cmd = Command::new("node");
+    cmd.arg(dir.join("chat_page.mjs"))
         .arg(s.url())
         .arg(shots.join("serve"))
-        .env("CHROMIUM", chromium())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
-    // Read both pipes on threads so a chatty script cannot block on a full pipe.
-    fn drain(mut p: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = p.read_to_string(&mut s);
-            s
-        })
-    }
-    let stdout = drain(child.stdout.take().unwrap());
-    let stderr = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + TIME_LIMIT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let out = stdout.join().unwrap();
-    let err = stderr.join().unwrap();
+        .env("CHROMIUM", chromium());
+    let common::Finished {
+        status,
+        stdout: out,
+        stderr: err,
+    } = common::run_with_limit(cmd, TIME_LIMIT);
     let report = format!("--- stdout\n{out}--- stderr\n{err}--- server log\n{}", s.log());
     match status {
         None => panic!("chat_page.mjs ran past {TIME_LIMIT:?}\n{report}"),

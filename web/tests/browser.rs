@@ -14,12 +14,11 @@
 mod common;
 mod support;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::server::{Options, TestServer};
@@ -110,37 +109,10 @@ fn serve(models: &Models, options: Options) -> TestServer {
 /// Run a Node script with `args` (Chromium at `CHROMIUM`), within [`TIME_LIMIT`]: its exit
 /// status (None if it ran past the limit), stdout and stderr.
 fn node(args: &[&std::ffi::OsStr]) -> (Option<std::process::ExitStatus>, String, String) {
-    let mut child = Command::new("node")
-        .args(args)
-        .env("CHROMIUM", chromium())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run node (is Node.js installed?): {e}"));
-    // Read both pipes on threads so a chatty script cannot block on a full pipe.
-    fn drain(mut p: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = p.read_to_string(&mut s);
-            s
-        })
-    }
-    let stdout = drain(child.stdout.take().unwrap());
-    let stderr = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + TIME_LIMIT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    (status, stdout.join().unwrap(), stderr.join().unwrap())
+    let mut cmd = Command::new("node");
+    cmd.args(args).env("CHROMIUM", chromium());
+    let f = common::run_with_limit(cmd, TIME_LIMIT);
+    (f.status, f.stdout, f.stderr)
 }
 
 /// Run scenario `name` with `args` in Chromium on `server`'s test page; its JSON result.
