@@ -606,6 +606,7 @@ fn attention_suite<B: Backend>(
                     scale: 1.0 / (hdk as f32).sqrt(),
                     window,
                     softcap: x.softcap,
+                    v_in_k: false,
                 },
                 k_cache: kc,
                 v_cache: vc,
@@ -816,6 +817,7 @@ fn bad_shapes_are_errors() {
         scale: 1.0,
         window: None,
         softcap: None,
+        v_in_k: false,
     };
     let (kc, vc) = (cpu.alloc_kv(600).unwrap(), cpu.alloc_kv(600).unwrap());
     let seq = [SeqAttn {
@@ -956,4 +958,79 @@ fn f16_matmul_never_overflows() {
     println!("[ops] f16 matmul: NMSE huge activations {e_big:.1e}, ordinary {e_small:.1e}");
     assert!(e_big < NMSE_F32, "huge activations: NMSE {e_big:.2e}");
     assert!(e_small < NMSE_F16, "ordinary activations: NMSE {e_small:.2e}");
+}
+
+/// The expert-grouped matmul (`matmul_id`) equals a loop of dense matmuls, one per (row, slot)
+/// pair, each through the whole stacked tensor seen as one tall matrix and cut to the pair's
+/// expert: on random blocks of the formats experts are stored in, with rows sharing experts,
+/// experts no row chose, per-slot and shared inputs, biases, stacks of whole and partial
+/// interleave tiles, and every CPU kernel set.
+#[test]
+fn matmul_id_equals_a_loop_of_dense_matmuls() {
+    use tinyllm::backend::cpu::kernels::Kernels;
+    use tinyllm::backend::MatId;
+    let mut rng = Rng(0x5eed_0e1d);
+    let sets = [Kernels::detect(), Kernels::portable(), Kernels::oracle()];
+    let (n_mat, rows, slots) = (6usize, 5usize, 3usize);
+    // Experts 2 and 5 unused; 0 and 3 shared by several rows.
+    let ids: Vec<f32> = [0, 3, 1, 3, 0, 4, 0, 1, 3, 4, 3, 0, 1, 0, 3]
+        .iter()
+        .map(|&e| e as f32)
+        .collect();
+    for ty in [
+        GgmlType::F16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_0,
+        GgmlType::Q6_K,
+    ] {
+        for n_out in [24usize, 20] {
+            let k = odd_width(ty);
+            let tensors = vec![
+                (
+                    "w".to_string(),
+                    vec![k as u64, n_out as u64, n_mat as u64],
+                    ty,
+                    random_matrix(&mut rng, ty, k, n_out * n_mat),
+                ),
+                (
+                    "b".to_string(),
+                    vec![n_out as u64, n_mat as u64],
+                    GgmlType::F32,
+                    random_matrix(&mut rng, GgmlType::F32, n_out, n_mat),
+                ),
+            ];
+            let file = gguf(&tensors);
+            let bias = dequantized(&file, "b");
+            for per_slot in [false, true] {
+                let m = MatId { rows, slots, per_slot };
+                let x = rng.vec(m.inputs() * k, 1.0);
+                for kernels in sets {
+                    let be = CpuBackend::with_kernels(2, kernels).unwrap();
+                    let w = be.load_weight(&file, "w").unwrap();
+                    let b = be.load_weight(&file, "b").unwrap();
+                    let (xb, idb) = (upload(&be, &x), upload(&be, &ids));
+                    let mut out = be.alloc(m.pairs() * n_out).unwrap();
+                    let mut out_b = be.alloc(m.pairs() * n_out).unwrap();
+                    be.matmul_id(&w, None, &xb, &idb, m, &mut out).unwrap();
+                    be.matmul_id(&w, Some(&b), &xb, &idb, m, &mut out_b).unwrap();
+                    let (got, got_b) = (
+                        download(&be, &out, m.pairs() * n_out),
+                        download(&be, &out_b, m.pairs() * n_out),
+                    );
+                    for p in 0..m.pairs() {
+                        let r = m.input_of(p);
+                        let full = run_matmul(&be, &file, "w", &x[r * k..(r + 1) * k], 1, n_out * n_mat);
+                        let e = ids[p] as usize;
+                        let want = &full[e * n_out..(e + 1) * n_out];
+                        let what = format!("{ty} n_out {n_out} per_slot {per_slot} {} pair {p}", kernels.variant);
+                        assert_eq!(&got[p * n_out..(p + 1) * n_out], want, "{what}");
+                        for (o, (&g, &w)) in got_b[p * n_out..(p + 1) * n_out].iter().zip(want).enumerate() {
+                            assert_eq!(g, w + bias[e * n_out + o], "{what} with bias [{o}]");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -13,7 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::generation::{
-    argmax, fixture_tolerance, load_cases, load_on, quantile, session, softmax, teacher_forced, Case, Spread, CLEAR_GAP,
+    argmax, fixture_clear_gap, fixture_tolerance, load_cases, load_on, quantile, session, softmax, teacher_forced,
+    Case, Spread, CLEAR_GAP,
 };
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::engine::{EngineError, Session, SessionConfig};
@@ -113,13 +114,13 @@ fn check_fixture_arch(arch: &str, quants: &[&str]) {
         let mut st = Stats::default();
         for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
             let logits = teacher_forced(&mut sess, &case);
-            let tol = fixture_tolerance(q);
+            let tol = fixture_tolerance(arch, q);
             compare(
                 &case,
                 &logits,
                 &Rule {
                     tol,
-                    clear_gap: CLEAR_GAP,
+                    clear_gap: fixture_clear_gap(arch, q),
                 },
                 &mut st,
             );
@@ -148,6 +149,26 @@ fn qwen3_fixtures_match_llama_cpp() {
 #[test]
 fn gemma3_fixtures_match_llama_cpp() {
     check_fixture_arch("gemma3", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn qwen3moe_fixtures_match_llama_cpp() {
+    check_fixture_arch("qwen3moe", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn olmoe_fixtures_match_llama_cpp() {
+    check_fixture_arch("olmoe", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn deepseek2_fixtures_match_llama_cpp() {
+    check_fixture_arch("deepseek2", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn gpt_oss_fixtures_match_llama_cpp() {
+    check_fixture_arch("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]);
 }
 
 /// Real model against llama.cpp's own spread (DESIGN.md, Testing strategy; the rule is
@@ -345,11 +366,16 @@ fn cpu_kernels_match_vec_dot_oracle() {
             "llama.Q5_0",
             "llama.Q6_K",
             "llama.IQ4_XS",
+            "deepseek2.Q8_0",
+            "deepseek2.Q4_K_M",
+            "gpt-oss.Q4_K_M",
         ] {
             let file = Arc::new(GgufFile::open(common::golden(&format!("fixtures/{name}.gguf"))).unwrap());
-            for info in file.tensors().iter().filter(|t| t.shape.len() == 2) {
-                let (k, n) = (info.shape[0] as usize, info.shape[1] as usize);
-                for rows in [1usize, 3] {
+            // Stacked expert and per-head matrices too, as one tall matrix.
+            for info in file.tensors().iter().filter(|t| t.shape.len() >= 2) {
+                let k = info.shape[0] as usize;
+                let n = info.shape[1..].iter().product::<u64>() as usize;
+                for rows in [1usize, 3, 4, 9, 23] {
                     let x: Vec<f32> = (0..rows * k).map(|i| 0.1 + 2.0 * ((i as f32) * 0.37).cos()).collect();
                     let mut results = Vec::new();
                     for be in [&be, &oracle] {

@@ -116,6 +116,8 @@ impl Family<CpuBackend> for Echo {
             att_dim: EMBD,
             n_ff: EMBD,
             n_vocab: VOCAB,
+            moe: None,
+            mla: None,
         }
     }
 

@@ -91,7 +91,7 @@ fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
         let model = load(g.clone(), &dir.join(format!("{file}.gguf")));
         let mut sess = session(&model, 512);
         let mut st = Stats::default();
-        let tol = fixture_tolerance(q);
+        let tol = fixture_tolerance(arch, q);
         for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
             let logits = teacher_forced(&mut sess, &case);
             compare(&case, &logits, tol, false, CLEAR_GAP, &mut st);

@@ -14,7 +14,7 @@ use super::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use super::readback::MaybeSend;
 #[cfg(tinyllm_webgpu)]
 use super::webgpu::{WebGpuBackend, WebGpuBuffer, WebGpuKv, WebGpuWeight};
-use super::{Backend, BackendError, Readback, Rope, SeqAttn};
+use super::{Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
 use crate::gguf::{GgufFile, TensorView};
 use crate::sample::Candidates;
 
@@ -304,6 +304,60 @@ impl Backend for AnyBackend {
 
     fn geglu(&self, gate: &mut AnyBuffer, up: &AnyBuffer, len: usize) -> Result<(), BackendError> {
         forward!("geglu", self, [gate: AnyBuffer, up: AnyBuffer], |b| b.geglu(gate, up, len))
+    }
+
+    fn swiglu_oai(
+        &self,
+        gate: &mut AnyBuffer,
+        up: &AnyBuffer,
+        len: usize,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<(), BackendError> {
+        forward!("swiglu_oai", self, [gate: AnyBuffer, up: AnyBuffer], |b| b.swiglu_oai(gate, up, len, alpha, limit))
+    }
+
+    fn route_experts(
+        &self,
+        logits: &AnyBuffer,
+        rows: usize,
+        route: &Route,
+        bias: Option<&AnyWeight>,
+        ids: &mut AnyBuffer,
+        weights: &mut AnyBuffer,
+    ) -> Result<(), BackendError> {
+        forward!("route_experts", self, [logits: AnyBuffer, bias: opt AnyWeight, ids: AnyBuffer, weights: AnyBuffer], |b| b
+            .route_experts(logits, rows, route, bias, ids, weights))
+    }
+
+    fn matmul_id(
+        &self,
+        w: &AnyWeight,
+        bias: Option<&AnyWeight>,
+        x: &AnyBuffer,
+        ids: &AnyBuffer,
+        m: MatId,
+        out: &mut AnyBuffer,
+    ) -> Result<(), BackendError> {
+        forward!("matmul_id", self, [w: AnyWeight, bias: opt AnyWeight, x: AnyBuffer, ids: AnyBuffer, out: AnyBuffer], |b| b
+            .matmul_id(w, bias, x, ids, m, out))
+    }
+
+    fn moe_combine(
+        &self,
+        experts: &AnyBuffer,
+        weights: &AnyBuffer,
+        rows: usize,
+        slots: usize,
+        width: usize,
+        out: &mut AnyBuffer,
+    ) -> Result<(), BackendError> {
+        forward!("moe_combine", self, [experts: AnyBuffer, weights: AnyBuffer, out: AnyBuffer], |b| b
+            .moe_combine(experts, weights, rows, slots, width, out))
+    }
+
+    fn copy_strided(&self, src: &AnyBuffer, dst: &mut AnyBuffer, c: &Strided) -> Result<(), BackendError> {
+        forward!("copy_strided", self, [src: AnyBuffer, dst: AnyBuffer], |b| b.copy_strided(src, dst, c))
     }
 
     fn copy_rows(

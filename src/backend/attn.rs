@@ -28,6 +28,10 @@ pub struct AttnParams {
     pub window: Option<usize>,
     /// Logit soft-capping: q·k becomes `cap · tanh(q·k / cap)` before `scale`.
     pub softcap: Option<f32>,
+    /// V has no cache of its own: a value head is the first `head_dim_v` values of its K head
+    /// (MLA's latent, so the cache holds `kv_lora_rank + rope` values per token for both). The
+    /// call's `v_cache` is then the K cache.
+    pub v_in_k: bool,
 }
 
 /// One sequence of a [`super::Backend::attention`] call: its query and output rows are
@@ -49,6 +53,16 @@ impl AttnParams {
     /// Width of a row of the output.
     pub fn out_dim(&self) -> usize {
         self.n_head * self.head_dim_v
+    }
+
+    /// Where value heads sit in the V source: (values from one position to the next, from one
+    /// KV head to the next).
+    pub fn v_layout(&self) -> (usize, usize) {
+        if self.v_in_k {
+            (self.n_head_kv * self.head_dim_k, self.head_dim_k)
+        } else {
+            (self.n_head_kv * self.head_dim_v, self.head_dim_v)
+        }
     }
 
     /// Error unless the head layout is whole (query heads in groups per KV head, non-empty
@@ -74,6 +88,12 @@ impl AttnParams {
                 return Err(shape("attention", format!("soft-cap {cap} is not a positive number")));
             }
         }
+        if self.v_in_k && self.head_dim_v > self.head_dim_k {
+            return Err(shape(
+                "attention",
+                format!("v heads of {} inside k heads of {}", self.head_dim_v, self.head_dim_k),
+            ));
+        }
         let positions = self.pos0 + self.rows;
         need(
             "attention",
@@ -81,11 +101,6 @@ impl AttnParams {
             k_cache,
             positions * self.n_head_kv * self.head_dim_k,
         )?;
-        need(
-            "attention",
-            "v cache",
-            v_cache,
-            positions * self.n_head_kv * self.head_dim_v,
-        )
+        need("attention", "v cache", v_cache, positions * self.v_layout().0)
     }
 }

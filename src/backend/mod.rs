@@ -20,6 +20,7 @@ pub mod attn;
 pub mod checks;
 pub mod cpu;
 pub mod gpu;
+pub mod moe;
 pub mod readback;
 pub mod rope;
 #[cfg(tinyllm_webgpu)]
@@ -30,6 +31,7 @@ use std::sync::Arc;
 
 pub use any::{AnyBackend, BackendKind};
 pub use attn::{AttnParams, SeqAttn, MAX_HEAD_DIM};
+pub use moe::{Gating, MatId, Route, Strided};
 pub use readback::{MaybeSend, Readback};
 pub use rope::{Rope, RopeKind, RopeScaling, Yarn};
 
@@ -196,6 +198,58 @@ pub trait Backend: Send + Sync + 'static {
 
     /// `gate[i] = gelu_tanh(gate[i]) * up[i]` for the first `len` values.
     fn geglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError>;
+
+    /// gpt-oss's clamped SwiGLU ([`moe::swiglu_oai`]) on the first `len` values, in `gate`.
+    fn swiglu_oai(
+        &self,
+        gate: &mut Self::Buffer,
+        up: &Self::Buffer,
+        len: usize,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<(), BackendError>;
+
+    /// Route `rows` rows of router `logits` (`route.n_expert` each; `bias`: a selection-only
+    /// bias per expert) by [`Route::row`]'s rule: `ids` and `weights` get `route.k` values per
+    /// row (ids as whole f32 numbers).
+    fn route_experts(
+        &self,
+        logits: &Self::Buffer,
+        rows: usize,
+        route: &Route,
+        bias: Option<&Self::Weight>,
+        ids: &mut Self::Buffer,
+        weights: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// The routed matmul ([`MatId`], ggml's `mul_mat_id`): `w` stacks `n_mat` matrices
+    /// `[n_out, n_in]` (a 3-D GGUF tensor `[n_in, n_out, n_mat]`); pair `p` gets
+    /// `out[p] = W[ids[p]] x[input_of(p)] (+ bias[ids[p]])`, `bias` a `[n_out, n_mat]` tensor.
+    /// Only the matrices some pair chose are read, each once per call for all its pairs.
+    fn matmul_id(
+        &self,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        x: &Self::Buffer,
+        ids: &Self::Buffer,
+        m: MatId,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// `out[r] = sum_j weights[r * slots + j] * experts[r * slots + j]` for `rows` rows of
+    /// `width`: a routed FFN's weighted sum of its experts' outputs.
+    fn moe_combine(
+        &self,
+        experts: &Self::Buffer,
+        weights: &Self::Buffer,
+        rows: usize,
+        slots: usize,
+        width: usize,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// Copy runs of values between strided places ([`Strided`]).
+    fn copy_strided(&self, src: &Self::Buffer, dst: &mut Self::Buffer, c: &Strided) -> Result<(), BackendError>;
 
     /// Copy rows `row0..row0 + rows` of width `width` from `src` to the start of `dst`.
     fn copy_rows(

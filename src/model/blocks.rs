@@ -58,7 +58,7 @@ impl<'a, 'b, B: Backend> Batch<'a, 'b, B> {
     }
 
     /// The first row of each sequence.
-    fn row0s(&self) -> Vec<usize> {
+    pub(super) fn row0s(&self) -> Vec<usize> {
         self.seqs
             .iter()
             .scan(0, |r, q| {
@@ -93,6 +93,10 @@ pub struct ScratchDims {
     pub att_dim: usize,
     pub n_ff: usize,
     pub n_vocab: usize,
+    /// Routed experts, if the family has them.
+    pub moe: Option<super::moe::MoeDims>,
+    /// Latent attention, if the family has it.
+    pub mla: Option<super::mla::MlaDims>,
 }
 
 impl ScratchDims {
@@ -106,6 +110,8 @@ impl ScratchDims {
             att_dim: h.out_dim(),
             n_ff,
             n_vocab: c.n_vocab,
+            moe: None,
+            mla: None,
         }
     }
 }
@@ -141,6 +147,10 @@ pub struct Scratch<B: Backend> {
     sel: B::Buffer,
     /// [logit_rows, n_vocab]
     logits: B::Buffer,
+    /// Routed experts' scratch (families with experts).
+    pub moe: Option<super::moe::MoeScratch<B>>,
+    /// Latent attention's scratch (MLA families).
+    pub mla: Option<super::mla::MlaScratch<B>>,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -170,6 +180,11 @@ impl<B: Backend> Scratch<B> {
             row: a(d.n_embd, 1)?,
             sel: a(d.n_embd, logit_rows)?,
             logits: a(d.n_vocab, logit_rows)?,
+            moe: d
+                .moe
+                .map(|m| super::moe::MoeScratch::new(be, m, d.n_embd, rows))
+                .transpose()?,
+            mla: d.mla.map(|m| super::mla::MlaScratch::new(be, m, rows)).transpose()?,
         })
     }
 
@@ -198,8 +213,10 @@ pub struct AttnWeights<B: Backend> {
 pub struct AttnTensors {
     /// `attn_{q,k,v}.bias`.
     pub bias: bool,
-    /// `attn_{q,k}_norm.weight`.
+    /// `attn_{q,k}_norm.weight`, per head.
     pub qk_norm: bool,
+    /// `attn_{q,k}_norm.weight` over the whole q and k projections (olmoe).
+    pub qk_norm_whole: bool,
 }
 
 impl<B: Backend> AttnWeights<B> {
@@ -215,10 +232,15 @@ impl<B: Backend> AttnWeights<B> {
         } else {
             None
         };
-        let qk_norm = if has.qk_norm {
+        let qk_norm = if has.qk_norm || has.qk_norm_whole {
+            let (qw, kw) = if has.qk_norm_whole {
+                (h.q_dim(), h.k_dim())
+            } else {
+                (h.head_dim_k, h.head_dim_k)
+            };
             Some([
-                t.req(&n("attn_q_norm.weight"), &[h.head_dim_k])?,
-                t.req(&n("attn_k_norm.weight"), &[h.head_dim_k])?,
+                t.req(&n("attn_q_norm.weight"), &[qw])?,
+                t.req(&n("attn_k_norm.weight"), &[kw])?,
             ])
         } else {
             None
@@ -247,6 +269,8 @@ pub struct AttnLayer<'a> {
     pub q_scale: Option<f32>,
     pub softcap: Option<f32>,
     pub eps: f32,
+    /// q/k norms span the whole projections, not each head.
+    pub qk_norm_whole: bool,
 }
 
 /// The positional KV cache of a sequence's state (every family here keeps one).
@@ -278,8 +302,14 @@ pub fn attention<B: Backend + 'static>(
         be.add_bias(&mut s.v, bv, rows)?;
     }
     if let Some([qn, kn]) = &w.qk_norm {
-        be.rmsnorm_inplace(&mut s.q, qn, rows * h.n_head, l.eps)?;
-        be.rmsnorm_inplace(&mut s.k, kn, rows * h.n_head_kv, l.eps)?;
+        // A norm's groups are its weight's length: per head, or the whole projection.
+        let (gq, gk) = if l.qk_norm_whole {
+            (rows, rows)
+        } else {
+            (rows * h.n_head, rows * h.n_head_kv)
+        };
+        be.rmsnorm_inplace(&mut s.q, qn, gq, l.eps)?;
+        be.rmsnorm_inplace(&mut s.k, kn, gk, l.eps)?;
     }
     // Every row at its own position, the whole batch at once.
     be.rope(&mut s.q, h.n_head, h.head_dim_k, &batch.positions, l.rope, factors)?;
@@ -310,6 +340,7 @@ pub fn attention<B: Backend + 'static>(
                 scale: l.kq_scale,
                 window: l.window,
                 softcap: l.softcap,
+                v_in_k: false,
             },
             k_cache,
             v_cache,

@@ -88,6 +88,7 @@ impl Architecture for Gemma3Arch {
         let has = AttnTensors {
             bias: false,
             qk_norm: true,
+            qk_norm_whole: false,
         };
         let mut layers = Vec::with_capacity(c.n_layer);
         for il in 0..c.n_layer {
@@ -146,6 +147,7 @@ impl<B: Backend> Family<B> for Gemma3<B> {
                 q_scale: Some(1.0 / (hp.heads.head_dim_k as f32).sqrt()),
                 softcap: None,
                 eps: c.rms_eps,
+                qk_norm_whole: false,
             };
             be.rmsnorm(&s.x, &l.attn_norm, rows, c.rms_eps, &mut s.xn)?;
             blocks::attention(be, batch, s, il, &attn, &l.attn, None)?;

@@ -62,6 +62,10 @@ impl Keys<'_> {
         Ok(v)
     }
 
+    pub fn opt_bool(&self, k: &str) -> Result<Option<bool>, ModelError> {
+        Ok(self.file.opt(&self.key(k), GgufFile::get_bool)?)
+    }
+
     /// An optional string.
     pub fn opt_str(&self, k: &str) -> Result<Option<&str>, ModelError> {
         let key = self.key(k);

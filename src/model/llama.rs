@@ -7,15 +7,20 @@
 //! ```
 //! Biases are qwen2's, per-head q/k norms qwen3's; llama and mistral rotate adjacent pairs,
 //! the qwens halves. K and V heads may differ in width.
+//!
+//! The mixtures of experts built the same way run here too, their FFN routed
+//! ([`super::moe`]): qwen3moe (per-head q/k norms, normalized top-k softmax weights) and olmoe
+//! (q/k norms over the whole projection, unnormalized weights).
 
 use super::blocks::{
     self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims,
 };
 use super::hparams::{self, Common, Heads, Keys};
+use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
 use super::state::SeqState;
 use super::tensors::Loader;
 use super::{Architecture, Family, ModelError, ModelInfo};
-use crate::backend::{Backend, Rope, RopeKind};
+use crate::backend::{Backend, Gating, Rope, RopeKind};
 use crate::gguf::GgufFile;
 
 /// The llama family's hyper-parameters.
@@ -27,8 +32,17 @@ pub struct Hparams {
     pub rope: Rope,
     /// q/k/v biases (qwen2).
     pub qkv_bias: bool,
-    /// Per-head q/k RMS norms (qwen3).
-    pub qk_norm: bool,
+    /// q/k RMS norms: per head (qwen3, qwen3moe) or over the whole projection (olmoe).
+    pub qk_norm: Option<QkNorm>,
+    /// Routed experts in place of the dense FFN (qwen3moe, olmoe).
+    pub moe: Option<MoeFfn>,
+}
+
+/// Where q/k RMS norms apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    PerHead,
+    Whole,
 }
 
 impl Hparams {
@@ -41,22 +55,55 @@ impl Hparams {
         } else {
             RopeKind::Neox
         };
+        let moe = match arch {
+            // llama.cpp: qwen3moe normalizes the chosen weights, olmoe does not.
+            "qwen3moe" | "olmoe" => {
+                let ff_key = if arch == "olmoe" {
+                    "feed_forward_length"
+                } else {
+                    "expert_feed_forward_length"
+                };
+                Some(MoeFfn {
+                    dims: MoeDims::read(&k, ff_key)?,
+                    n_embd: common.n_embd,
+                    gating: Gating::Softmax,
+                    norm: arch == "qwen3moe",
+                    scale: k.opt_f32("expert_weights_scale")?.unwrap_or(0.0),
+                    glu: ExpertGlu::Silu,
+                    shared_ff: None,
+                })
+            }
+            _ => None,
+        };
         Ok(Hparams {
-            n_ff: k.count("feed_forward_length")?,
+            n_ff: match &moe {
+                Some(m) => m.dims.n_ff_exp,
+                None => k.count("feed_forward_length")?,
+            },
             rope: hparams::rope(&k, kind, heads.head_dim_k, "rope.freq_base")?,
             qkv_bias: arch == "qwen2",
-            qk_norm: arch == "qwen3",
+            qk_norm: match arch {
+                "qwen3" | "qwen3moe" => Some(QkNorm::PerHead),
+                "olmoe" => Some(QkNorm::Whole),
+                _ => None,
+            },
+            moe,
             common,
             heads,
         })
     }
 }
 
+enum Ffn<B: Backend> {
+    Dense(FfnWeights<B>),
+    Moe(MoeWeights<B>),
+}
+
 struct Layer<B: Backend> {
     attn_norm: B::Weight,
     attn: AttnWeights<B>,
     ffn_norm: B::Weight,
-    ffn: FfnWeights<B>,
+    ffn: Ffn<B>,
 }
 
 /// A llama-family model's weights on a backend.
@@ -78,7 +125,8 @@ impl Architecture for LlamaArch {
         let e = c.n_embd;
         let has = AttnTensors {
             bias: hp.qkv_bias,
-            qk_norm: hp.qk_norm,
+            qk_norm: hp.qk_norm == Some(QkNorm::PerHead),
+            qk_norm_whole: hp.qk_norm == Some(QkNorm::Whole),
         };
         let mut layers = Vec::with_capacity(c.n_layer);
         for il in 0..c.n_layer {
@@ -87,7 +135,10 @@ impl Architecture for LlamaArch {
                 attn_norm: t.req(&n("attn_norm.weight"), &[e])?,
                 attn: AttnWeights::load(t, il, e, h, has)?,
                 ffn_norm: t.req(&n("ffn_norm.weight"), &[e])?,
-                ffn: FfnWeights::load(t, il, e, hp.n_ff)?,
+                ffn: match &hp.moe {
+                    Some(m) => Ffn::Moe(MoeWeights::load(t, il, e, m.dims, MoeTensors::default())?),
+                    None => Ffn::Dense(FfnWeights::load(t, il, e, hp.n_ff)?),
+                },
             });
         }
         let model = Llama {
@@ -107,7 +158,10 @@ impl<B: Backend> Family<B> for Llama<B> {
     }
 
     fn scratch_dims(&self) -> ScratchDims {
-        ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
+        ScratchDims {
+            moe: self.hp.moe.map(|m| m.dims),
+            ..ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
+        }
     }
 
     fn new_state(&self, be: &B, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
@@ -126,6 +180,7 @@ impl<B: Backend> Family<B> for Llama<B> {
             q_scale: None,
             softcap: None,
             eps: c.rms_eps,
+            qk_norm_whole: hp.qk_norm == Some(QkNorm::Whole),
         };
         be.embed(&self.embd.token_embd, &batch.tokens, 1.0, &mut s.x)?;
         for (il, l) in self.layers.iter().enumerate() {
@@ -133,7 +188,16 @@ impl<B: Backend> Family<B> for Llama<B> {
             blocks::attention(be, batch, s, il, &attn, &l.attn, self.rope_freqs.as_ref())?;
             be.add(&mut s.x, &s.xn, len)?;
             be.rmsnorm(&s.x, &l.ffn_norm, rows, c.rms_eps, &mut s.xn)?;
-            blocks::ffn(be, s, rows, hp.n_ff, &l.ffn, Gate::Silu)?;
+            match (&l.ffn, &hp.moe) {
+                (Ffn::Moe(w), Some(m)) => moe::moe_ffn(be, s, rows, m, w)?,
+                (Ffn::Dense(w), _) => blocks::ffn(be, s, rows, hp.n_ff, w, Gate::Silu)?,
+                (Ffn::Moe(_), None) => {
+                    return Err(ModelError::BadParam {
+                        key: "expert_count".into(),
+                        problem: "expert weights without expert hyper-parameters".into(),
+                    })
+                }
+            }
             be.add(&mut s.x, &s.xn, len)?;
         }
         Ok(())

@@ -10,9 +10,12 @@
 //! [`blocks`] for how their rows share the pass.
 
 pub mod blocks;
+pub mod deepseek2;
 pub mod gemma3;
 pub mod hparams;
 pub mod llama;
+pub mod mla;
+pub mod moe;
 pub mod state;
 pub mod tensors;
 
@@ -238,6 +241,7 @@ macro_rules! registry {
 }
 
 registry! {
-    llama::LlamaArch => ["llama", "mistral", "qwen2", "qwen3"],
+    llama::LlamaArch => ["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "olmoe"],
     gemma3::Gemma3Arch => ["gemma3"],
+    deepseek2::Deepseek2Arch => ["deepseek2"],
 }

@@ -89,6 +89,8 @@ pub struct KvCache<B: Backend> {
     k: Vec<B::Kv>,
     v: Vec<B::Kv>,
     n_ctx: usize,
+    /// Values stored per position, all layers' K and V together.
+    per_token: usize,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -107,7 +109,14 @@ impl<B: Backend> KvCache<B> {
             k.push(backend.alloc_kv(len(kw)?)?);
             v.push(backend.alloc_kv(len(vw)?)?);
         }
-        Ok(KvCache { k, v, n_ctx })
+        let per_token = widths.iter().map(|&(kw, vw)| kw + vw).sum();
+        Ok(KvCache { k, v, n_ctx, per_token })
+    }
+
+    /// Values the cache stores per token, over all layers (f16 each): MLA's latent cache holds
+    /// `kv_lora_rank + rope` per layer, a plain one `k_dim + v_dim`.
+    pub fn values_per_token(&self) -> usize {
+        self.per_token
     }
 
     /// K and V of layer `il`.

@@ -115,11 +115,27 @@ pub fn teacher_forced<B: Backend>(sess: &mut Session<B>, case: &Case) -> Vec<Vec
 }
 
 /// The golden README's |Δp| tolerance for a fixture quantization.
-pub fn fixture_tolerance(quant: &str) -> f64 {
-    match quant {
-        "F16" => 5e-3,
-        "Q8_0" => 3e-2,
+pub fn fixture_tolerance(arch: &str, quant: &str) -> f64 {
+    match (arch, quant) {
+        (_, "F16") => 5e-3,
+        // llama.cpp's own spread on the quantized deepseek2 fixtures reaches 0.15 (golden
+        // README, Tolerances; see [`fixture_clear_gap`] for why).
+        ("deepseek2", _) => 0.15,
+        (_, "Q8_0") => 3e-2,
         _ => 5e-2,
+    }
+}
+
+/// The nearest-rank quantile `q` of `devs` (0 for none).
+/// The top-1/top-2 gap above which our argmax must equal llama.cpp's on a fixture. The
+/// quantized deepseek2 fixture routes by sigmoid scores whose chosen and next experts lie
+/// within 2e-4 of each other at some steps, so rounding flips of the quantized activations
+/// (llama.cpp's own spread on it reaches 0.15, golden README) move the top probabilities by up
+/// to 0.07 between two correct kernel sets (ours: the SIMD and the scalar-oracle kernels).
+pub fn fixture_clear_gap(arch: &str, quant: &str) -> f64 {
+    match (arch, quant) {
+        ("deepseek2", q) if q != "F16" => 0.1,
+        _ => CLEAR_GAP,
     }
 }
 

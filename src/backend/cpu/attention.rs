@@ -271,7 +271,8 @@ fn attend_block_generic<const F16C: bool>(
     out: &mut [f32],
 ) {
     let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
-    let (k_dim, v_dim) = (p.n_head_kv * hdk, p.n_head_kv * hdv);
+    let k_dim = p.n_head_kv * hdk;
+    let (v_row, v_head) = p.v_layout();
     // Keys lo..=hi are visible from some row of the block.
     let lo = first_visible(p.pos0 + b.row0, p.window);
     let hi = p.pos0 + b.row0 + b.rows - 1;
@@ -283,7 +284,7 @@ fn attend_block_generic<const F16C: bool>(
     let (q16, rest) = rest.split_at_mut(b.heads * hdk);
     let (scores, inv) = rest.split_at_mut(b.heads * n);
     for (j, (kr, vr)) in kf.chunks_exact_mut(hdk).zip(vf.chunks_exact_mut(hdv)).enumerate() {
-        let (kb, vb) = ((lo + j) * k_dim + b.kvh * hdk, (lo + j) * v_dim + b.kvh * hdv);
+        let (kb, vb) = ((lo + j) * k_dim + b.kvh * hdk, (lo + j) * v_row + b.kvh * v_head);
         widen::<F16C>(&k_cache[kb..kb + hdk], kr);
         widen::<F16C>(&v_cache[vb..vb + hdv], vr);
     }
@@ -531,7 +532,8 @@ pub fn attend_head(
     out: &mut [f32],
 ) {
     let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
-    let (k_dim, v_dim) = (p.n_head_kv * hdk, p.n_head_kv * hdv);
+    let k_dim = p.n_head_kv * hdk;
+    let (v_row, v_head) = p.v_layout();
     let first = first_visible(pos, p.window);
     let q16: Vec<f32> = q.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
     let mut krow = vec![0f32; hdk];
@@ -556,7 +558,7 @@ pub fn attend_head(
         if pj == 0.0 {
             continue;
         }
-        let base = (first + idx) * v_dim + kvh * hdv;
+        let base = (first + idx) * v_row + kvh * v_head;
         v_cache[base..base + hdv].convert_to_f32_slice(&mut vrow);
         for (o, &v) in out.iter_mut().zip(vrow.iter()) {
             *o += pj * v;
@@ -610,6 +612,7 @@ mod tests {
             scale: 0.3,
             window: None,
             softcap: None,
+            v_in_k: false,
         }
     }
 
@@ -821,6 +824,7 @@ mod tests {
                 window: Some(12),
                 scale: 0.4,
                 softcap,
+                v_in_k: false,
                 ..params(21, 9, 7, 1, hd)
             };
             let (q, k, v) = inputs(&p);

@@ -6,6 +6,7 @@
 //! Attention runs every sequence of a batch in one dispatch (`attention.rs`).
 
 mod attention;
+mod experts;
 pub mod interleave;
 pub mod kernels;
 mod ops;
@@ -21,7 +22,7 @@ use half::f16;
 
 use super::checks::{self, shape, weight_matrix};
 use super::readback::MaybeSend;
-use super::{Backend, BackendError, Readback, Rope, SeqAttn};
+use super::{Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
@@ -171,7 +172,11 @@ impl CpuBackend {
     ) -> Result<CpuWeight, BackendError> {
         let info = view.info;
         let (n_in, n_out) = weight_matrix(&info.name, &view, quant::has_vec_dot, "cpu")?;
-        let interleaved = (info.shape.len() > 1 && (self.kernels.interleaves)(info.ty))
+        // A stack of matrices (experts) is interleaved only where each matrix is whole tiles,
+        // so a matmul can start at any matrix.
+        let mats = stacked_matrices(info);
+        let whole_tiles = (n_out / mats).is_multiple_of(interleave::TILE_ROWS);
+        let interleaved = (info.shape.len() > 1 && (mats == 1 || whole_tiles) && (self.kernels.interleaves)(info.ty))
             .then(|| self.interleave(info, n_in, view.data, &release))
             .flatten();
         let data = if info.shape.len() <= 1 {
@@ -186,6 +191,7 @@ impl CpuBackend {
             ty: info.ty,
             n_in,
             n_out,
+            mats,
             data,
         })
     }
@@ -217,6 +223,12 @@ impl CpuBackend {
         release(0..rows.len());
         Some(tiles)
     }
+}
+
+/// How many matrices a tensor stacks: the product of its dimensions past the second (the
+/// experts of a 3-D `[n_in, n_out, n_expert]` tensor), 1 for a plain matrix or vector.
+fn stacked_matrices(info: &TensorInfo) -> usize {
+    info.shape.iter().skip(2).product::<u64>().max(1) as usize
 }
 
 /// Ask for transparent huge pages under `buf` before it is first written: a fresh large
@@ -262,6 +274,9 @@ pub struct CpuWeight {
     n_in: usize,
     /// Rows (product of the other dimensions).
     n_out: usize,
+    /// Matrices stacked along the third and later dimensions (experts), `n_out / mats` rows
+    /// each.
+    mats: usize,
     data: WeightData,
 }
 
@@ -538,6 +553,57 @@ impl Backend for CpuBackend {
         self.gated("geglu", gate, up, len, |g: &mut [f32], u: &[f32]| {
             g.iter_mut().zip(u).for_each(|(g, &u)| *g = ops::gelu(*g) * u);
         })
+    }
+
+    fn swiglu_oai(
+        &self,
+        gate: &mut CpuBuffer,
+        up: &CpuBuffer,
+        len: usize,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<(), BackendError> {
+        self.oai_glu(gate, up, len, alpha, limit)
+    }
+
+    fn route_experts(
+        &self,
+        logits: &CpuBuffer,
+        rows: usize,
+        route: &Route,
+        bias: Option<&CpuWeight>,
+        ids: &mut CpuBuffer,
+        weights: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.route(logits, rows, route, bias, ids, weights)
+    }
+
+    fn matmul_id(
+        &self,
+        w: &CpuWeight,
+        bias: Option<&CpuWeight>,
+        x: &CpuBuffer,
+        ids: &CpuBuffer,
+        m: MatId,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.grouped_matmul(w, bias, x, ids, m, out)
+    }
+
+    fn moe_combine(
+        &self,
+        experts: &CpuBuffer,
+        weights: &CpuBuffer,
+        rows: usize,
+        slots: usize,
+        width: usize,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.combine(experts, weights, rows, slots, width, out)
+    }
+
+    fn copy_strided(&self, src: &CpuBuffer, dst: &mut CpuBuffer, c: &Strided) -> Result<(), BackendError> {
+        self.strided(src, dst, c)
     }
 
     fn copy_rows(

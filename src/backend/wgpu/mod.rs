@@ -50,7 +50,7 @@ use super::gpu::plan::{self, AttnPlan, PartRows};
 pub use super::gpu::{kernels, MatmulVariant, KV_CHUNK};
 use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_BYTES};
 use super::readback::MaybeSend;
-use super::{Backend, BackendError, Readback, Rope, SeqAttn};
+use super::{Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
 use crate::gguf::{GgufFile, TensorView};
 use crate::quant::GgmlType;
 use crate::sample::Candidates;
@@ -862,6 +862,9 @@ impl Backend for WebGpuBackend {
     ) -> Result<(), BackendError> {
         let sinks_buf = sinks.map(|w| w.dense("attention")).transpose()?;
         checks::attention(q.len, out.len, seqs, |c: &WebGpuKv| c.0.len, sinks.map(|w| w.n_in))?;
+        if seqs.iter().any(|s| s.p.v_in_k) {
+            return Err(not_yet("attention with values inside the keys (MLA)"));
+        }
         for s in seqs {
             self.attend(q, s, sinks_buf, out)?;
         }
@@ -880,6 +883,69 @@ impl Backend for WebGpuBackend {
         checks::elementwise("geglu", gate.len, Some(("up", up.len)), len)?;
         if let Some(d) = plan::elementwise("geglu", Kernel::Geglu, len, 1, 0.0)? {
             self.record("geglu", &d, &[(1, &gate.buf), (2, &up.buf)])?;
+        }
+        Ok(())
+    }
+
+    fn swiglu_oai(
+        &self,
+        gate: &mut WebGpuBuffer,
+        up: &WebGpuBuffer,
+        len: usize,
+        _alpha: f32,
+        _limit: f32,
+    ) -> Result<(), BackendError> {
+        checks::elementwise("swiglu_oai", gate.len, Some(("up", up.len)), len)?;
+        Err(not_yet("swiglu_oai"))
+    }
+
+    fn route_experts(
+        &self,
+        _logits: &WebGpuBuffer,
+        _rows: usize,
+        route: &Route,
+        _bias: Option<&WebGpuWeight>,
+        _ids: &mut WebGpuBuffer,
+        _weights: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        route.check()?;
+        Err(not_yet("route_experts"))
+    }
+
+    fn matmul_id(
+        &self,
+        _w: &WebGpuWeight,
+        _bias: Option<&WebGpuWeight>,
+        _x: &WebGpuBuffer,
+        _ids: &WebGpuBuffer,
+        _m: MatId,
+        _out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        Err(not_yet("matmul_id"))
+    }
+
+    fn moe_combine(
+        &self,
+        _experts: &WebGpuBuffer,
+        _weights: &WebGpuBuffer,
+        _rows: usize,
+        _slots: usize,
+        _width: usize,
+        _out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        Err(not_yet("moe_combine"))
+    }
+
+    fn copy_strided(&self, src: &WebGpuBuffer, dst: &mut WebGpuBuffer, c: &Strided) -> Result<(), BackendError> {
+        c.check(src.len, dst.len)?;
+        if c.width == 0 {
+            return Ok(());
+        }
+        let mut rec = self.recorder();
+        let enc = rec.encoder(&self.ctx.device);
+        for i in 0..c.count {
+            let (s, d) = (c.src_off + i * c.src_stride, c.dst_off + i * c.dst_stride);
+            enc.copy_buffer_to_buffer(&src.buf, (s * 4) as u64, &dst.buf, (d * 4) as u64, (c.width * 4) as u64);
         }
         Ok(())
     }
@@ -967,5 +1033,13 @@ impl Backend for WebGpuBackend {
                 })
                 .collect()
         }))
+    }
+}
+
+/// An op the WebGPU backend does not run yet: a clear error, never a wrong answer.
+fn not_yet(op: &'static str) -> BackendError {
+    BackendError::Unavailable {
+        backend: "webgpu",
+        reason: format!("the {op} op (mixture-of-experts models) is not implemented on WebGPU yet; use --backend cpu"),
     }
 }
