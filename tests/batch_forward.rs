@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tinyllm::backend::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
-use tinyllm::backend::{Backend, BackendError, MaybeSend, Readback, Rope, SeqAttn};
+use tinyllm::backend::{Backend, BackendError, MatId, MaybeSend, Readback, Rope, Route, SeqAttn, Strided};
 use tinyllm::engine::{forward_batch, BatchItem, EngineError, Session, SessionConfig};
 use tinyllm::gguf::{GgufFile, TensorView};
 use tinyllm::model::{HeadResult, HeadWant, Model, Scratch};
@@ -312,6 +312,52 @@ impl Backend for OneAtATime {
     }
     fn geglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
         self.0.geglu(gate, up, len)
+    }
+    fn swiglu_oai(
+        &self,
+        gate: &mut CpuBuffer,
+        up: &CpuBuffer,
+        len: usize,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<(), BackendError> {
+        self.0.swiglu_oai(gate, up, len, alpha, limit)
+    }
+    fn route_experts(
+        &self,
+        logits: &CpuBuffer,
+        rows: usize,
+        route: &Route,
+        bias: Option<&CpuWeight>,
+        ids: &mut CpuBuffer,
+        weights: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.0.route_experts(logits, rows, route, bias, ids, weights)
+    }
+    fn matmul_id(
+        &self,
+        w: &CpuWeight,
+        bias: Option<&CpuWeight>,
+        x: &CpuBuffer,
+        ids: &CpuBuffer,
+        m: MatId,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.0.matmul_id(w, bias, x, ids, m, out)
+    }
+    fn moe_combine(
+        &self,
+        experts: &CpuBuffer,
+        weights: &CpuBuffer,
+        rows: usize,
+        slots: usize,
+        width: usize,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.0.moe_combine(experts, weights, rows, slots, width, out)
+    }
+    fn copy_strided(&self, src: &CpuBuffer, dst: &mut CpuBuffer, c: &Strided) -> Result<(), BackendError> {
+        self.0.copy_strided(src, dst, c)
     }
     fn copy_rows(
         &self,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::generation::{
     argmax, fixture_clear_gap, fixture_tolerance, load_cases, load_on, quantile, session, softmax, teacher_forced,
-    Case, Spread, CLEAR_GAP,
+    Case, Spread,
 };
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::engine::{EngineError, Session, SessionConfig};
