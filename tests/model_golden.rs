@@ -3,8 +3,8 @@
 //! Teacher forcing: prompt + golden tokens run as one chunked prefill that returns the logits
 //! of every golden step; at each step the top-10 probabilities must match llama.cpp's within
 //! the README tolerance, and our argmax must equal theirs wherever their top-1/top-2 gap is
-//! clear. Free-running greedy (real models): our tokens must match theirs up to the first
-//! near-tie. Real models are found in `$TINYLLM_MODELS` (default `~/.cache/tinyllm/models`);
+//! clear. Free-running greedy (fixtures and real models): our tokens must match theirs up to
+//! the first near-tie. Real models are found in `$TINYLLM_MODELS` (default `~/.cache/tinyllm/models`);
 //! run these with `cargo test --release --test model_golden`.
 
 mod common;
@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::generation::{
-    argmax, fixture_clear_gap, fixture_tolerance, load_cases, load_on, quantile, session, softmax, teacher_forced,
+    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on, quantile, session, softmax, teacher_forced,
     Case, Spread,
 };
 use tinyllm::backend::cpu::CpuBackend;
@@ -113,8 +113,10 @@ fn check_fixture_arch(arch: &str, quants: &[&str]) {
         let mut sess = session(&model, 512);
         let mut st = Stats::default();
         for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
-            let logits = teacher_forced(&mut sess, &case);
             let tol = fixture_tolerance(arch, q);
+            // Free-running greedy: the same tokens up to the first near-tie.
+            st.failures.extend(greedy_miss(&mut sess, &case, tol));
+            let logits = teacher_forced(&mut sess, &case);
             compare(
                 &case,
                 &logits,
@@ -541,4 +543,38 @@ fn backend_argmax_equals_argmax_of_logits() {
             }
         }
     }
+}
+
+/// The free-running check can fail: a golden run whose first clear token is changed is a miss.
+#[test]
+fn greedy_check_catches_a_wrong_token() {
+    let dir = common::golden("fixtures");
+    let model = load_model(&dir.join("qwen3moe.Q8_0.gguf"), 1);
+    let mut sess = session(&model, 512);
+    let mut cases = load_cases(&dir.join("qwen3moe.Q8_0.golden.jsonl"));
+    let case = cases
+        .iter_mut()
+        .find(|c| c.top[0][0].1 - c.top[0][1].1 > 0.05)
+        .expect("a case with a clear first step");
+    assert_eq!(greedy_miss(&mut sess, case, 0.03), None);
+    case.tokens[0] = case.top[0][1].0;
+    assert!(greedy_miss(&mut sess, case, 0.03).is_some());
+}
+
+/// MLA's cache holds one latent row per token and layer, `kv_lora_rank + rope` values (the
+/// deepseek2 fixture: 128 + 32), not full K and V heads.
+#[test]
+fn mla_cache_holds_the_latent_only() {
+    use tinyllm::model::KvCache;
+    let model = load_model(&common::golden("fixtures/deepseek2.Q8_0.gguf"), 1);
+    let state = model.new_state(64).unwrap();
+    let kv = state.get::<KvCache<CpuBackend>>().expect("a positional cache");
+    let per_layer = 128 + 32;
+    assert_eq!(kv.values_per_token(), 2 * per_layer);
+    println!(
+        "[mla] deepseek2 fixture: {} f16 values = {} bytes per token (full K+V heads would be {})",
+        kv.values_per_token(),
+        2 * kv.values_per_token(),
+        2 * 2 * 4 * (96 + 64)
+    );
 }

@@ -2,7 +2,9 @@
 //! GGUF), its tensor table, its weights on a backend and its graph, built from the shared
 //! [`blocks`]; and the per-sequence [`state`] the family keeps between passes.
 //!
-//! Families: [`llama`] (llama, mistral, qwen2, qwen3) and [`gemma3`]. The registry of
+//! Families: [`llama`] (llama, mistral, qwen2, qwen3, and the mixtures qwen3moe and olmoe),
+//! [`gemma3`], [`deepseek2`] (latent attention, [`mla`], with routed and shared experts) and
+//! [`gpt_oss`]; routed experts are one block, [`moe`]. The registry of
 //! supported architectures is the one list at the end of this file: adding an architecture
 //! means adding its module and one registry entry.
 //!
@@ -12,6 +14,7 @@
 pub mod blocks;
 pub mod deepseek2;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod hparams;
 pub mod llama;
 pub mod mla;
@@ -244,4 +247,5 @@ registry! {
     llama::LlamaArch => ["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "olmoe"],
     gemma3::Gemma3Arch => ["gemma3"],
     deepseek2::Deepseek2Arch => ["deepseek2"],
+    gpt_oss::GptOssArch => ["gpt-oss"],
 }

@@ -114,6 +114,26 @@ pub fn teacher_forced<B: Backend>(sess: &mut Session<B>, case: &Case) -> Vec<Vec
     flat.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
 }
 
+/// Free-running greedy decoding of `case.tokens.len()` tokens after the prompt; returns the
+/// first step where our token differs from llama.cpp's although its top-1/top-2 gap there was
+/// at least `gap` (`None`: every token agrees up to the first near-tie).
+pub fn greedy_miss<B: Backend>(sess: &mut Session<B>, case: &Case, gap: f64) -> Option<String> {
+    sess.reset();
+    let mut logits = sess.forward(&case.prompt).expect("prefill");
+    for (i, (&want, top)) in case.tokens.iter().zip(&case.top).enumerate() {
+        let golden_gap = top[0].1 - top.get(1).map_or(0.0, |t| t.1);
+        if golden_gap < gap {
+            return None;
+        }
+        let ours = argmax(&logits);
+        if ours != want {
+            return Some(format!("{} step {i}: greedy {ours} vs golden {want} (gap {golden_gap:.3})", case.name));
+        }
+        logits = sess.forward(&[ours]).expect("decode");
+    }
+    None
+}
+
 /// The golden README's |Δp| tolerance for a fixture quantization.
 pub fn fixture_tolerance(arch: &str, quant: &str) -> f64 {
     match (arch, quant) {
