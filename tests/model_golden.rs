@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::generation::{
-    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on, quantile, session, softmax, teacher_forced,
-    Case, Spread,
+    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on, quantile, session, softmax,
+    teacher_forced, Case, Spread,
 };
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::engine::{EngineError, Session, SessionConfig};

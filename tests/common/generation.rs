@@ -127,7 +127,10 @@ pub fn greedy_miss<B: Backend>(sess: &mut Session<B>, case: &Case, gap: f64) -> 
         }
         let ours = argmax(&logits);
         if ours != want {
-            return Some(format!("{} step {i}: greedy {ours} vs golden {want} (gap {golden_gap:.3})", case.name));
+            return Some(format!(
+                "{} step {i}: greedy {ours} vs golden {want} (gap {golden_gap:.3})",
+                case.name
+            ));
         }
         logits = sess.forward(&[ours]).expect("decode");
     }

@@ -121,15 +121,25 @@ mod wide {
 }
 
 /// Bytes of weights one decode step reads: every matrix once (the embedding table only when
-/// the output head is tied to it: a lookup reads one row), norms and biases aside.
+/// the output head is tied to it: a lookup reads one row), norms and biases aside; of a stack
+/// of routed experts (`*_exps`), only the `expert_used_count` of `expert_count` a token chooses.
 pub fn weight_bytes_per_token(file: &GgufFile) -> u64 {
     let tied = file.tensor_info("output.weight").is_none();
+    let key = |k: &str| {
+        let arch = file.architecture().unwrap_or_default();
+        file.opt(&format!("{arch}.{k}"), GgufFile::get_u32).ok().flatten()
+    };
+    let (used, experts) = (key("expert_used_count"), key("expert_count"));
     file.tensors()
         .iter()
         .filter(|t| t.shape.len() >= 2 && (tied || t.name != "token_embd.weight"))
         .map(|t| {
             let n: u64 = t.shape.iter().product();
-            n / t.ty.block_size() as u64 * t.ty.block_bytes() as u64
+            let bytes = n / t.ty.block_size() as u64 * t.ty.block_bytes() as u64;
+            match (used, experts) {
+                (Some(u), Some(e)) if t.name.contains("_exps.") && e > 0 => bytes * u64::from(u) / u64::from(e),
+                _ => bytes,
+            }
         })
         .sum()
 }

