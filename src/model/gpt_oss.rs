@@ -44,7 +44,7 @@ impl Hparams {
         let rope = hparams::rope(&k, RopeKind::Neox, heads.head_dim_k, "rope.freq_base")?;
         let rope_swa = Rope {
             base: k.positive("rope.freq_base_swa", rope.base)?,
-            ..rope.clone()
+            ..rope
         };
         let (sliding_window, swa_layers) = match k.opt_u32("attention.sliding_window")? {
             // llama.cpp's default for gpt-oss: every other layer is global.
