@@ -45,6 +45,9 @@ fn record_path() -> PathBuf {
 }
 
 /// The models: every fixture, then the two real ones, as (name, path, golden cases).
+/// Fixture architectures in `same_bits.json`.
+const RECORDED_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+
 fn models() -> Vec<(String, PathBuf, Vec<Case>)> {
     let dir = common::golden("fixtures");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -53,6 +56,9 @@ fn models() -> Vec<(String, PathBuf, Vec<Case>)> {
             let name = e.ok()?.file_name().into_string().ok()?;
             name.strip_suffix(".gguf").map(str::to_string)
         })
+        // The families the record was made for (the dense ones the reshaping had to keep bit
+        // for bit); the mixtures of experts came after it and run on the CPU only so far.
+        .filter(|n| RECORDED_ARCHS.iter().any(|a| n.split('.').next() == Some(a)))
         .collect();
     names.sort();
     let mut out: Vec<(String, PathBuf, Vec<Case>)> = names

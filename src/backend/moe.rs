@@ -249,7 +249,7 @@ mod tests {
         route(Gating::SoftmaxWeight, false, 0.0).row(&[1.0, 3.0, 3.0, f32::NAN], None, &mut ids, &mut w);
         assert_eq!(ids, [1.0, 2.0]);
         assert!((w[0] - 0.5).abs() < 1e-6 && (w[1] - 0.5).abs() < 1e-6);
-        route(Gating::Softmax, false, 0.0).row(&[f32::NAN, 0.0, 0.0, 0.0], None, &mut ids, &mut w);
+        route(Gating::Sigmoid, false, 0.0).row(&[f32::NAN, 0.0, 0.0, 0.0], None, &mut ids, &mut w);
         assert_eq!(ids, [1.0, 2.0]);
     }
 
