@@ -58,7 +58,7 @@ impl<'a, 'b, B: Backend> Batch<'a, 'b, B> {
     }
 
     /// The first row of each sequence.
-    pub(super) fn row0s(&self) -> Vec<usize> {
+    fn row0s(&self) -> Vec<usize> {
         self.seqs
             .iter()
             .scan(0, |r, q| {
@@ -317,13 +317,46 @@ pub fn attention<B: Backend + 'static>(
     if let Some(qs) = l.q_scale {
         be.scale(&mut s.q, rows * h.q_dim(), qs)?;
     }
-    // Each sequence's K/V rows straight into its cache.
+    let heads = AttnParams {
+        rows: 0,
+        pos0: 0,
+        n_head: h.n_head,
+        n_head_kv: h.n_head_kv,
+        head_dim_k: h.head_dim_k,
+        head_dim_v: h.head_dim_v,
+        scale: l.kq_scale,
+        window: l.window,
+        softcap: l.softcap,
+        v_in_k: false,
+    };
+    store_and_attend(be, batch, il, &heads, [&s.q, &s.k, &s.v], w.sinks.as_ref(), &mut s.att)?;
+    be.matmul(&w.wo, &s.att, rows, &mut s.xn)?;
+    Ok(())
+}
+
+/// Store each sequence's K rows of `k` (and V rows of `v`, unless `heads.v_in_k`: then V is
+/// read from the K cache) into its cache at layer `il`, straight from the batch, then attend
+/// every sequence's query rows of `q` over its own cache in one call, into `out`. `heads` gives
+/// the layer's head layout and scores; each sequence's rows and first position are its own.
+pub fn store_and_attend<B: Backend + 'static>(
+    be: &B,
+    batch: &mut Batch<'_, '_, B>,
+    il: usize,
+    heads: &AttnParams,
+    [q, k, v]: [&B::Buffer; 3],
+    sinks: Option<&B::Weight>,
+    out: &mut B::Buffer,
+) -> Result<(), ModelError> {
+    let k_dim = heads.n_head_kv * heads.head_dim_k;
+    let v_dim = heads.n_head_kv * heads.head_dim_v;
     let row0s = batch.row0s();
     for (seq, &r0) in batch.seqs.iter_mut().zip(&row0s) {
         let positions = &batch.positions[r0..r0 + seq.tokens.len()];
         let (kc, vc) = kv_of(seq.state)?.layer_mut(il);
-        be.kv_store(kc, &s.k, r0, h.k_dim(), positions)?;
-        be.kv_store(vc, &s.v, r0, h.v_dim(), positions)?;
+        be.kv_store(kc, k, r0, k_dim, positions)?;
+        if !heads.v_in_k {
+            be.kv_store(vc, v, r0, v_dim, positions)?;
+        }
     }
     let mut items = Vec::with_capacity(batch.seqs.len());
     for (seq, &row0) in batch.seqs.iter().zip(&row0s) {
@@ -333,21 +366,13 @@ pub fn attention<B: Backend + 'static>(
             p: AttnParams {
                 rows: seq.tokens.len(),
                 pos0: seq.pos0,
-                n_head: h.n_head,
-                n_head_kv: h.n_head_kv,
-                head_dim_k: h.head_dim_k,
-                head_dim_v: h.head_dim_v,
-                scale: l.kq_scale,
-                window: l.window,
-                softcap: l.softcap,
-                v_in_k: false,
+                ..*heads
             },
             k_cache,
-            v_cache,
+            v_cache: if heads.v_in_k { k_cache } else { v_cache },
         });
     }
-    be.attention(&s.q, &items, w.sinks.as_ref(), &mut s.att)?;
-    be.matmul(&w.wo, &s.att, rows, &mut s.xn)?;
+    be.attention(q, &items, sinks, out)?;
     Ok(())
 }
 

@@ -13,12 +13,11 @@
 //! The per-head products `Wk_b_h`, `Wv_b_h` are the expert-grouped matmul with the head as
 //! the expert (`attn_k_b` and `attn_v_b` are stacked per head in the GGUF).
 
-use super::blocks::{Batch, Scratch};
+use super::blocks::{self, Batch, Scratch};
 use super::hparams::{bad, Keys};
-use super::state::KvCache;
 use super::tensors::Loader;
 use super::ModelError;
-use crate::backend::{AttnParams, Backend, BackendError, MatId, Rope, SeqAttn, Strided};
+use crate::backend::{AttnParams, Backend, BackendError, MatId, Rope, Strided};
 
 /// The widths of latent attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,39 +284,19 @@ pub fn attention<B: Backend + 'static>(
     be.copy_strided(&ms.q_pe, &mut s.q, &runs(hr, d.rope, (0, d.rope), (d.kv_lora, kw)))?;
     be.copy_strided(&ms.kv_c, &mut s.k, &runs(rows, d.kv_lora, (0, d.kv_lora), (0, kw)))?;
     be.copy_strided(&ms.k_pe, &mut s.k, &runs(rows, d.rope, (0, d.rope), (d.kv_lora, kw)))?;
-    let row0s = batch.row0s();
-    for (seq, &r0) in batch.seqs.iter_mut().zip(&row0s) {
-        let positions = &batch.positions[r0..r0 + seq.tokens.len()];
-        let kv = seq.state.get_mut::<KvCache<B>>().ok_or(ModelError::ForeignState)?;
-        be.kv_store(kv.layer_mut(il).0, &s.k, r0, kw, positions)?;
-    }
-    let mut items = Vec::with_capacity(batch.seqs.len());
-    for (seq, &row0) in batch.seqs.iter().zip(&row0s) {
-        let k_cache = seq
-            .state
-            .get::<KvCache<B>>()
-            .ok_or(ModelError::ForeignState)?
-            .layer(il)
-            .0;
-        items.push(SeqAttn {
-            row0,
-            p: AttnParams {
-                rows: seq.tokens.len(),
-                pos0: seq.pos0,
-                n_head: nh,
-                n_head_kv: 1,
-                head_dim_k: kw,
-                head_dim_v: d.kv_lora,
-                scale: l.kq_scale,
-                window: None,
-                softcap: None,
-                v_in_k: true,
-            },
-            k_cache,
-            v_cache: k_cache,
-        });
-    }
-    be.attention(&s.q, &items, None, &mut s.att)?;
+    let heads = AttnParams {
+        rows: 0,
+        pos0: 0,
+        n_head: nh,
+        n_head_kv: 1,
+        head_dim_k: kw,
+        head_dim_v: d.kv_lora,
+        scale: l.kq_scale,
+        window: None,
+        softcap: None,
+        v_in_k: true,
+    };
+    blocks::store_and_attend(be, batch, il, &heads, [&s.q, &s.k, &s.v], None, &mut s.att)?;
     let ms = s.mla.as_mut().ok_or_else(no_room)?;
     be.matmul_id(&w.v_b, None, &s.att, &ms.head_ids, per_head, &mut ms.v_out)?;
     be.matmul(&w.wo, &ms.v_out, rows, &mut s.xn)?;
