@@ -4,6 +4,9 @@
 // values), with the softmax statistics in f32. K and V heads may differ in width (hd_k, hd_v,
 // at most MAX_HD, a constant of the variant); `softcap` (0: off) caps q·k at cap·tanh(q·k/cap)
 // before the scale; with `has_sinks`, the head's sink logit joins each softmax's max and sum.
+// V heads sit `v_head` values apart and positions `v_pos` apart in VC: their own cache
+// (`n_head_kv * hd_v`, `hd_v`), or the first hd_v values of the K heads when VC is the K cache
+// (MLA's latent: `n_head_kv * hd_k`, `hd_k`).
 //
 // `main`: one workgroup per (query row, head); the WG invocations split the KV length. Pass 1
 // finds each invocation's running max and rescaled sum, combined across the workgroup; pass 2
@@ -33,6 +36,8 @@ struct Params {
     q_row0: u32,
     softcap: f32,
     has_sinks: u32,
+    v_pos: u32,
+    v_head: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -126,7 +131,7 @@ fn head(idx: u32) -> Head {
     for (var d = 0u; d < P.hd_v; d++) {
         acc[d] = 0.0;
     }
-    return Head(kvh * P.hd_k, kvh * P.hd_v, pos, first);
+    return Head(kvh * P.hd_k, kvh * P.v_head, pos, first);
 }
 
 /// The softmax max of the current head: `m`, or the head's sink logit when larger.
@@ -168,7 +173,7 @@ fn weigh_v(lo: u32, hi: u32, hq: Head, gm: f32, inv: f32, li: u32) {
     for (var j = lo + li; j < hi; j += WG) {
         let p = f16r(exp(score(j, hq.kbase) - gm) * inv);
         if (p != 0.0) {
-            let vb = j * P.n_head_kv * hd + hq.vbase;
+            let vb = j * P.v_pos + hq.vbase;
             for (var d = 0u; d < hd; d++) {
                 acc[d] += p * VC[vb + d];
             }

@@ -18,8 +18,8 @@ use tinyllm::backend::Backend;
 use tinyllm::engine::Session;
 
 use common::generation::{
-    argmax, fixture_tolerance, load_cases, load_on as load, session, softmax, teacher_forced, Case, Spread, CLEAR_GAP,
-    REAL_TOL,
+    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on as load, session, softmax,
+    teacher_forced, Case, Spread, REAL_TOL,
 };
 
 fn gpu() -> Option<WebGpuBackend> {
@@ -78,6 +78,22 @@ fn median(v: &[f64]) -> f64 {
     d.get(d.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// The |Δp| bound of a fixture on WebGPU: the README's, except on quantized mixture-of-experts
+/// fixtures, where llama.cpp's own spread (up to 0.15, golden README) is the bound. The GPU
+/// multiplies f32 activations where llama.cpp and our CPU backend quantize them to Q8 first;
+/// on qwen3moe Q4_K_M that moves layer 0's router logits by about 1.3% (0.1 of 7, measured),
+/// enough to choose another expert at rows whose k-th and next logits lie within 0.05, and one
+/// step of 32 then moves by 0.11 (the CPU backend, which rounds like llama.cpp, stays within
+/// 9e-3 there and keeps the README's bound in model_golden.rs).
+fn gpu_tolerance(arch: &str, q: &str) -> f64 {
+    let routed = ["qwen3moe", "olmoe", "deepseek2", "gpt-oss"].contains(&arch);
+    if routed && q != "F16" {
+        fixture_tolerance("deepseek2", q)
+    } else {
+        fixture_tolerance(arch, q)
+    }
+}
+
 fn check_fixtures(arch: &str, quants: &[&str]) {
     let Some(g) = gpu() else { return };
     check_fixtures_on(g, arch, quants);
@@ -91,10 +107,12 @@ fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
         let model = load(g.clone(), &dir.join(format!("{file}.gguf")));
         let mut sess = session(&model, 512);
         let mut st = Stats::default();
-        let tol = fixture_tolerance(arch, q);
+        let (tol, gap) = (gpu_tolerance(arch, q), fixture_clear_gap(arch, q));
         for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
             let logits = teacher_forced(&mut sess, &case);
-            compare(&case, &logits, tol, false, CLEAR_GAP, &mut st);
+            compare(&case, &logits, tol, false, gap, &mut st);
+            // Free-running greedy tokens equal llama.cpp's up to its first near-tie.
+            st.argmax_failures.extend(greedy_miss(&mut sess, &case, gap));
         }
         println!(
             "[webgpu golden] {file}: {} steps, max|dp| top10 {:.2e}, top1 {:.2e}, argmax checked {}, {} beyond {tol}, {} argmax failures",
@@ -129,6 +147,26 @@ fn qwen3_fixtures_match_llama_cpp_on_webgpu() {
 #[test]
 fn gemma3_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures("gemma3", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn qwen3moe_fixtures_match_llama_cpp_on_webgpu() {
+    check_fixtures("qwen3moe", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn olmoe_fixtures_match_llama_cpp_on_webgpu() {
+    check_fixtures("olmoe", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn deepseek2_fixtures_match_llama_cpp_on_webgpu() {
+    check_fixtures("deepseek2", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn gpt_oss_fixtures_match_llama_cpp_on_webgpu() {
+    check_fixtures("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]);
 }
 
 /// The GPU matmul path (a workgroup per row: vec4 loads, subgroup reduction) with f16

@@ -5,7 +5,7 @@
 use super::attn::SeqAttn;
 use super::rope::Rope;
 use super::BackendError;
-use crate::gguf::TensorView;
+use crate::gguf::{TensorInfo, TensorView};
 use crate::quant::GgmlType;
 
 /// A [`BackendError::Shape`] of `op`.
@@ -142,6 +142,19 @@ pub fn rows(
     let (src_need, dst_need) = if op == "copy_rows" { (at, n) } else { (n, at) };
     need(op, "source", src, src_need)?;
     need(op, "destination", dst, dst_need)
+}
+
+/// Whether a tensor is held as f32 values rather than matrices: vectors (norms, rope factors,
+/// sinks) and biases of any rank (a 2-D `[n_out, n_expert]` expert bias is added per expert,
+/// never multiplied), so backends decode them once at load.
+pub fn is_vector(info: &TensorInfo) -> bool {
+    info.shape.len() <= 1 || info.name.ends_with(".bias")
+}
+
+/// How many matrices a tensor stacks: the product of its dimensions past the second (a 3-D
+/// expert tensor `[n_in, n_out, n_expert]` holds `n_expert`).
+pub fn stacked_matrices(info: &TensorInfo) -> usize {
+    info.shape.iter().skip(2).product::<u64>().max(1) as usize
 }
 
 /// A weight tensor seen as a matrix for a backend's `load_weight`: `(n_in, n_out)`, `n_out`

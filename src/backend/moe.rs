@@ -67,6 +67,29 @@ impl Route {
         Ok(())
     }
 
+    /// Check a call's buffers: `rows` rows of `n_expert` logits, `k` ids and weights per row,
+    /// and a bias (when given) of one value per expert. Also checks the route itself.
+    pub fn check_call(
+        &self,
+        rows: usize,
+        logits: usize,
+        bias: Option<usize>,
+        ids: usize,
+        weights: usize,
+    ) -> Result<(), BackendError> {
+        let op = "route_experts";
+        self.check()?;
+        let (n, k) = (self.n_expert, self.k);
+        let prod = |a: usize, b: usize| a.checked_mul(b).ok_or_else(|| shape(op, format!("{a} x {b} values")));
+        need(op, "logits", logits, prod(rows, n)?)?;
+        need(op, "ids", ids, prod(rows, k)?)?;
+        need(op, "weights", weights, prod(rows, k)?)?;
+        match bias {
+            Some(b) if b != n => Err(shape(op, format!("bias of {b} values for {n} experts"))),
+            _ => Ok(()),
+        }
+    }
+
     /// Route one row: `logits` (`n_expert`), the selection-only `bias` (deepseek V3's
     /// `exp_probs_b`), into `ids` and `weights` (`k` each). Experts are chosen by descending
     /// score, ties to the lower id; a NaN score is never chosen before a number. The scalar
@@ -178,6 +201,24 @@ impl MatId {
         }
         Ok(())
     }
+}
+
+/// Check a [`super::Backend::moe_combine`] call's buffers: `rows * slots` expert outputs of
+/// `width` and as many weights, `rows` outputs.
+pub fn check_combine(
+    rows: usize,
+    slots: usize,
+    width: usize,
+    experts: usize,
+    weights: usize,
+    out: usize,
+) -> Result<(), BackendError> {
+    let op = "moe_combine";
+    let prod = |a: usize, b: usize| a.checked_mul(b).ok_or_else(|| shape(op, format!("{a} x {b} values")));
+    let pairs = prod(rows, slots)?;
+    need(op, "experts", experts, prod(pairs, width)?)?;
+    need(op, "weights", weights, pairs)?;
+    need(op, "output", out, prod(rows, width)?)
 }
 
 /// Check an id read from an ids buffer: a whole number below `n_mat`.

@@ -30,7 +30,7 @@ const fn s(name: &'static str, cpu_simd: bool, wgsl: bool, wgsl_texture: bool) -
 }
 
 /// Every format some fast kernel reads.
-pub const SUPPORT: [Support; 13] = [
+pub const SUPPORT: [Support; 14] = [
     s("f32", true, true, false),
     s("f16", true, true, false),
     s("bf16", true, true, false),
@@ -44,4 +44,5 @@ pub const SUPPORT: [Support; 13] = [
     s("q6_k", true, true, true),
     s("iq4_nl", true, true, false),
     s("iq4_xs", true, true, false),
+    s("mxfp4", false, true, false),
 ];

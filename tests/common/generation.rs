@@ -149,7 +149,6 @@ pub fn fixture_tolerance(arch: &str, quant: &str) -> f64 {
     }
 }
 
-/// The nearest-rank quantile `q` of `devs` (0 for none).
 /// The top-1/top-2 gap above which our argmax must equal llama.cpp's on a fixture. The
 /// quantized deepseek2 fixture routes by sigmoid scores whose chosen and next experts lie
 /// within 2e-4 of each other at some steps, so rounding flips of the quantized activations

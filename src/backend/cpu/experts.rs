@@ -8,7 +8,7 @@
 //! row chose are never touched (a decode step reads `k` experts, not all of them).
 
 use super::{Columns, CpuBackend, CpuBuffer, CpuWeight, WeightData, MATMUL_TILE};
-use crate::backend::checks::{need, shape};
+use crate::backend::checks::shape;
 use crate::backend::moe::{self, expert_id, MatId, Route, Strided};
 use crate::backend::BackendError;
 use crate::quant;
@@ -62,20 +62,15 @@ impl CpuBackend {
         ids: &mut CpuBuffer,
         weights: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        route.check()?;
-        let (n, k) = (route.n_expert, route.k);
-        need("route_experts", "logits", logits.0.len(), rows * n)?;
-        need("route_experts", "ids", ids.0.len(), rows * k)?;
-        need("route_experts", "weights", weights.0.len(), rows * k)?;
         let bias = bias.map(CpuWeight::decode_all).transpose()?;
-        if let Some(b) = &bias {
-            if b.len() != n {
-                return Err(shape(
-                    "route_experts",
-                    format!("bias of {} values for {n} experts", b.len()),
-                ));
-            }
-        }
+        route.check_call(
+            rows,
+            logits.0.len(),
+            bias.as_ref().map(Vec::len),
+            ids.0.len(),
+            weights.0.len(),
+        )?;
+        let (n, k) = (route.n_expert, route.k);
         for r in 0..rows {
             route.row(
                 &logits.0[r * n..(r + 1) * n],
@@ -172,10 +167,7 @@ impl CpuBackend {
         width: usize,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        let op = "moe_combine";
-        need(op, "experts", experts.0.len(), rows * slots * width)?;
-        need(op, "weights", weights.0.len(), rows * slots)?;
-        need(op, "output", out.0.len(), rows * width)?;
+        moe::check_combine(rows, slots, width, experts.0.len(), weights.0.len(), out.0.len())?;
         for r in 0..rows {
             let o = &mut out.0[r * width..(r + 1) * width];
             o.fill(0.0);

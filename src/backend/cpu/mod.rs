@@ -174,12 +174,13 @@ impl CpuBackend {
         let (n_in, n_out) = weight_matrix(&info.name, &view, quant::has_vec_dot, "cpu")?;
         // A stack of matrices (experts) is interleaved only where each matrix is whole tiles,
         // so a matmul can start at any matrix.
-        let mats = stacked_matrices(info);
+        let mats = checks::stacked_matrices(info);
         let whole_tiles = (n_out / mats).is_multiple_of(interleave::TILE_ROWS);
-        let interleaved = (info.shape.len() > 1 && (mats == 1 || whole_tiles) && (self.kernels.interleaves)(info.ty))
+        let vector = checks::is_vector(info);
+        let interleaved = (!vector && (mats == 1 || whole_tiles) && (self.kernels.interleaves)(info.ty))
             .then(|| self.interleave(info, n_in, view.data, &release))
             .flatten();
-        let data = if info.shape.len() <= 1 {
+        let data = if vector {
             WeightData::Dense(view.to_f32()?)
         } else if let Some(tiles) = interleaved {
             WeightData::Interleaved(tiles)
@@ -223,12 +224,6 @@ impl CpuBackend {
         release(0..rows.len());
         Some(tiles)
     }
-}
-
-/// How many matrices a tensor stacks: the product of its dimensions past the second (the
-/// experts of a 3-D `[n_in, n_out, n_expert]` tensor), 1 for a plain matrix or vector.
-fn stacked_matrices(info: &TensorInfo) -> usize {
-    info.shape.iter().skip(2).product::<u64>().max(1) as usize
 }
 
 /// Ask for transparent huge pages under `buf` before it is first written: a fresh large

@@ -19,9 +19,9 @@ pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
 pub const X_WIDTHS: [u8; 2] = [1, 4];
 
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
-/// the elementwise ops and in-place rmsnorm, which share one, and the wide attention, which is
-/// attention with registers for the widest heads).
-pub const PLAIN: [&str; 13] = [
+/// the elementwise ops, in-place rmsnorm and the expert ops (moe.wgsl), which share one, and
+/// the wide attention, which is attention with registers for the widest heads).
+pub const PLAIN: [&str; 16] = [
     "add",
     "add_bias",
     "scale",
@@ -35,6 +35,9 @@ pub const PLAIN: [&str; 13] = [
     "attention_wide",
     "argmax",
     "select",
+    "route",
+    "moe_combine",
+    "swiglu_oai",
 ];
 
 /// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label. `tile` is
@@ -55,7 +58,7 @@ pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
 pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for &(q, tex) in quants {
-        for kind in ["matmul_rows", "embed", "embed_tex"] {
+        for kind in ["matmul_rows", "matmul_id", "embed", "embed_tex"] {
             out.push((name(kind, q, 0, false), compose(read, kind, q, 0, false, tex)));
         }
         for subgroup in [false, true] {
@@ -87,6 +90,7 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
     let template = match kind {
         "add" | "add_bias" | "scale" | "swiglu" | "geglu" => "elementwise.wgsl".to_string(),
         "rmsnorm_inplace" => "rmsnorm.wgsl".to_string(),
+        "moe_combine" | "swiglu_oai" => "moe.wgsl".to_string(),
         "attention_wide" => "attention.wgsl".to_string(),
         "embed_tex" => "embed.wgsl".to_string(),
         k => format!("{k}.wgsl"),

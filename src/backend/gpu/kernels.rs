@@ -32,6 +32,8 @@ pub enum Kernel {
     },
     /// The same with one invocation per weight row and no workgroup memory.
     MatmulRows(GgmlType),
+    /// The routed matmul over a stack of matrices, one invocation per (pair, weight row).
+    MatmulId(GgmlType),
     /// One invocation per weight row, weights in a texture and activations in a uniform buffer
     /// (CPU adapters).
     MatmulTex {
@@ -61,6 +63,12 @@ pub enum Kernel {
     Argmax,
     /// A sampler's candidates: top k and gathered values (select.wgsl).
     Select,
+    /// A mixture-of-experts router: ids and weights of each row's chosen experts.
+    Route,
+    /// The weighted sum of each row's expert outputs.
+    MoeCombine,
+    /// gpt-oss's clamped SwiGLU.
+    SwigluOai,
 }
 
 include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
@@ -98,6 +106,8 @@ impl Kernel {
             Kernel::Swiglu => "swiglu",
             Kernel::Geglu => "geglu",
             Kernel::RmsNormInplace => "inplace",
+            Kernel::MoeCombine => "combine",
+            Kernel::SwigluOai => "swiglu_oai",
             Kernel::Attention(AttnPass::Stats, _) => "stats",
             Kernel::Attention(AttnPass::Weigh, _) => "weigh",
             Kernel::Attention(AttnPass::Merge, _) => "merge",
@@ -130,6 +140,7 @@ impl Kernel {
                 f16,
             } => compose::name(if f16 { "matmul_f16" } else { "matmul" }, &q(ty), width, subgroup),
             Kernel::MatmulRows(t) => compose::name("matmul_rows", &q(t), 0, false),
+            Kernel::MatmulId(t) => compose::name("matmul_id", &q(t), 0, false),
             Kernel::MatmulTex { ty, rows, subgroup } => compose::name("matmul_tex", &q(ty), rows, subgroup),
             Kernel::Embed(t) => compose::name("embed", &q(t), 0, false),
             Kernel::EmbedTex(t) => compose::name("embed_tex", &q(t), 0, false),
@@ -146,36 +157,45 @@ impl Kernel {
             Kernel::Attention(_, true) => "attention_wide".into(),
             Kernel::Argmax => "argmax".into(),
             Kernel::Select => "select".into(),
+            Kernel::Route => "route".into(),
+            Kernel::MoeCombine => "moe_combine".into(),
+            Kernel::SwigluOai => "swiglu_oai".into(),
         }
     }
 }
 
 /// Every kernel variant the backend can build.
 pub fn all_variants() -> Vec<Kernel> {
-    let mut v: Vec<Kernel> =
-        quant_types()
+    let mut v: Vec<Kernel> = quant_types()
+        .into_iter()
+        .flat_map(|t| {
+            [
+                Kernel::MatmulRows(t),
+                Kernel::MatmulId(t),
+                Kernel::Embed(t),
+                Kernel::EmbedTex(t),
+            ]
             .into_iter()
-            .flat_map(|t| {
-                [Kernel::MatmulRows(t), Kernel::Embed(t), Kernel::EmbedTex(t)]
+            .chain(
+                TEX_TILES
+                    .iter()
+                    .flat_map(move |&rows| [false, true].map(|subgroup| Kernel::MatmulTex { ty: t, rows, subgroup })),
+            )
+            .chain(
+                // Widths 1 and 4 in f32, width 4 in f16.
+                [(1, false), (4, false), (4, true)]
                     .into_iter()
-                    .chain(TEX_TILES.iter().flat_map(move |&rows| {
-                        [false, true].map(|subgroup| Kernel::MatmulTex { ty: t, rows, subgroup })
-                    }))
-                    .chain(
-                        // Widths 1 and 4 in f32, width 4 in f16.
-                        [(1, false), (4, false), (4, true)]
-                            .into_iter()
-                            .flat_map(move |(width, f16)| {
-                                [false, true].map(|subgroup| Kernel::Matmul {
-                                    ty: t,
-                                    width,
-                                    subgroup,
-                                    f16,
-                                })
-                            }),
-                    )
-            })
-            .collect();
+                    .flat_map(move |(width, f16)| {
+                        [false, true].map(|subgroup| Kernel::Matmul {
+                            ty: t,
+                            width,
+                            subgroup,
+                            f16,
+                        })
+                    }),
+            )
+        })
+        .collect();
     v.extend([
         Kernel::Add,
         Kernel::AddBias,
@@ -188,6 +208,9 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::KvStore,
         Kernel::Argmax,
         Kernel::Select,
+        Kernel::Route,
+        Kernel::MoeCombine,
+        Kernel::SwigluOai,
     ]);
     for wide in [false, true] {
         for pass in [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge] {

@@ -7,7 +7,7 @@
 use super::{grid, u, words, AttnPass, Dispatch, Kernel, Strategy, MATMUL_ROWS, MAX_GRID, NARROW_HEAD_DIM};
 use super::{MatmulVariant, SPLIT_MAX_ROWS, X_WINDOW_BYTES};
 use crate::backend::checks::shape;
-use crate::backend::{AttnParams, BackendError, Rope, RopeKind};
+use crate::backend::{AttnParams, BackendError, Gating, MatId, Rope, RopeKind, Route};
 use crate::quant::GgmlType;
 
 fn dispatch(kernel: Kernel, params: Vec<u8>, groups: (u32, u32, u32)) -> Dispatch {
@@ -263,6 +263,7 @@ fn attn_params(
     acc_off: usize,
 ) -> Result<Vec<u8>, BackendError> {
     let a = |v: usize| u("attention", v);
+    let (v_pos, v_head) = p.v_layout();
     Ok(words(&[
         a(p.rows)?,
         a(p.pos0)?,
@@ -279,6 +280,10 @@ fn attn_params(
         a(row0)?,
         p.softcap.unwrap_or(0.0).to_bits(),
         u32::from(sinks),
+        a(v_pos)?,
+        a(v_head)?,
+        0,
+        0,
         0,
     ]))
 }
@@ -369,4 +374,97 @@ pub fn top_k(st: &Strategy, rows: usize, width: usize, k: usize, gather: &[u32])
         k,
         per_row,
     })
+}
+
+/// Route `rows` rows of router logits (`route` checked by the caller). Binds the logits at 1,
+/// the bias at 2 (any buffer without one), the ids at 3 and the weights at 4.
+pub fn route(rows: usize, route: &Route, has_bias: bool) -> Result<Option<Dispatch>, BackendError> {
+    if rows == 0 {
+        return Ok(None);
+    }
+    let r = |v: usize| u("route_experts", v);
+    r(rows * route.n_expert)?;
+    let gating = match route.gating {
+        Gating::Softmax => 0,
+        Gating::Sigmoid => 1,
+        Gating::SoftmaxWeight => 2,
+    };
+    let (gx, gy) = grid(rows.div_ceil(64));
+    let params = words(&[
+        r(rows)?,
+        r(route.n_expert)?,
+        r(route.k)?,
+        gating,
+        u32::from(route.norm),
+        u32::from(has_bias),
+        route.scale.to_bits(),
+        gx,
+    ]);
+    Ok(Some(dispatch(Kernel::Route, params, (gx, gy, 1))))
+}
+
+/// The routed matmul ([`MatId`], checked by the caller) with one part of a stack of `n_mat`
+/// matrices of `m.n_out` rows each (`part` in rows of the whole stack). Binds the weights at 1,
+/// the inputs at 2, the outputs at 3, the ids at 4 and the bias at 5 (any buffer without one).
+pub fn matmul_id(
+    m: MatShape,
+    n_mat: usize,
+    part: PartRows,
+    row_bytes: usize,
+    id: MatId,
+    has_bias: bool,
+) -> Result<Option<Dispatch>, BackendError> {
+    let pairs = id.pairs();
+    if pairs == 0 {
+        return Ok(None);
+    }
+    let c = |v: usize| u("matmul_id", v);
+    c(pairs * m.n_out)?;
+    c(m.n_out * n_mat)?;
+    c(id.inputs() * m.n_in)?;
+    let (gx, gy) = grid((pairs * m.n_out).div_ceil(64));
+    let params = words(&[
+        c(m.n_in)?,
+        c(m.n_out)?,
+        c(n_mat)?,
+        c(row_bytes)?,
+        c(m.n_in.div_ceil(32))?,
+        c(pairs)?,
+        c(id.slots)?,
+        u32::from(id.per_slot),
+        c(part.row0)?,
+        c(part.rows)?,
+        u32::from(has_bias),
+        gx,
+    ]);
+    Ok(Some(dispatch(Kernel::MatmulId(m.ty), params, (gx, gy, 1))))
+}
+
+/// The kernels of moe.wgsl over `len` outputs: the weighted sum of `slots` expert outputs of
+/// `width` per row (`combine`: binds the output at 1, the expert outputs at 2, the weights at
+/// 3), or gpt-oss's SwiGLU (binds the gate at 1, up at 2).
+pub fn moe_elementwise(
+    op: &'static str,
+    kernel: Kernel,
+    len: usize,
+    width: usize,
+    slots: usize,
+    alpha: f32,
+    limit: f32,
+) -> Result<Option<Dispatch>, BackendError> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let (gx, gy) = grid(len.div_ceil(256));
+    let params = words(&[
+        u(op, len)?,
+        u(op, width)?,
+        u(op, slots)?,
+        gx,
+        alpha.to_bits(),
+        limit.to_bits(),
+        0,
+        0,
+    ]);
+    Ok(Some(dispatch(kernel, params, (gx, gy, 1))))
 }

@@ -65,6 +65,8 @@ pub struct WebGpuWeight {
     pub(super) n_in: usize,
     /// Rows (product of the other dimensions).
     pub(super) n_out: usize,
+    /// Matrices stacked in the rows (a 3-D expert tensor's third dimension; else 1).
+    pub(super) mats: usize,
     pub(super) row_bytes: usize,
     /// Bytes from one row to the next in a texture part (a multiple of 16; texlayout.rs).
     pub(super) stride: usize,

@@ -46,11 +46,11 @@ use recorder::{Bind, Recorder};
 pub use wgpu;
 
 use super::checks::{self, shape, weight_matrix};
-use super::gpu::plan::{self, AttnPlan, PartRows};
+use super::gpu::plan::{self, AttnPlan, MatShape, PartRows};
 pub use super::gpu::{kernels, MatmulVariant, KV_CHUNK};
 use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_BYTES};
 use super::readback::MaybeSend;
-use super::{Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
+use super::{moe, Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
 use crate::gguf::{GgufFile, TensorView};
 use crate::quant::GgmlType;
 use crate::sample::Candidates;
@@ -623,18 +623,20 @@ impl Backend for WebGpuBackend {
             ty,
             n_in,
             n_out,
+            mats: checks::stacked_matrices(info),
             row_bytes,
             stride: texlayout::stride(ty, n_in),
             parts: Vec::new(),
             dense: None,
             cache: Arc::downgrade(&self.rec),
         };
-        if info.shape.len() <= 1 {
+        if checks::is_vector(info) {
             let v = view.to_f32()?;
             w.dense = Some(self.upload(name, bytemuck::cast_slice(&v))?);
             return Ok(w);
         }
-        let textured = self.strategy.textured(n_in);
+        // Stacks (experts, MLA's per-head matrices) are read by matmul_id.wgsl, from buffers.
+        let textured = w.mats == 1 && self.strategy.textured(n_in);
         // Parts hold at most `max_binding` bytes of blocks (the option splits texture parts as it
         // splits buffers); a texture part also at most as many rows as the device's textures.
         let mut rows_per_part = (self.max_binding as usize / row_bytes).min(n_out);
@@ -651,6 +653,8 @@ impl Backend for WebGpuBackend {
         if textured {
             self.pipe_op("load_weight", self.strategy.matmul_tex_kernel(ty, 1))?;
             self.pipe_op("load_weight", Kernel::EmbedTex(ty))?;
+        } else if w.mats > 1 {
+            self.pipe_op("load_weight", Kernel::MatmulId(ty))?;
         } else {
             self.pipe_op("load_weight", self.strategy.matmul_kernel(ty, n_in))?;
             self.pipe_op("load_weight", Kernel::Embed(ty))?;
@@ -862,9 +866,6 @@ impl Backend for WebGpuBackend {
     ) -> Result<(), BackendError> {
         let sinks_buf = sinks.map(|w| w.dense("attention")).transpose()?;
         checks::attention(q.len, out.len, seqs, |c: &WebGpuKv| c.0.len, sinks.map(|w| w.n_in))?;
-        if seqs.iter().any(|s| s.p.v_in_k) {
-            return Err(not_yet("attention with values inside the keys (MLA)"));
-        }
         for s in seqs {
             self.attend(q, s, sinks_buf, out)?;
         }
@@ -892,48 +893,102 @@ impl Backend for WebGpuBackend {
         gate: &mut WebGpuBuffer,
         up: &WebGpuBuffer,
         len: usize,
-        _alpha: f32,
-        _limit: f32,
+        alpha: f32,
+        limit: f32,
     ) -> Result<(), BackendError> {
         checks::elementwise("swiglu_oai", gate.len, Some(("up", up.len)), len)?;
-        Err(not_yet("swiglu_oai"))
+        if let Some(d) = plan::moe_elementwise("swiglu_oai", Kernel::SwigluOai, len, 1, 0, alpha, limit)? {
+            self.record("swiglu_oai", &d, &[(1, &gate.buf), (2, &up.buf)])?;
+        }
+        Ok(())
     }
 
     fn route_experts(
         &self,
-        _logits: &WebGpuBuffer,
-        _rows: usize,
+        logits: &WebGpuBuffer,
+        rows: usize,
         route: &Route,
-        _bias: Option<&WebGpuWeight>,
-        _ids: &mut WebGpuBuffer,
-        _weights: &mut WebGpuBuffer,
+        bias: Option<&WebGpuWeight>,
+        ids: &mut WebGpuBuffer,
+        weights: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
-        route.check()?;
-        Err(not_yet("route_experts"))
+        let b = bias.map(|w| w.dense("route_experts")).transpose()?;
+        let bias_len = bias.map(|w| w.n_in * w.n_out);
+        route.check_call(rows, logits.len, bias_len, ids.len, weights.len)?;
+        if let Some(d) = plan::route(rows, route, b.is_some())? {
+            let binds = [
+                (1, &logits.buf),
+                (2, b.unwrap_or(&self.dummy)),
+                (3, &ids.buf),
+                (4, &weights.buf),
+            ];
+            self.record("route_experts", &d, &binds)?;
+        }
+        Ok(())
     }
 
     fn matmul_id(
         &self,
-        _w: &WebGpuWeight,
-        _bias: Option<&WebGpuWeight>,
-        _x: &WebGpuBuffer,
-        _ids: &WebGpuBuffer,
-        _m: MatId,
-        _out: &mut WebGpuBuffer,
+        w: &WebGpuWeight,
+        bias: Option<&WebGpuWeight>,
+        x: &WebGpuBuffer,
+        ids: &WebGpuBuffer,
+        m: MatId,
+        out: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
-        Err(not_yet("matmul_id"))
+        let shape_all = w.matrix("matmul_id")?;
+        let b = bias.map(|w| w.dense("matmul_id")).transpose()?;
+        let n_mat = w.mats;
+        let mat = MatShape {
+            n_out: shape_all.n_out / n_mat,
+            ..shape_all
+        };
+        m.check(
+            mat.n_in,
+            mat.n_out,
+            n_mat,
+            bias.map(|b| b.n_in * b.n_out),
+            x.len,
+            ids.len,
+            out.len,
+        )?;
+        for part in &w.parts {
+            let Store::Buffer(buf) = &part.store else {
+                return Err(shape("matmul_id", format!("'{}' is held in a texture", w.name)));
+            };
+            if let Some(d) = plan::matmul_id(mat, n_mat, part.rows, w.row_bytes, m, b.is_some())? {
+                let binds = [
+                    (1, buf),
+                    (2, &x.buf),
+                    (3, &out.buf),
+                    (4, &ids.buf),
+                    (5, b.unwrap_or(&self.dummy)),
+                ];
+                self.record("matmul_id", &d, &binds)?;
+            }
+        }
+        Ok(())
     }
 
     fn moe_combine(
         &self,
-        _experts: &WebGpuBuffer,
-        _weights: &WebGpuBuffer,
-        _rows: usize,
-        _slots: usize,
-        _width: usize,
-        _out: &mut WebGpuBuffer,
+        experts: &WebGpuBuffer,
+        weights: &WebGpuBuffer,
+        rows: usize,
+        slots: usize,
+        width: usize,
+        out: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
-        Err(not_yet("moe_combine"))
+        moe::check_combine(rows, slots, width, experts.len, weights.len, out.len)?;
+        let len = rows * width;
+        if let Some(d) = plan::moe_elementwise("moe_combine", Kernel::MoeCombine, len, width, slots, 0.0, 0.0)? {
+            self.record(
+                "moe_combine",
+                &d,
+                &[(1, &out.buf), (2, &experts.buf), (3, &weights.buf)],
+            )?;
+        }
+        Ok(())
     }
 
     fn copy_strided(&self, src: &WebGpuBuffer, dst: &mut WebGpuBuffer, c: &Strided) -> Result<(), BackendError> {
@@ -1033,13 +1088,5 @@ impl Backend for WebGpuBackend {
                 })
                 .collect()
         }))
-    }
-}
-
-/// An op the WebGPU backend does not run yet: a clear error, never a wrong answer.
-fn not_yet(op: &'static str) -> BackendError {
-    BackendError::Unavailable {
-        backend: "webgpu",
-        reason: format!("the {op} op (mixture-of-experts models) is not implemented on WebGPU yet; use --backend cpu"),
     }
 }
