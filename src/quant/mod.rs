@@ -16,7 +16,7 @@ pub mod iquant;
 mod iquant_grids;
 /// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS, for the SIMD kernels' lookups too.
 #[cfg(target_arch = "x86_64")]
-pub(crate) use iquant_grids::KVALUES_IQ4NL;
+pub(crate) use iquant_grids::{KVALUES_FP4, KVALUES_IQ4NL};
 pub mod kquant;
 pub mod legacy;
 pub mod support;

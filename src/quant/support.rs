@@ -44,5 +44,5 @@ pub const SUPPORT: [Support; 14] = [
     s("q6_k", true, true, true),
     s("iq4_nl", true, true, false),
     s("iq4_xs", true, true, false),
-    s("mxfp4", false, true, false),
+    s("mxfp4", true, true, false),
 ];

@@ -1,6 +1,6 @@
 //! The interleaved weight layout of the formats the AVX2 kernels take eight rows at a time (the
-//! 32-value Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and the 256-value Q4_K, Q6_K), made once at
-//! load.
+//! 32-value Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 and the 256-value Q4_K, Q6_K), made
+//! once at load.
 //!
 //! In the file, each row's blocks follow each other, and a kernel that takes eight rows at a
 //! time (one per vector lane) must unpack each row's nibbles and scales on its own and then sum
@@ -15,7 +15,8 @@
 //! blocks in order, and each tile block (`TILE_ROWS` × the file's block bytes) holds the fields
 //! of the eight rows' blocks one field after the other (in the order of [`fields`]), each as:
 //!
-//! * f16 scalars (`d`, the minimum `m` or `dmin`): row `i`'s at `2i`;
+//! * f16 scalars (`d`, the minimum `m` or `dmin`): row `i`'s at `2i`; MXFP4's E8M0 exponent
+//!   byte: row `i`'s at `i`;
 //! * byte arrays (`qs`; Q4_K's packed scales; Q6_K's `ql`, `qh` and scales): in groups of four
 //!   file bytes, group `j` of row `i` at `32j + 4i`. So group `j` of Q4_0's `qs` holds values
 //!   `4j..4j + 4` (low nibbles) and `16 + 4j..` (high nibbles) of all eight rows;
@@ -58,6 +59,14 @@ const fn f16_at(at: usize) -> Field {
     }
 }
 
+const fn byte_at(at: usize) -> Field {
+    Field {
+        at,
+        len: 1,
+        place: Place::Units(1),
+    }
+}
+
 const fn bytes_at(at: usize, len: usize) -> Field {
     Field {
         at,
@@ -79,6 +88,7 @@ const fn fifth_bits_at(at: usize) -> Field {
 fn fields(ty: GgmlType) -> Option<&'static [Field]> {
     const Q4_0: &[Field] = &[f16_at(0), bytes_at(2, 16)];
     const Q8_0: &[Field] = &[f16_at(0), bytes_at(2, 32)];
+    const MXFP4: &[Field] = &[byte_at(0), bytes_at(1, 16)];
     const Q4_1: &[Field] = &[f16_at(0), f16_at(2), bytes_at(4, 16)];
     const Q5_0: &[Field] = &[f16_at(0), fifth_bits_at(2), bytes_at(6, 16)];
     const Q5_1: &[Field] = &[f16_at(0), f16_at(2), fifth_bits_at(4), bytes_at(8, 16)];
@@ -88,6 +98,7 @@ fn fields(ty: GgmlType) -> Option<&'static [Field]> {
     Some(match ty {
         GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0,
         GgmlType::Q8_0 => Q8_0,
+        GgmlType::MXFP4 => MXFP4,
         GgmlType::Q4_1 => Q4_1,
         GgmlType::Q5_0 => Q5_0,
         GgmlType::Q5_1 => Q5_1,
@@ -252,7 +263,7 @@ mod tests {
     fn interleaving_round_trips_every_row() {
         let mut state = 0x1234_5678_9abc_def0u64;
         let types: Vec<GgmlType> = GgmlType::ALL.iter().copied().filter(|&t| supports(t)).collect();
-        assert_eq!(types.len(), 8);
+        assert_eq!(types.len(), 9);
         for ty in types {
             // A permutation: the fields fill the block (the round trip shows they do not overlap).
             let fields = fields(ty).unwrap();

@@ -1,4 +1,4 @@
-//! The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) against Q8_0 activations, on
+//! The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) against Q8_0 activations, on
 //! weights in the interleaved layout of [`crate::backend::cpu::interleave`] (eight rows per
 //! tile, made at load).
 //!
@@ -9,7 +9,10 @@
 //! sum: no sum across lanes. It is converted once and scaled by `d_w · d_a` (eight scales in
 //! one conversion) into an 8-lane f32 accumulator, a lane per output.
 //!
-//! Signed weights (Q8_0, IQ4_NL) use the sign trick `|w| · (a · sign w)`. Unsigned weights
+//! MXFP4 is IQ4_NL with ggml's doubled E2M1 table and a power-of-two scale from its E8M0
+//! byte (eight rows' bytes widened and shifted into f32 exponents at once).
+//!
+//! Signed weights (Q8_0, IQ4_NL, MXFP4) use the sign trick `|w| · (a · sign w)`. Unsigned weights
 //! (the 4/5-bit formats) go in as they are: Q4_0/Q5_0 add the activation block's precomputed
 //! `offset · Σq_a` (-8 or -16 times the sum) to the integer lanes, which makes the sum exactly
 //! the oracle's; the `_1` formats add `m · (d_a · Σq_a)` in f32 as the oracle does.
@@ -36,16 +39,19 @@ const Q5_0: u8 = 2;
 const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
 const IQ4_NL: u8 = 5;
+const MXFP4: u8 = 6;
 
 /// Bytes of one activation block (Q8_0: f16 scale + 32 values).
 const ACT_BLOCK: usize = 34;
 
+use crate::quant::KVALUES_FP4;
 /// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS (`kvalues_iq4nl`), the quant module's table.
 pub(super) use crate::quant::KVALUES_IQ4NL;
 
 const fn block_bytes(kind: u8) -> usize {
     match kind {
         Q4_0 | IQ4_NL => 18,
+        MXFP4 => 17,
         Q4_1 => 20,
         Q5_0 => 22,
         Q5_1 => 24,
@@ -54,7 +60,7 @@ const fn block_bytes(kind: u8) -> usize {
 }
 
 const fn signed(kind: u8) -> bool {
-    matches!(kind, Q8_0 | IQ4_NL)
+    matches!(kind, Q8_0 | IQ4_NL | MXFP4)
 }
 
 const fn has_offset(kind: u8) -> bool {
@@ -69,9 +75,14 @@ const fn five_bit(kind: u8) -> bool {
     matches!(kind, Q5_0 | Q5_1)
 }
 
-/// Offsets in a tile block (see the layout in `interleave`): `m`, `qh`, `qs`.
-const fn off_m(_kind: u8) -> usize {
-    2 * R
+/// Offsets in a tile block (see the layout in `interleave`): `m`, `qh`, `qs` (after the eight
+/// rows' scales: f16, or MXFP4's exponent bytes).
+const fn off_m(kind: u8) -> usize {
+    if kind == MXFP4 {
+        R
+    } else {
+        2 * R
+    }
 }
 const fn off_qh(kind: u8) -> usize {
     off_m(kind) + if has_min(kind) { 2 * R } else { 0 }
@@ -107,8 +118,13 @@ unsafe fn group<const K: u8>(p: *const u8, g: usize) -> (__m256i, __m256i) {
     } else {
         _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)
     };
-    if K == IQ4_NL {
-        let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+    if K == IQ4_NL || K == MXFP4 {
+        let table = if K == MXFP4 {
+            KVALUES_FP4.as_ptr()
+        } else {
+            KVALUES_IQ4NL.as_ptr()
+        };
+        let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(table as *const __m128i));
         let s = _mm256_shuffle_epi8(lut, nib);
         return (_mm256_sign_epi8(s, s), s);
     }
@@ -137,6 +153,29 @@ unsafe fn group<const K: u8>(p: *const u8, g: usize) -> (__m256i, __m256i) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn halves(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// The eight rows' MXFP4 scales at `p` (E8M0 bytes) as f32 lanes: half the scale, `2^(e -
+/// 128)`, as `quant::fp4` (exponent bits `e - 1`; subnormal `0x0020_0000 << e` below `e = 2`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn e8m0_halves(p: *const u8) -> __m256 {
+    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, is_sub))
+}
+
+/// The eight rows' block scales at the start of the tile block `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const K: u8>(p: *const u8) -> __m256 {
+    if K == MXFP4 {
+        e8m0_halves(p)
+    } else {
+        halves(p)
+    }
 }
 
 /// One tile unpacked for batches: for block `b` and group `g`, `u[8b + g]` is [`group`]'s
@@ -187,7 +226,7 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
                 out.s[8 * b + g] = s;
             }
         }
-        out.d[b] = halves(p);
+        out.d[b] = scales::<K>(p);
         if has_min(K) {
             out.m[b] = halves(p.add(off_m(K)));
         }
@@ -300,7 +339,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                 }
             }
         }
-        let d = if BUF { *xd.add(b) } else { halves(p) };
+        let d = if BUF { *xd.add(b) } else { scales::<K>(p) };
         for c in 0..CC {
             let mut isum = isum[c];
             if has_offset(K) || (signed(K) && V != AVX2) {
@@ -342,7 +381,7 @@ pub(super) const PREFETCH_AHEAD: usize = 4096;
 const fn unpack_min_rows(kind: u8) -> usize {
     match kind {
         Q8_0 => usize::MAX,
-        IQ4_NL => 32,
+        IQ4_NL | MXFP4 => 32,
         _ => 8,
     }
 }
@@ -359,6 +398,7 @@ pub(super) fn kernel(ty: GgmlType, isa: super::Isa) -> Option<super::RunFn> {
         GgmlType::Q5_1 => entry::<Q5_1>(isa),
         GgmlType::Q8_0 => entry::<Q8_0>(isa),
         GgmlType::IQ4_NL => entry::<IQ4_NL>(isa),
+        GgmlType::MXFP4 => entry::<MXFP4>(isa),
         _ => return None,
     })
 }

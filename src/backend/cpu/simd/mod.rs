@@ -269,7 +269,7 @@ pub unsafe fn tile(
                 && (act_ty == GgmlType::Q8_K
                     || (act.scales.len() == blocks
                         && match ty {
-                            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => {
+                            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
                                 act.offsets.len() == blocks
                             }
                             GgmlType::Q4_1 | GgmlType::Q5_1 => act.dsums.len() == blocks,

@@ -43,7 +43,9 @@ pub unsafe fn prepare(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, 
                 GgmlType::Q4_0 => a.offsets = sums.iter().map(|&s| -8 * s).collect(),
                 GgmlType::Q5_0 => a.offsets = sums.iter().map(|&s| -16 * s).collect(),
                 // For the VNNI kernels, which take signed weights as `w + 128`.
-                GgmlType::Q8_0 | GgmlType::IQ4_NL => a.offsets = sums.iter().map(|&s| -128 * s).collect(),
+                GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+                    a.offsets = sums.iter().map(|&s| -128 * s).collect()
+                }
                 GgmlType::Q4_1 | GgmlType::Q5_1 => {
                     a.dsums = sums.iter().zip(&a.scales).map(|(&s, &d)| d * s as f32).collect()
                 }

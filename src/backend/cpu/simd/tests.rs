@@ -91,6 +91,15 @@ fn weights(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8>
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => (0, Some(2)),
             _ => (0, None),
         };
+        if ty == GgmlType::MXFP4 {
+            // An E8M0 exponent: scales 2^-10 .. 2^-1, now and then a subnormal one (e 0, 1).
+            b[0] = if rng.random_range(0..16) == 0 {
+                rng.random_range(0..2)
+            } else {
+                rng.random_range(118..128)
+            };
+            continue;
+        }
         let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K);
         b[d_at..d_at + 2].copy_from_slice(&scale(rng, k_quant));
         if let Some(m) = min_at {
