@@ -855,7 +855,15 @@ mod tests {
     /// as their text, so the output router sees them.
     #[test]
     fn harmony_end_is_not_end_of_generation() {
-        let tokens = vec!["a", "<|end|>", "<|return|>", "<|call|>", "<|start|>", "<|channel|>", "<|message|>"];
+        let tokens = vec![
+            "a",
+            "<|end|>",
+            "<|return|>",
+            "<|call|>",
+            "<|start|>",
+            "<|channel|>",
+            "<|message|>",
+        ];
         let tok = Tokenizer::from_gguf(&gguf(&[
             ("tokenizer.ggml.model", Kv::Str("gpt2")),
             ("tokenizer.ggml.pre", Kv::Str("qwen2")),

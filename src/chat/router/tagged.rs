@@ -1,71 +1,21 @@
-//! Splitting a model's answer, as it streams, into what an OpenAI client expects: visible
-//! `content`, `reasoning_content` (inside `<think>...</think>`) and `tool_calls` in the format
-//! of the model's family.
-//!
-//! Text is pushed as it is decoded. A marker split across pushes (`<tool_` + `call>`) is held
-//! back until it is decided, so no partial tag ever reaches the client. Anything that looks like
-//! a call but does not parse is given back as content, markers included: never dropped.
+//! The router for families that think inside `<think>...</think>` and open each call with a
+//! marker: Hermes and GLM (`<tool_call>...</tool_call>`), Llama 3 (bare JSON or
+//! `<|python_tag|>`), Mistral (`[TOOL_CALLS]`), DeepSeek (`<｜tool▁calls▁begin｜>`, a section
+//! of `<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>` calls).
 
-use serde_json::Value;
+use super::parse::{self, parse_call, parse_calls};
+use super::{emit, held_tail, Routed, RouterConfig, ToolFormat};
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 const HERMES_OPEN: &str = "<tool_call>";
 const HERMES_CLOSE: &str = "</tool_call>";
-const MISTRAL_OPEN: &str = "[TOOL_CALLS]";
-const PYTHON_TAG: &str = "<|python_tag|>";
-
-/// How a family writes tool calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolFormat {
-    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Qwen 2.5/3, Hermes).
-    Hermes,
-    /// A bare JSON object `{"name": ..., "parameters": {...}}`, optionally after
-    /// `<|python_tag|>` (Llama 3.1+).
-    Llama3Json,
-    /// `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Mistral).
-    Mistral,
-}
-
-impl ToolFormat {
-    /// The format a chat template asks for; Hermes when the template shows no other.
-    pub fn detect(template_source: &str) -> ToolFormat {
-        if template_source.contains(MISTRAL_OPEN) {
-            ToolFormat::Mistral
-        } else if template_source.contains(PYTHON_TAG) || template_source.contains("<|start_header_id|>") {
-            ToolFormat::Llama3Json
-        } else {
-            ToolFormat::Hermes
-        }
-    }
-}
-
-/// What the router looks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouterConfig {
-    pub format: ToolFormat,
-    /// Names of the declared tools. Empty: tool calls are not parsed at all (no tools, or
-    /// `tool_choice: "none"`).
-    pub tools: Vec<String>,
-    /// The rendered prompt already opened a `<think>` block, so the answer starts inside it.
-    pub in_think: bool,
-}
-
-/// One parsed tool call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolCall {
-    pub name: String,
-    /// The arguments object as JSON text (the OpenAI wire format).
-    pub arguments: String,
-}
-
-/// A routed piece of the answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Routed {
-    Content(String),
-    Reasoning(String),
-    ToolCall(ToolCall),
-}
+pub(super) const MISTRAL_OPEN: &str = "[TOOL_CALLS]";
+pub(super) const PYTHON_TAG: &str = "<|python_tag|>";
+const DS_CALLS_BEGIN: &str = super::DEEPSEEK_CALLS_BEGIN;
+const DS_CALLS_END: &str = "<｜tool▁calls▁end｜>";
+const DS_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
+const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -73,33 +23,34 @@ enum Mode {
     Start,
     Content,
     Think,
-    /// Inside `<tool_call>`, collecting up to `</tool_call>`.
-    HermesCall,
+    /// Inside `<tool_call>` (Hermes, GLM), collecting up to `</tool_call>`.
+    TaggedCall,
     /// After `[TOOL_CALLS]`: the rest of the answer is the call list.
     MistralCalls,
     /// Tools are declared and the answer starts with `{` or `[`: it may be one bare JSON call
     /// (or a list of them), which only the end of the answer can tell.
     BareJson,
+    /// Inside DeepSeek's `<｜tool▁calls▁begin｜>`: calls until `<｜tool▁calls▁end｜>`.
+    DeepSeekCalls,
 }
 
-/// The streaming router. Feed it with [`OutputRouter::push`], then call
-/// [`OutputRouter::finish`] once at the end.
 #[derive(Debug, Clone)]
-pub struct OutputRouter {
+pub(super) struct TaggedRouter {
     cfg: RouterConfig,
     mode: Mode,
     /// Text received but not routed yet.
     buf: String,
     /// In `Start`: drop the held whitespace instead of emitting it (after `</think>` or a call).
     drop_leading_ws: bool,
-    /// The marker that opened the current call mode, given back with the text if it fails.
+    /// The marker that opened the current call mode, given back with the text if it fails
+    /// (in `DeepSeekCalls`: until the first call of the section is decided).
     opened: &'static str,
 }
 
-impl OutputRouter {
-    pub fn new(cfg: RouterConfig) -> Self {
+impl TaggedRouter {
+    pub(super) fn new(cfg: RouterConfig) -> Self {
         let mode = if cfg.in_think { Mode::Think } else { Mode::Start };
-        OutputRouter {
+        TaggedRouter {
             cfg,
             mode,
             buf: String::new(),
@@ -114,16 +65,29 @@ impl OutputRouter {
 
     /// The call-opening marker of the format, when tools are on.
     fn call_marker(&self) -> Option<&'static str> {
-        match (self.tools_on(), self.cfg.format) {
-            (false, _) => None,
-            (true, ToolFormat::Hermes) => Some(HERMES_OPEN),
-            (true, ToolFormat::Mistral) => Some(MISTRAL_OPEN),
-            (true, ToolFormat::Llama3Json) => Some(PYTHON_TAG),
+        if !self.tools_on() {
+            return None;
+        }
+        Some(match self.cfg.format {
+            ToolFormat::Hermes | ToolFormat::Glm45 => HERMES_OPEN,
+            ToolFormat::Mistral => MISTRAL_OPEN,
+            ToolFormat::Llama3Json => PYTHON_TAG,
+            ToolFormat::DeepSeekV3 | ToolFormat::DeepSeekV31 => DS_CALLS_BEGIN,
+            // Routed by `harmony`; never here.
+            ToolFormat::Harmony => return None,
+        })
+    }
+
+    /// One `<tool_call>` body in the format's shape.
+    fn parse_tagged(&self, body: &str) -> Option<super::ToolCall> {
+        match self.cfg.format {
+            ToolFormat::Glm45 => parse::glm_call(body, &self.cfg.string_params),
+            _ => parse_call(body, None),
         }
     }
 
     /// Route newly decoded text; returns what can be decided now.
-    pub fn push(&mut self, text: &str) -> Vec<Routed> {
+    pub(super) fn push(&mut self, text: &str) -> Vec<Routed> {
         self.buf.push_str(text);
         let mut out = Vec::new();
         while self.step(&mut out) {}
@@ -165,13 +129,13 @@ impl OutputRouter {
                     false
                 }
             }
-            Mode::HermesCall => {
+            Mode::TaggedCall => {
                 let Some(i) = self.buf.find(HERMES_CLOSE) else {
                     return false;
                 };
                 let body = self.buf[..i].to_string();
                 self.buf.drain(..i + HERMES_CLOSE.len());
-                match parse_call(&body, None) {
+                match self.parse_tagged(&body) {
                     Some(call) => {
                         out.push(Routed::ToolCall(call));
                         self.mode = Mode::Start;
@@ -184,16 +148,71 @@ impl OutputRouter {
                 }
                 true
             }
+            Mode::DeepSeekCalls => self.step_deepseek(out),
             Mode::MistralCalls | Mode::BareJson => false,
         }
+    }
+
+    /// Inside a DeepSeek call section: each `<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>` is
+    /// decided as soon as it closes; whitespace between calls is the template's layout.
+    fn step_deepseek(&mut self, out: &mut Vec<Routed>) -> bool {
+        let t = self.buf.trim_start();
+        let ws = self.buf.len() - t.len();
+        if t.is_empty() {
+            return false;
+        }
+        if t.starts_with(DS_CALLS_END) {
+            if !self.opened.is_empty() {
+                // An empty section: nothing was a call, so all of it is content.
+                emit(
+                    out,
+                    Routed::Content(format!("{}{}", self.opened, &self.buf[..ws + DS_CALLS_END.len()])),
+                );
+                self.opened = "";
+                self.buf.drain(..ws + DS_CALLS_END.len());
+                self.mode = Mode::Content;
+                return true;
+            }
+            self.buf.drain(..ws + DS_CALLS_END.len());
+            self.mode = Mode::Start;
+            self.drop_leading_ws = true;
+            return true;
+        }
+        if let Some(body) = t.strip_prefix(DS_CALL_BEGIN) {
+            let Some(j) = body.find(DS_CALL_END) else {
+                return false;
+            };
+            let body = body[..j].to_string();
+            self.buf.drain(..ws + DS_CALL_BEGIN.len() + j + DS_CALL_END.len());
+            match parse::deepseek_call(&body) {
+                Some(call) => out.push(Routed::ToolCall(call)),
+                None => emit(
+                    out,
+                    Routed::Content(format!("{}{DS_CALL_BEGIN}{body}{DS_CALL_END}", self.opened)),
+                ),
+            }
+            self.opened = "";
+            return true;
+        }
+        if [DS_CALLS_END, DS_CALL_BEGIN].iter().any(|m| m.starts_with(t)) {
+            return false;
+        }
+        // Anything else ends the section: it is content, with the opener when nothing before
+        // it in the section was decided.
+        emit(out, Routed::Content(format!("{}{}", self.opened, self.buf)));
+        self.buf.clear();
+        self.opened = "";
+        self.mode = Mode::Content;
+        false
     }
 
     /// Enter the call mode a marker opens.
     fn open(&mut self, marker: &'static str) {
         self.opened = marker;
         self.mode = match marker {
-            HERMES_OPEN => Mode::HermesCall,
+            HERMES_OPEN => Mode::TaggedCall,
             MISTRAL_OPEN => Mode::MistralCalls,
+            DS_CALLS_BEGIN => Mode::DeepSeekCalls,
             _ => Mode::BareJson,
         };
     }
@@ -223,7 +242,11 @@ impl OutputRouter {
             self.open(m);
             return true;
         }
-        if self.tools_on() && (trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        let bare_json = matches!(
+            self.cfg.format,
+            ToolFormat::Hermes | ToolFormat::Llama3Json | ToolFormat::Mistral
+        );
+        if self.tools_on() && bare_json && (trimmed.starts_with('{') || trimmed.starts_with('[')) {
             self.opened = "";
             self.mode = Mode::BareJson;
             return false;
@@ -237,7 +260,7 @@ impl OutputRouter {
     }
 
     /// The end of the answer: route everything still held.
-    pub fn finish(&mut self) -> Vec<Routed> {
+    pub(super) fn finish(&mut self) -> Vec<Routed> {
         let mut out = Vec::new();
         let rest = std::mem::take(&mut self.buf);
         match self.mode {
@@ -249,7 +272,7 @@ impl OutputRouter {
             Mode::Content => emit(&mut out, Routed::Content(rest)),
             Mode::Think => emit(&mut out, Routed::Reasoning(rest)),
             // The model stopped before `</tool_call>`: still a call when the body parses.
-            Mode::HermesCall => match parse_call(&rest, None) {
+            Mode::TaggedCall => match self.parse_tagged(&rest) {
                 Some(call) => out.push(Routed::ToolCall(call)),
                 None => emit(&mut out, Routed::Content(format!("{}{rest}", self.opened))),
             },
@@ -262,6 +285,17 @@ impl OutputRouter {
                 Some(calls) => out.extend(calls.into_iter().map(Routed::ToolCall)),
                 None => emit(&mut out, Routed::Content(format!("{}{rest}", self.opened))),
             },
+            // The model stopped inside a call section: an unclosed last call still counts
+            // when it parses (the end of generation closes it).
+            Mode::DeepSeekCalls => {
+                let t = rest.trim_start();
+                let call = t.strip_prefix(DS_CALL_BEGIN).and_then(parse::deepseek_call);
+                match call {
+                    Some(call) => out.push(Routed::ToolCall(call)),
+                    None if t.is_empty() && self.opened.is_empty() => {}
+                    None => emit(&mut out, Routed::Content(format!("{}{rest}", self.opened))),
+                }
+            }
         }
         self.mode = Mode::Start;
         self.drop_leading_ws = false;
@@ -270,119 +304,10 @@ impl OutputRouter {
     }
 }
 
-fn emit(out: &mut Vec<Routed>, r: Routed) {
-    match &r {
-        Routed::Content(s) | Routed::Reasoning(s) if s.is_empty() => {}
-        _ => out.push(r),
-    }
-}
-
-/// Where the part of `buf` that may be the start of one of `markers` begins (`buf.len()` when
-/// no tail can be): everything before it is safe to route.
-pub fn held_tail(buf: &str, markers: &[&str]) -> usize {
-    let longest = markers.iter().map(|m| m.len()).max().unwrap_or(0);
-    let from = buf.len().saturating_sub(longest.saturating_sub(1));
-    (from..buf.len())
-        .filter(|&i| buf.is_char_boundary(i))
-        .find(|&i| markers.iter().any(|m| m.starts_with(&buf[i..])))
-        .unwrap_or(buf.len())
-}
-
-/// One call object: `{"name": string, "arguments"|"parameters": object}` (arguments given as a
-/// JSON string holding an object are accepted too). With `declared`, the name must be one of
-/// them.
-fn call_from_value(v: &Value, declared: Option<&[String]>) -> Option<ToolCall> {
-    let obj = v.as_object()?;
-    let name = obj.get("name")?.as_str()?;
-    if declared.is_some_and(|d| !d.iter().any(|t| t == name)) {
-        return None;
-    }
-    let args = obj.get("arguments").or_else(|| obj.get("parameters"))?;
-    let args = match args {
-        Value::Object(_) => args.clone(),
-        Value::String(s) => serde_json::from_str::<Value>(s).ok().filter(Value::is_object)?,
-        _ => return None,
-    };
-    Some(ToolCall {
-        name: name.to_string(),
-        arguments: serde_json::to_string(&args).ok()?,
-    })
-}
-
-fn parse_call(text: &str, declared: Option<&[String]>) -> Option<ToolCall> {
-    let v: Value = serde_json::from_str(text.trim()).ok()?;
-    call_from_value(&v, declared)
-}
-
-/// One call object or a non-empty list of them; `None` unless every element is a call.
-fn parse_calls(text: &str, declared: Option<&[String]>) -> Option<Vec<ToolCall>> {
-    let v: Value = serde_json::from_str(text.trim()).ok()?;
-    match &v {
-        Value::Array(items) if !items.is_empty() => items.iter().map(|i| call_from_value(i, declared)).collect(),
-        Value::Object(_) => call_from_value(&v, declared).map(|c| vec![c]),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::testing::*;
     use super::*;
-
-    fn cfg(format: ToolFormat, tools: &[&str], in_think: bool) -> RouterConfig {
-        RouterConfig {
-            format,
-            tools: tools.iter().map(|s| s.to_string()).collect(),
-            in_think,
-        }
-    }
-
-    /// Adjacent pieces of the same kind joined, so results compare independently of chunking.
-    fn merged(events: Vec<Routed>) -> Vec<Routed> {
-        let mut out: Vec<Routed> = Vec::new();
-        for e in events {
-            match (out.last_mut(), e) {
-                (Some(Routed::Content(a)), Routed::Content(b)) => a.push_str(&b),
-                (Some(Routed::Reasoning(a)), Routed::Reasoning(b)) => a.push_str(&b),
-                (_, e) => out.push(e),
-            }
-        }
-        out
-    }
-
-    fn route(cfg: &RouterConfig, pieces: &[&str]) -> Vec<Routed> {
-        let mut r = OutputRouter::new(cfg.clone());
-        let mut out = Vec::new();
-        for p in pieces {
-            out.extend(r.push(p));
-        }
-        out.extend(r.finish());
-        merged(out)
-    }
-
-    /// Routes `text` in one piece, split at every char boundary into two, and char by char;
-    /// all must agree with `want`.
-    fn check(cfg: &RouterConfig, text: &str, want: &[Routed]) {
-        assert_eq!(route(cfg, &[text]), want, "whole: {text:?}");
-        for i in (1..text.len()).filter(|&i| text.is_char_boundary(i)) {
-            assert_eq!(route(cfg, &[&text[..i], &text[i..]]), want, "split at {i}: {text:?}");
-        }
-        let chars: Vec<String> = text.chars().map(String::from).collect();
-        let pieces: Vec<&str> = chars.iter().map(String::as_str).collect();
-        assert_eq!(route(cfg, &pieces), want, "char by char: {text:?}");
-    }
-
-    fn content(s: &str) -> Routed {
-        Routed::Content(s.into())
-    }
-    fn reasoning(s: &str) -> Routed {
-        Routed::Reasoning(s.into())
-    }
-    fn call(name: &str, args: &str) -> Routed {
-        Routed::ToolCall(ToolCall {
-            name: name.into(),
-            arguments: args.into(),
-        })
-    }
 
     #[test]
     fn plain_text_is_content_unchanged() {
@@ -523,19 +448,103 @@ mod tests {
         );
     }
 
+    const DS_V31: &str = "Need the weather.</think>Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+
     #[test]
-    fn held_tail_finds_partial_markers() {
-        assert_eq!(held_tail("abc<tool", &[HERMES_OPEN]), 3);
-        assert_eq!(held_tail("abc", &[HERMES_OPEN]), 3);
-        assert_eq!(held_tail("abc<", &[HERMES_OPEN]), 3);
-        assert_eq!(held_tail("<tool_call", &[HERMES_OPEN]), 0);
-        assert_eq!(held_tail("é<", &["<x"]), "é".len());
+    fn deepseek_v31_calls_after_reasoning() {
+        let c = cfg(ToolFormat::DeepSeekV31, &["get_weather", "get_time"], true);
+        check(
+            &c,
+            DS_V31,
+            &[
+                reasoning("Need the weather."),
+                content("Let me check."),
+                call("get_weather", r#"{"city":"Paris"}"#),
+                call("get_time", "{}"),
+            ],
+        );
+        // Without tools the markers are text.
+        let c = cfg(ToolFormat::DeepSeekV31, &[], true);
+        let (_, answer) = DS_V31.split_once("</think>").unwrap();
+        check(&c, DS_V31, &[reasoning("Need the weather."), content(answer)]);
     }
 
     #[test]
-    fn detects_formats_from_templates() {
-        assert_eq!(ToolFormat::detect("{{ '<tool_call>' }}"), ToolFormat::Hermes);
-        assert_eq!(ToolFormat::detect("[TOOL_CALLS] {{ x }}"), ToolFormat::Mistral);
-        assert_eq!(ToolFormat::detect("<|start_header_id|>"), ToolFormat::Llama3Json);
+    fn deepseek_v3_fenced_arguments() {
+        let c = cfg(ToolFormat::DeepSeekV3, &["get_weather"], false);
+        check(
+            &c,
+            "<think>\nr\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁calls▁end｜>",
+            &[reasoning("\nr\n"), call("get_weather", r#"{"city":"Paris"}"#)],
+        );
+    }
+
+    #[test]
+    fn deepseek_broken_calls_are_given_back() {
+        let c = cfg(ToolFormat::DeepSeekV31, &["f", "g"], false);
+        let broken = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{oops}<｜tool▁call▁end｜>";
+        check(
+            &c,
+            &format!("{broken}<｜tool▁call▁begin｜>g<｜tool▁sep｜>{{}}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+            &[content(broken), call("g", "{}")],
+        );
+        for text in [
+            "<｜tool▁calls▁begin｜>nonsense",
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜> after",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f {}<｜tool▁call▁end｜>",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>[1]",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\":\n```<｜tool▁call▁end｜>",
+        ] {
+            check(&c, text, &[content(text)]);
+        }
+        // The model stopped inside the section: the unclosed call still counts.
+        check(
+            &c,
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": 1}",
+            &[call("f", r#"{"a":1}"#)],
+        );
+    }
+
+    const GLM_CALL: &str = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>zip</arg_key>\n<arg_value>75001</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"unit\": \"c\"}</arg_value>\n</tool_call>";
+
+    #[test]
+    fn glm_calls_with_typed_values() {
+        let mut c = cfg(ToolFormat::Glm45, &["get_weather"], false);
+        // `zip` is declared as a string: its digits stay text; `days` is not declared, so
+        // digits are a number; `city` is not JSON, so text.
+        c.string_params = vec![
+            ("get_weather".into(), "city".into()),
+            ("get_weather".into(), "zip".into()),
+        ];
+        check(
+            &c,
+            &format!("<think>plan</think>\n{GLM_CALL}\n<tool_call>ping</tool_call>"),
+            &[
+                reasoning("plan"),
+                call(
+                    "get_weather",
+                    r#"{"city":"Paris","zip":"75001","days":3,"opts":{"unit":"c"}}"#,
+                ),
+                call("ping", "{}"),
+            ],
+        );
+    }
+
+    #[test]
+    fn glm_broken_calls_are_given_back() {
+        let c = cfg(ToolFormat::Glm45, &["f"], false);
+        for text in [
+            "<tool_call>f\n<arg_key>a</arg_key>oops</tool_call>",
+            "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</tool_call>",
+            // Hermes' JSON body is not GLM's.
+            "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+            "<tool_call></tool_call>",
+        ] {
+            check(&c, text, &[content(text)]);
+        }
+        // GLM answers never route bare JSON as a call.
+        let text = "{\"name\": \"f\", \"arguments\": {}}";
+        check(&c, text, &[content(text)]);
     }
 }
