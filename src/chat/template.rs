@@ -212,7 +212,11 @@ fn python_formatter(out: &mut minijinja::Output, state: &State, value: &Value) -
 
 /// `tojson` as Hugging Face defines it: `json.dumps(value, ensure_ascii=False, indent=indent)`.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    // transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None,
+    // sort_keys=False); `separators` is not supported and fails as an unknown argument.
     let indent: Option<Value> = kwargs.get("indent")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     kwargs.assert_all_used()?;
     let indent = match indent {
         None => None,
@@ -228,9 +232,49 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
             }
         },
     };
-    let text = json::dumps(&value, indent.as_deref())
-        .map_err(|e| Error::new(ErrorKind::BadSerialization, format!("tojson: {e}")))?;
+    let serialization = |e: serde_json::Error| Error::new(ErrorKind::BadSerialization, format!("tojson: {e}"));
+    let mut text = if sort_keys == Some(true) {
+        let v = serde_json::to_value(&value).map_err(serialization)?;
+        json::dumps(&sorted_keys(v), indent.as_deref())
+    } else {
+        json::dumps(&value, indent.as_deref())
+    }
+    .map_err(serialization)?;
+    if ensure_ascii == Some(true) {
+        text = ascii_escaped(&text);
+    }
     Ok(Value::from_safe_string(text))
+}
+
+/// Objects with their keys in sorted order, all the way down (`sort_keys=True`).
+fn sorted_keys(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => {
+            let mut items: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            items.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(items.into_iter().map(|(k, v)| (k, sorted_keys(v))).collect())
+        }
+        serde_json::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
+}
+
+/// Python's `ensure_ascii=True`: every non-ASCII character as `\uXXXX` (UTF-16 units). In
+/// JSON text they can only stand inside strings, so escaping the whole text is exact.
+fn ascii_escaped(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{u:04x}");
+            }
+        }
+    }
+    out
 }
 
 /// Marks an error raised by the template itself, so the message can be reported as is.
