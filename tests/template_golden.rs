@@ -250,7 +250,15 @@ fn undated(text: &str) -> String {
         let date = rest[i + KEY.len()..].get(..10);
         out.push_str(&rest[..i + KEY.len()]);
         rest = &rest[i + KEY.len()..];
-        if date.is_some_and(|d| d.bytes().enumerate().all(|(j, b)| if j == 4 || j == 7 { b == b'-' } else { b.is_ascii_digit() })) {
+        if date.is_some_and(|d| {
+            d.bytes().enumerate().all(|(j, b)| {
+                if j == 4 || j == 7 {
+                    b == b'-'
+                } else {
+                    b.is_ascii_digit()
+                }
+            })
+        }) {
             out.push_str("DATE");
             rest = &rest[10..];
         }
@@ -291,7 +299,11 @@ fn hf_templates_match_python_jinja2() {
         templates.insert(file.to_string());
         cases += 1;
     }
-    assert_eq!((cases, templates.len()), (14, 4), "golden file should hold 14 cases of 4 templates");
+    assert_eq!(
+        (cases, templates.len()),
+        (14, 4),
+        "golden file should hold 14 cases of 4 templates"
+    );
 }
 
 /// transformers' `tojson(x, ensure_ascii=..., sort_keys=...)` (GLM's template passes
