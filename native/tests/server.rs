@@ -970,6 +970,14 @@ fn harmony_scripted_reasoning_preamble_and_tool_call() {
         "{prompt}"
     );
     assert!(prompt.ends_with("<|start|>assistant"), "{prompt}");
+    // OpenAI's top-level `reasoning_effort` sets the template's variable, as in llama-server.
+    let mut top = body.clone();
+    top["reasoning_effort"] = json!("high");
+    let prompt_high = s.ok("/apply-template", &top)["prompt"].as_str().unwrap().to_string();
+    assert_eq!(prompt_high, prompt.replace("Reasoning: low", "Reasoning: high"));
+    top["reasoning_effort"] = json!("none");
+    let prompt_none = s.ok("/apply-template", &top)["prompt"].as_str().unwrap().to_string();
+    assert_eq!(prompt_none, prompt.replace("Reasoning: low", "Reasoning: medium"));
 
     // The call's round trip renders (recipient and result in harmony form) and is answered.
     let v = s.ok("/v1/chat/completions", &body);
@@ -1070,4 +1078,26 @@ fn openai_python_client_reads_reasoning_and_tool_calls() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// A GGUF whose chat template does not compile: `serve` refuses it with the template's line,
+/// as an input error (exit 2), never a panic.
+#[test]
+fn malformed_gguf_template_is_a_clear_error() {
+    let model = scripted::scripted_model(&scripted::Script {
+        template: "{% for m in messages %}\n{{ m.content }\n{% endfor %}",
+        specials: &[("<s>", scripted::CONTROL), ("</s>", scripted::CONTROL)],
+        bos: "<s>",
+        eos: "</s>",
+        chains: &[],
+    });
+    let path = scripted::write_model("bad-template.gguf", &model);
+    let out = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+        .args(["serve", "--port", "0", "-m"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("chat template syntax error at line 2"), "{stderr}");
 }
