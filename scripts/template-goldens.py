@@ -76,6 +76,7 @@ CALL = {
         }
     ],
 }
+THOUGHT_CALL = {k: v for k, v in CALL.items() if k != "content"} | {"thinking": "Need the weather tool."}
 RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature_c\": 18, \"condition\": \"sunny\"}"}
 ROUND_TRIP = [USER_Q, CALL, RESULT]
 HISTORY = [
@@ -96,6 +97,10 @@ TEMPLATES = [
             ("history_effort_high", HISTORY, None, {"reasoning_effort": "high"}, True),
             ("tools_effort_low", [USER_Q], [WEATHER, TIME], {"reasoning_effort": "low"}, True),
             ("tool_round_trip", ROUND_TRIP, [WEATHER, TIME], {"reasoning_effort": "medium"}, True),
+            # What llama.cpp hands the template when the client sends `reasoning_content` back:
+            # `thinking`, and no `content` next to tool calls (tests/template_golden.rs checks
+            # that our renderer does the same from `reasoning_content`).
+            ("tool_round_trip_thinking", [USER_Q, THOUGHT_CALL, RESULT], [WEATHER], {}, True),
             (
                 "identity_builtin_browser_no_prompt",
                 HISTORY[:3],

@@ -301,8 +301,8 @@ fn hf_templates_match_python_jinja2() {
     }
     assert_eq!(
         (cases, templates.len()),
-        (14, 4),
-        "golden file should hold 14 cases of 4 templates"
+        (15, 4),
+        "golden file should hold 15 cases of 4 templates"
     );
 }
 
@@ -325,4 +325,35 @@ fn tojson_takes_pythons_keyword_arguments() {
     let t = ChatTemplate::from_source("{{ 1 | tojson(colour=1) }}", "", "").unwrap();
     let err = render(&t, m.as_array().unwrap()).unwrap_err();
     assert!(err.to_string().contains("colour"), "{err}");
+}
+
+/// A client sends gpt-oss's reasoning back as `reasoning_content` (with the call message's
+/// empty `content`): rendered as llama.cpp renders it, from `thinking` without `content`
+/// (the golden case `tool_round_trip_thinking` is that message as jinja2 saw it).
+#[test]
+fn gpt_oss_reads_reasoning_content_as_thinking() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/templates");
+    let text = std::fs::read_to_string(format!("{dir}/jinja2.jsonl")).unwrap();
+    let case: serde_json::Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|c| c["name"] == "tool_round_trip_thinking")
+        .expect("golden case");
+    let mut messages = case["messages"].as_array().unwrap().clone();
+    let call = messages[1].as_object_mut().unwrap();
+    let thinking = call.remove("thinking").unwrap();
+    call.insert("reasoning_content".into(), thinking);
+    call.insert("content".into(), "".into());
+    let source = std::fs::read_to_string(format!("{dir}/openai-gpt-oss-120b.jinja")).unwrap();
+    let tmpl = ChatTemplate::from_source(&source, "<|startoftext|>", "<|return|>").unwrap();
+    let kwargs = no_kwargs();
+    let got = tmpl
+        .render(&RenderRequest {
+            messages: &messages,
+            tools: case["tools"].as_array().map(Vec::as_slice),
+            add_generation_prompt: true,
+            kwargs: &kwargs,
+        })
+        .unwrap();
+    assert_eq!(undated(&got), case["rendered"].as_str().unwrap());
 }

@@ -144,7 +144,13 @@ impl ChatTemplate {
         for (k, v) in req.kwargs {
             ctx.insert(k.clone(), v.clone());
         }
-        let messages: Vec<serde_json::Value> = req.messages.iter().map(normalize_message).collect();
+        let harmony = self.source.contains("<|channel|>");
+        let messages: Vec<serde_json::Value> = req
+            .messages
+            .iter()
+            .map(normalize_message)
+            .map(|m| if harmony { harmony_message(m) } else { m })
+            .collect();
         ctx.insert("messages".into(), messages.into());
         ctx.insert(
             "tools".into(),
@@ -378,6 +384,25 @@ fn normalize_message(msg: &serde_json::Value) -> serde_json::Value {
                 }
             }
         }
+    }
+    msg
+}
+
+/// gpt-oss's template reads an assistant's reasoning from `thinking`; clients send it back as
+/// `reasoning_content`. llama.cpp (`common/parsers/gpt-oss.cpp`) copies it over and, for a
+/// message with tool calls, drops `content` (the template refuses both at once); so do we.
+fn harmony_message(mut msg: serde_json::Value) -> serde_json::Value {
+    let Some(obj) = msg.as_object_mut() else { return msg };
+    let Some(reasoning) = obj.get("reasoning_content").filter(|r| r.is_string()).cloned() else {
+        return msg;
+    };
+    obj.insert("thinking".into(), reasoning);
+    let has_calls = obj
+        .get("tool_calls")
+        .and_then(|c| c.as_array())
+        .is_some_and(|c| !c.is_empty());
+    if has_calls {
+        obj.remove("content");
     }
     msg
 }
