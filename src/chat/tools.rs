@@ -84,7 +84,9 @@ mod tests {
             (ToolChoice::Required, "f\", \"arguments\": {\"x\": 1}}"),
             (ToolChoice::Named("f".into()), "{\"x\": 1}}"),
         ];
-        let cases: [(ToolFormat, [(ToolChoice, &str); 2], &str); 7] = [
+        // (format, (choice, what the model writes after the opening) x 2, closing text)
+        type Case<'a> = (ToolFormat, [(ToolChoice, &'a str); 2], &'a str);
+        let cases: [Case; 7] = [
             (ToolFormat::Hermes, json_rests.clone(), "\n</tool_call>"),
             (ToolFormat::Llama3Json, json_rests.clone(), ""),
             (ToolFormat::Mistral, json_rests.clone(), "]"),

@@ -65,11 +65,14 @@ fn f16_bytes(values: &[f32]) -> Vec<u8> {
         .iter()
         .flat_map(|&v| {
             // Only 0, 0.5 and 1 are written.
-            let bits: u16 = match v {
-                x if x == 0.0 => 0,
-                x if x == 0.5 => 0x3800,
-                x if x == 1.0 => 0x3c00,
-                _ => panic!("f16_bytes: unsupported value {v}"),
+            let bits: u16 = if v == 0.0 {
+                0
+            } else if v == 0.5 {
+                0x3800
+            } else if v == 1.0 {
+                0x3c00
+            } else {
+                panic!("f16_bytes: unsupported value {v}")
             };
             bits.to_le_bytes()
         })
