@@ -161,11 +161,15 @@ impl HarmonyRouter {
         if t.is_empty() {
             return false;
         }
+        // Harmony headers open with `<|start|>`, `<|channel|>` or a ` to=` recipient; decided
+        // before looking for `<|message|>`, so the answer does not depend on how it was cut.
+        let opens = [START, CHANNEL, "to="];
+        if !opens.iter().any(|o| t.starts_with(o) || o.starts_with(t)) {
+            self.mode = Mode::Plain;
+            return true;
+        }
         let Some(i) = self.buf.find(MESSAGE) else {
-            // Harmony headers open with `<|start|>`, `<|channel|>` or a ` to=` recipient.
-            let opens = [START, CHANNEL, "to="];
-            let could_open = opens.iter().any(|o| t.starts_with(o) || o.starts_with(t));
-            if !could_open || self.buf.len() > MAX_HEADER {
+            if self.buf.len() > MAX_HEADER {
                 self.mode = Mode::Plain;
                 return true;
             }
@@ -298,7 +302,13 @@ mod tests {
 
     #[test]
     fn text_that_is_not_harmony_is_content() {
-        for text in ["Hello there", "  to be or not", "<|channel|", "<|channel|>final"] {
+        for text in [
+            "Hello there",
+            "  to be or not",
+            "<|channel|",
+            "<|channel|>final",
+            "Sure!<|channel|>final<|message|>x",
+        ] {
             check(&harmony(&["f"]), text, &[content(text)]);
         }
         // A header without a channel: its markup is content, like the text after it.
