@@ -372,7 +372,6 @@ fn text_prompt(text: String) -> Prompt {
     }
 }
 
-/// Messages as the template wants them: text parts joined into one string.
 /// The template variables of a request: `chat_template_kwargs`, with OpenAI's top-level
 /// `reasoning_effort` as the `reasoning_effort` variable (gpt-oss's template reads it) or,
 /// when it is `"none"`, that variable removed, as llama-server does.
@@ -390,6 +389,7 @@ pub fn template_kwargs(kwargs: &Option<Map<String, Value>>, reasoning_effort: Op
     kwargs
 }
 
+/// Messages as the template wants them: text parts joined into one string.
 pub fn template_messages(messages: &[Message], raw: &[Value]) -> Result<Vec<Value>, ApiError> {
     let mut out = Vec::with_capacity(messages.len());
     for (i, (m, r)) in messages.iter().zip(raw).enumerate() {
