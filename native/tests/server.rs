@@ -1016,6 +1016,11 @@ fn harmony_scripted_reasoning_preamble_and_tool_call() {
         "{}",
         r.text()
     );
+    // Template variables that are not an object: a 400 naming the field.
+    let bad = json!({"messages": messages, "chat_template_kwargs": ["reasoning_effort", "low"]});
+    let r = s.request("POST", "/v1/chat/completions", &[], bad.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("chat_template_kwargs"), "{}", r.text());
 }
 
 /// DeepSeek V3.1, end to end: content and two calls after the template's `<think></think>`;
