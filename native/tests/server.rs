@@ -1007,6 +1007,12 @@ fn harmony_scripted_reasoning_preamble_and_tool_call() {
         &[],
     );
 
+    // `tool_choice` naming the tool: the prompt ends with the call's opening and the model
+    // writes only the arguments.
+    let named = json!({"messages": messages, "tools": weather_tools(), "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
+    check_answer(&s, &named, "", None, &[("get_weather", json!({"city": "Lyon"}))]);
+
     // A template variable of the wrong type fails the render: a 400 naming the template.
     let bad = json!({"messages": messages, "chat_template_kwargs": {"reasoning_effort": 5}});
     let r = s.request("POST", "/v1/chat/completions", &[], bad.to_string().as_bytes());
@@ -1059,6 +1065,11 @@ fn deepseek_scripted_reasoning_and_tool_calls() {
         "{prompt2}"
     );
     check_answer(&s, &body2, "", Some("It is sunny, 18 °C."), &[]);
+
+    // `tool_choice` naming the tool: the model writes only the arguments.
+    let named = json!({"messages": messages, "tools": weather_tools(), "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
+    check_answer(&s, &named, "", None, &[("get_weather", json!({"city": "Lyon"}))]);
 }
 
 /// The official `openai` Python client against both scripted models (streamed and not).

@@ -276,8 +276,7 @@ fn golden_template(file: &str) -> String {
 /// in the commentary channel, then a call to `get_weather` ending at `<|call|>`.
 pub const HARMONY_ANSWER: &[&str] = &[
     "<|channel|>",
-    "analysis",
-    "<|message|>",
+    "analysis<|message|>",
     "The user wants the weather in Paris.",
     "<|end|>",
     "<|start|>",
@@ -292,7 +291,11 @@ pub const HARMONY_ANSWER: &[&str] = &[
     "<|call|>",
 ];
 
-/// A gpt-oss-templated model answering [`HARMONY_ANSWER`].
+/// The arguments a harmony model writes when `tool_choice` names a tool: the prompt then ends
+/// with the forced opening `...<|constrain|>json<|message|>`.
+pub const HARMONY_FORCED: &[&str] = &["{\"city\": \"Lyon\"}", "<|call|>"];
+
+/// A gpt-oss-templated model answering [`HARMONY_ANSWER`] and [`HARMONY_FORCED`].
 pub fn harmony_model() -> Vec<u8> {
     let template = golden_template("openai-gpt-oss-120b.jinja");
     scripted_model(&Script {
@@ -310,18 +313,18 @@ pub fn harmony_model() -> Vec<u8> {
         ],
         bos: "<|startoftext|>",
         eos: "<|return|>",
-        chains: &[("t", HARMONY_ANSWER)],
+        chains: &[("t", HARMONY_ANSWER), ("<|message|>", HARMONY_FORCED)],
     })
 }
 
 /// DeepSeek V3.1's answers: after `</think>` (thinking off) content and two calls; after
-/// `<think>` (thinking on) reasoning first; after a tool's output a final answer.
+/// `<think>` (thinking on) reasoning first; after a tool's output a final answer; after a
+/// forced call's opening its arguments.
 pub const DEEPSEEK_CALLS: &[&str] = &[
     "Let me check.",
     "<｜tool▁calls▁begin｜>",
     "<｜tool▁call▁begin｜>",
-    "get_weather",
-    "<｜tool▁sep｜>",
+    "get_weather<｜tool▁sep｜>",
     "{\"city\": \"Paris\"}",
     "<｜tool▁call▁end｜>",
     "<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜>",
@@ -336,9 +339,15 @@ pub const DEEPSEEK_THINKING: &[&str] = &[
     "<｜end▁of▁sentence｜>",
 ];
 pub const DEEPSEEK_AFTER_TOOL: &[&str] = &["It is sunny, 18 °C.", "<｜end▁of▁sentence｜>"];
+/// The arguments after the forced opening of a named tool (`...get_weather<｜tool▁sep｜>`).
+pub const DEEPSEEK_FORCED: &[&str] = &[
+    "{\"city\": \"Lyon\"}",
+    "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "<｜end▁of▁sentence｜>",
+];
 
-/// A DeepSeek-V3.1-templated model answering [`DEEPSEEK_CALLS`], [`DEEPSEEK_THINKING`] and
-/// [`DEEPSEEK_AFTER_TOOL`].
+/// A DeepSeek-V3.1-templated model answering [`DEEPSEEK_CALLS`], [`DEEPSEEK_THINKING`],
+/// [`DEEPSEEK_AFTER_TOOL`] and [`DEEPSEEK_FORCED`].
 pub fn deepseek_model() -> Vec<u8> {
     let template = golden_template("deepseek-ai-DeepSeek-V3.1.jinja");
     scripted_model(&Script {
@@ -364,6 +373,7 @@ pub fn deepseek_model() -> Vec<u8> {
             ("</think>", DEEPSEEK_CALLS),
             ("<think>", DEEPSEEK_THINKING),
             ("<｜tool▁output▁end｜>", DEEPSEEK_AFTER_TOOL),
+            ("<｜tool▁sep｜>", DEEPSEEK_FORCED),
         ],
     })
 }
