@@ -4,7 +4,7 @@
 //! of `<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>` calls).
 
 use super::parse::{self, parse_call, parse_calls};
-use super::{emit, held_tail, Routed, RouterConfig, ToolFormat};
+use super::{emit, find_first, held_tail, Routed, RouterConfig, ToolFormat};
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
@@ -13,6 +13,15 @@ const HERMES_CLOSE: &str = "</tool_call>";
 pub(super) const MISTRAL_OPEN: &str = "[TOOL_CALLS]";
 pub(super) const PYTHON_TAG: &str = "<|python_tag|>";
 const DS_CALLS_BEGIN: &str = super::DEEPSEEK_CALLS_BEGIN;
+/// What opens a DeepSeek call section: the real marker, and the misspellings R1 distills write
+/// that llama.cpp's DeepSeek R1 parser accepted too.
+const DS_OPENERS: [&str; 5] = [
+    DS_CALLS_BEGIN,
+    "<｜tool_calls_begin｜>",
+    "<｜tool calls begin｜>",
+    "<｜tool\\_calls\\_begin｜>",
+    "<｜tool▁calls｜>",
+];
 const DS_CALLS_END: &str = "<｜tool▁calls▁end｜>";
 const DS_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
 const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
@@ -63,19 +72,19 @@ impl TaggedRouter {
         !self.cfg.tools.is_empty()
     }
 
-    /// The call-opening marker of the format, when tools are on.
-    fn call_marker(&self) -> Option<&'static str> {
+    /// The call-opening markers of the format; none when tools are off.
+    fn call_markers(&self) -> &'static [&'static str] {
         if !self.tools_on() {
-            return None;
+            return &[];
         }
-        Some(match self.cfg.format {
-            ToolFormat::Hermes | ToolFormat::Glm45 => HERMES_OPEN,
-            ToolFormat::Mistral => MISTRAL_OPEN,
-            ToolFormat::Llama3Json => PYTHON_TAG,
-            ToolFormat::DeepSeekV3 | ToolFormat::DeepSeekV31 => DS_CALLS_BEGIN,
+        match self.cfg.format {
+            ToolFormat::Hermes | ToolFormat::Glm45 => &[HERMES_OPEN],
+            ToolFormat::Mistral => &[MISTRAL_OPEN],
+            ToolFormat::Llama3Json => &[PYTHON_TAG],
+            ToolFormat::DeepSeekV3 | ToolFormat::DeepSeekV31 => &DS_OPENERS,
             // Routed by `harmony`; never here.
-            ToolFormat::Harmony => return None,
-        })
+            ToolFormat::Harmony => &[],
+        }
     }
 
     /// One `<tool_call>` body in the format's shape.
@@ -113,17 +122,18 @@ impl TaggedRouter {
                 }
             }
             Mode::Content => {
-                let Some(marker) = self.call_marker() else {
+                let markers = self.call_markers();
+                if markers.is_empty() {
                     emit(out, Routed::Content(std::mem::take(&mut self.buf)));
                     return false;
-                };
-                if let Some(i) = self.buf.find(marker) {
+                }
+                if let Some((i, marker)) = find_first(&self.buf, markers) {
                     emit(out, Routed::Content(self.buf[..i].to_string()));
                     self.buf.drain(..i + marker.len());
                     self.open(marker);
                     true
                 } else {
-                    let keep = held_tail(&self.buf, &[marker]);
+                    let keep = held_tail(&self.buf, markers);
                     emit(out, Routed::Content(self.buf[..keep].to_string()));
                     self.buf.drain(..keep);
                     false
@@ -212,7 +222,7 @@ impl TaggedRouter {
         self.mode = match marker {
             HERMES_OPEN => Mode::TaggedCall,
             MISTRAL_OPEN => Mode::MistralCalls,
-            DS_CALLS_BEGIN => Mode::DeepSeekCalls,
+            m if DS_OPENERS.contains(&m) => Mode::DeepSeekCalls,
             _ => Mode::BareJson,
         };
     }
@@ -224,7 +234,7 @@ impl TaggedRouter {
         }
         let ws = self.buf.len() - trimmed.len();
         let mut markers = vec![THINK_OPEN];
-        markers.extend(self.call_marker());
+        markers.extend(self.call_markers());
         // A marker still being written: wait for the rest.
         if markers
             .iter()
@@ -237,7 +247,7 @@ impl TaggedRouter {
             self.mode = Mode::Think;
             return true;
         }
-        if let Some(m) = self.call_marker().filter(|m| trimmed.starts_with(m)) {
+        if let Some(&m) = self.call_markers().iter().find(|m| trimmed.starts_with(**m)) {
             self.buf.drain(..ws + m.len());
             self.open(m);
             return true;
@@ -504,6 +514,26 @@ mod tests {
             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": 1}",
             &[call("f", r#"{"a":1}"#)],
         );
+    }
+
+    /// R1 distills misspell the section opener; llama.cpp's R1 parser took these too.
+    #[test]
+    fn deepseek_misspelled_section_openers() {
+        let c = cfg(ToolFormat::DeepSeekV3, &["f"], false);
+        for open in [
+            "<｜tool_calls_begin｜>",
+            "<｜tool calls begin｜>",
+            "<｜tool\\_calls\\_begin｜>",
+            "<｜tool▁calls｜>",
+        ] {
+            check(
+                &c,
+                &format!("ok {open}<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{{}}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+                &[content("ok "), call("f", "{}")],
+            );
+            let text = format!("{open} then prose");
+            check(&c, &text, &[content(&text)]);
+        }
     }
 
     const GLM_CALL: &str = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>zip</arg_key>\n<arg_value>75001</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"unit\": \"c\"}</arg_value>\n</tool_call>";
