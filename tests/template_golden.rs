@@ -240,3 +240,120 @@ fn long_conversations_fit_the_instruction_budget() {
     let out = render(&tmpl, &messages).unwrap();
     assert!(out.ends_with("<|im_start|>user\nmessage 1998<|im_end|>\n<|im_start|>assistant\nmessage 1999<|im_end|>\n<|im_start|>assistant\n"));
 }
+
+/// `Current date: YYYY-MM-DD` (gpt-oss writes `strftime_now`) as the golden file stores it.
+fn undated(text: &str) -> String {
+    const KEY: &str = "Current date: ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(KEY) {
+        let date = rest[i + KEY.len()..].get(..10);
+        out.push_str(&rest[..i + KEY.len()]);
+        rest = &rest[i + KEY.len()..];
+        if date.is_some_and(|d| {
+            d.bytes().enumerate().all(|(j, b)| {
+                if j == 4 || j == 7 {
+                    b == b'-'
+                } else {
+                    b.is_ascii_digit()
+                }
+            })
+        }) {
+            out.push_str("DATE");
+            rest = &rest[10..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// gpt-oss (with `reasoning_effort`, tools, a tool-call round trip, builtin tools), DeepSeek
+/// V3.1 (with `thinking`), DeepSeek R1 and GLM 4.6 templates from llama.cpp's
+/// `models/templates`, rendered by Python's jinja2 as transformers sets it up
+/// (`scripts/template-goldens.py`), byte for byte.
+#[test]
+fn hf_templates_match_python_jinja2() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/templates");
+    let text = std::fs::read_to_string(format!("{dir}/jinja2.jsonl")).unwrap();
+    let mut cases = 0;
+    let mut templates = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let case: serde_json::Value = serde_json::from_str(line).unwrap();
+        let file = case["template"].as_str().unwrap();
+        let name = format!("{file} {}", case["name"].as_str().unwrap());
+        let source = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+        let tmpl = ChatTemplate::from_source(
+            &source,
+            case["bos_token"].as_str().unwrap(),
+            case["eos_token"].as_str().unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let req = RenderRequest {
+            messages: case["messages"].as_array().unwrap(),
+            tools: case["tools"].as_array().map(Vec::as_slice),
+            add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+            kwargs: case["kwargs"].as_object().unwrap(),
+        };
+        let got = tmpl.render(&req).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(undated(&got), case["rendered"].as_str().unwrap(), "case {name}");
+        templates.insert(file.to_string());
+        cases += 1;
+    }
+    assert_eq!(
+        (cases, templates.len()),
+        (15, 4),
+        "golden file should hold 15 cases of 4 templates"
+    );
+}
+
+/// transformers' `tojson(x, ensure_ascii=..., sort_keys=...)` (GLM's template passes
+/// `ensure_ascii=False`); the expected text is Python's `json.dumps` with the same arguments.
+#[test]
+fn tojson_takes_pythons_keyword_arguments() {
+    let t = ChatTemplate::from_source(
+        "{{ messages[0].content | tojson(ensure_ascii=True, sort_keys=True) }}|{{ messages[0].content | tojson(ensure_ascii=False) }}",
+        "",
+        "",
+    )
+    .unwrap();
+    let m = serde_json::json!([{"role": "user", "content": {"b": "é😀", "a": [{"z": 1, "y": null}]}}]);
+    assert_eq!(
+        render(&t, m.as_array().unwrap()).unwrap(),
+        r#"{"a": [{"y": null, "z": 1}], "b": "\u00e9\ud83d\ude00"}|{"b": "é😀", "a": [{"z": 1, "y": null}]}"#
+    );
+    // An argument Python's tojson does not take is an error naming it, not a panic.
+    let t = ChatTemplate::from_source("{{ 1 | tojson(colour=1) }}", "", "").unwrap();
+    let err = render(&t, m.as_array().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("colour"), "{err}");
+}
+
+/// A client sends gpt-oss's reasoning back as `reasoning_content` (with the call message's
+/// empty `content`): rendered as llama.cpp renders it, from `thinking` without `content`
+/// (the golden case `tool_round_trip_thinking` is that message as jinja2 saw it).
+#[test]
+fn gpt_oss_reads_reasoning_content_as_thinking() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/templates");
+    let text = std::fs::read_to_string(format!("{dir}/jinja2.jsonl")).unwrap();
+    let case: serde_json::Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|c| c["name"] == "tool_round_trip_thinking")
+        .expect("golden case");
+    let mut messages = case["messages"].as_array().unwrap().clone();
+    let call = messages[1].as_object_mut().unwrap();
+    let thinking = call.remove("thinking").unwrap();
+    call.insert("reasoning_content".into(), thinking);
+    call.insert("content".into(), "".into());
+    let source = std::fs::read_to_string(format!("{dir}/openai-gpt-oss-120b.jinja")).unwrap();
+    let tmpl = ChatTemplate::from_source(&source, "<|startoftext|>", "<|return|>").unwrap();
+    let kwargs = no_kwargs();
+    let got = tmpl
+        .render(&RenderRequest {
+            messages: &messages,
+            tools: case["tools"].as_array().map(Vec::as_slice),
+            add_generation_prompt: true,
+            kwargs: &kwargs,
+        })
+        .unwrap();
+    assert_eq!(undated(&got), case["rendered"].as_str().unwrap());
+}

@@ -847,3 +847,273 @@ fn sampled_text_is_the_same_from_candidates_and_logits(s: &Server) {
 fn cpu_server_samples_the_same_from_candidates_and_logits() {
     sampled_text_is_the_same_from_candidates_and_logits(&fixture(&[]));
 }
+
+// ---- Scripted models: tool-call and reasoning formats no random fixture writes ----------------
+
+use common::scripted;
+
+fn scripted_server(name: &str, bytes: Vec<u8>) -> Server {
+    Server::start(&scripted::write_model(name, &bytes), &["--threads", "1"])
+}
+
+fn weather_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time",
+            "parameters": {"type": "object", "properties": {}}}},
+    ])
+}
+
+/// What a streamed answer adds up to: reasoning, content, and the calls (id, name, arguments)
+/// assembled from their deltas by index, as OpenAI clients do; and the finish reason.
+struct Streamed {
+    reasoning: String,
+    content: String,
+    calls: Vec<(String, String, String)>,
+    finish: Option<String>,
+}
+
+fn streamed(events: &[String]) -> Streamed {
+    let (content, chunks) = stream_content(events);
+    let mut out = Streamed {
+        reasoning: String::new(),
+        content,
+        calls: Vec::new(),
+        finish: None,
+    };
+    for c in &chunks {
+        let choice = &c["choices"][0];
+        if let Some(r) = choice["delta"]["reasoning_content"].as_str() {
+            out.reasoning.push_str(r);
+        }
+        for d in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            let i = d["index"].as_u64().unwrap() as usize;
+            if i == out.calls.len() {
+                out.calls.push(Default::default());
+            }
+            let call = &mut out.calls[i];
+            call.0.push_str(d["id"].as_str().unwrap_or_default());
+            call.1.push_str(d["function"]["name"].as_str().unwrap_or_default());
+            call.2.push_str(d["function"]["arguments"].as_str().unwrap_or_default());
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            out.finish = Some(f.to_string());
+        }
+    }
+    out
+}
+
+/// The non-streamed message against the expected reasoning, content and calls, and the same
+/// request streamed against the message.
+fn check_answer(s: &Server, body: &Value, reasoning: &str, content: Option<&str>, calls: &[(&str, Value)]) {
+    let v = s.ok("/v1/chat/completions", body);
+    let choice = &v["choices"][0];
+    let msg = &choice["message"];
+    assert_eq!(msg["reasoning_content"].as_str().unwrap_or_default(), reasoning, "{v}");
+    assert_eq!(msg["content"].as_str(), content, "{v}");
+    let got = msg["tool_calls"].as_array().cloned().unwrap_or_default();
+    assert_eq!(got.len(), calls.len(), "{v}");
+    for (call, (name, args)) in got.iter().zip(calls) {
+        assert!(call["id"].as_str().unwrap().starts_with("call_"), "{call}");
+        assert_eq!(call["type"], "function");
+        assert_eq!(call["function"]["name"], *name);
+        let parsed: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(&parsed, args);
+    }
+    let want_finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+    assert_eq!(choice["finish_reason"], want_finish, "{v}");
+
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let st = streamed(&s.stream("/v1/chat/completions", &body));
+    assert_eq!(st.reasoning, reasoning);
+    assert_eq!(st.content, content.unwrap_or_default());
+    assert_eq!(st.finish.as_deref(), Some(want_finish));
+    let want: Vec<(String, String, String)> = got
+        .iter()
+        .map(|c| {
+            let f = &c["function"];
+            (
+                c["id"].as_str().unwrap().to_string(),
+                f["name"].as_str().unwrap().to_string(),
+                f["arguments"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    // Ids are minted per response: compare names and arguments, and that ids look right.
+    let strip = |v: &[(String, String, String)]| v.iter().map(|c| (c.1.clone(), c.2.clone())).collect::<Vec<_>>();
+    assert_eq!(strip(&st.calls), strip(&want));
+    assert!(st.calls.iter().all(|c| c.0.starts_with("call_")), "{:?}", st.calls);
+}
+
+/// gpt-oss harmony, end to end: the model (scripted) writes an analysis message, a commentary
+/// preamble and a call to `functions.get_weather` ending at `<|call|>`; `<|end|>` must not end
+/// the answer (llama.cpp's EOG rule for harmony vocabularies).
+#[test]
+fn harmony_scripted_reasoning_preamble_and_tool_call() {
+    let s = scripted_server("harmony.gguf", scripted::harmony_model());
+    let messages = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let body = json!({"messages": messages, "tools": weather_tools(), "temperature": 0,
+        "chat_template_kwargs": {"reasoning_effort": "low"}});
+    check_answer(
+        &s,
+        &body,
+        "The user wants the weather in Paris.",
+        Some("Checking the weather."),
+        &[("get_weather", json!({"city": "Paris"}))],
+    );
+    // The prompt is the gpt-oss template's, with the requested effort and the tools.
+    let prompt = s.ok("/apply-template", &body)["prompt"].as_str().unwrap().to_string();
+    assert!(
+        prompt.contains("Reasoning: low") && prompt.contains("type get_weather = (_: {"),
+        "{prompt}"
+    );
+    assert!(prompt.ends_with("<|start|>assistant"), "{prompt}");
+    // OpenAI's top-level `reasoning_effort` sets the template's variable, as in llama-server.
+    let mut top = body.clone();
+    top["reasoning_effort"] = json!("high");
+    let prompt_high = s.ok("/apply-template", &top)["prompt"].as_str().unwrap().to_string();
+    assert_eq!(prompt_high, prompt.replace("Reasoning: low", "Reasoning: high"));
+    top["reasoning_effort"] = json!("none");
+    let prompt_none = s.ok("/apply-template", &top)["prompt"].as_str().unwrap().to_string();
+    assert_eq!(prompt_none, prompt.replace("Reasoning: low", "Reasoning: medium"));
+
+    // The call's round trip renders (recipient and result in harmony form) and is answered.
+    let v = s.ok("/v1/chat/completions", &body);
+    let mut turn2 = messages.as_array().unwrap().clone();
+    turn2.push(v["choices"][0]["message"].clone());
+    turn2.push(
+        json!({"role": "tool", "tool_call_id": v["choices"][0]["message"]["tool_calls"][0]["id"],
+        "content": "{\"temperature_c\": 18}"}),
+    );
+    let body2 = json!({"messages": turn2, "tools": weather_tools(), "temperature": 0});
+    let prompt2 = s.ok("/apply-template", &body2)["prompt"].as_str().unwrap().to_string();
+    assert!(
+        prompt2.contains("<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>")
+            && prompt2.contains("<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"),
+        "{prompt2}"
+    );
+    let v2 = s.ok("/v1/chat/completions", &body2);
+    assert_eq!(v2["choices"][0]["finish_reason"], "tool_calls", "{v2}");
+
+    // Without tools the recipient's message is text; analysis is still reasoning.
+    let no_tools = json!({"messages": messages, "temperature": 0});
+    check_answer(
+        &s,
+        &no_tools,
+        "The user wants the weather in Paris.",
+        Some("Checking the weather.<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}"),
+        &[],
+    );
+
+    // `tool_choice` naming the tool: the prompt ends with the call's opening and the model
+    // writes only the arguments.
+    let named = json!({"messages": messages, "tools": weather_tools(), "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
+    check_answer(&s, &named, "", None, &[("get_weather", json!({"city": "Lyon"}))]);
+
+    // A template variable of the wrong type fails the render: a 400 naming the template.
+    let bad = json!({"messages": messages, "chat_template_kwargs": {"reasoning_effort": 5}});
+    let r = s.request("POST", "/v1/chat/completions", &[], bad.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.json()["error"]["message"].as_str().unwrap().contains("template"),
+        "{}",
+        r.text()
+    );
+    // Template variables that are not an object: a 400 naming the field.
+    let bad = json!({"messages": messages, "chat_template_kwargs": ["reasoning_effort", "low"]});
+    let r = s.request("POST", "/v1/chat/completions", &[], bad.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("chat_template_kwargs"), "{}", r.text());
+}
+
+/// DeepSeek V3.1, end to end: content and two calls after the template's `<think></think>`;
+/// with `thinking` on, the prompt opens `<think>` and the answer is reasoning first; after a
+/// tool's output the model answers in plain content.
+#[test]
+fn deepseek_scripted_reasoning_and_tool_calls() {
+    let s = scripted_server("deepseek-v3.1.gguf", scripted::deepseek_model());
+    let messages = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let calls = [("get_weather", json!({"city": "Paris"})), ("get_time", json!({}))];
+    let body = json!({"messages": messages, "tools": weather_tools(), "temperature": 0});
+    check_answer(&s, &body, "", Some("Let me check."), &calls);
+
+    let thinking = json!({"messages": messages, "tools": weather_tools(), "temperature": 0,
+        "chat_template_kwargs": {"thinking": true}});
+    check_answer(
+        &s,
+        &thinking,
+        "The user wants the weather.",
+        Some("Checking."),
+        &calls[..1],
+    );
+
+    let v = s.ok("/v1/chat/completions", &body);
+    let mut turn2 = messages.as_array().unwrap().clone();
+    let msg = v["choices"][0]["message"].clone();
+    turn2.push(msg.clone());
+    for (i, c) in msg["tool_calls"].as_array().unwrap().iter().enumerate() {
+        turn2.push(json!({"role": "tool", "tool_call_id": c["id"], "content": format!("result {i}")}));
+    }
+    let body2 = json!({"messages": turn2, "tools": weather_tools(), "temperature": 0});
+    let prompt2 = s.ok("/apply-template", &body2)["prompt"].as_str().unwrap().to_string();
+    assert!(
+        prompt2.contains("<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>")
+            && prompt2.ends_with("<｜tool▁output▁begin｜>result 1<｜tool▁output▁end｜>"),
+        "{prompt2}"
+    );
+    check_answer(&s, &body2, "", Some("It is sunny, 18 °C."), &[]);
+
+    // `tool_choice` naming the tool: the model writes only the arguments.
+    let named = json!({"messages": messages, "tools": weather_tools(), "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
+    check_answer(&s, &named, "", None, &[("get_weather", json!({"city": "Lyon"}))]);
+}
+
+/// The official `openai` Python client against both scripted models (streamed and not).
+#[test]
+fn openai_python_client_reads_reasoning_and_tool_calls() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_openai_tools.py");
+    for (name, model, family) in [
+        ("harmony-py.gguf", scripted::harmony_model(), "harmony"),
+        ("deepseek-py.gguf", scripted::deepseek_model(), "deepseek"),
+    ] {
+        let s = scripted_server(name, model);
+        let out = Command::new("python3")
+            .arg(script)
+            .arg(format!("http://{}/v1", s.addr))
+            .arg(family)
+            .output()
+            .expect("python3 is needed for this test");
+        assert!(
+            out.status.success(),
+            "openai client test failed for {family} (needs `pip install openai`):\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A GGUF whose chat template does not compile: `serve` refuses it with the template's line,
+/// as an input error (exit 2), never a panic.
+#[test]
+fn malformed_gguf_template_is_a_clear_error() {
+    let model = scripted::scripted_model(&scripted::Script {
+        template: "{% for m in messages %}\n{{ m.content }\n{% endfor %}",
+        specials: &[("<s>", scripted::CONTROL), ("</s>", scripted::CONTROL)],
+        bos: "<s>",
+        eos: "</s>",
+        chains: &[],
+    });
+    let path = scripted::write_model("bad-template.gguf", &model);
+    let out = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+        .args(["serve", "--port", "0", "-m"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("chat template syntax error at line 2"), "{stderr}");
+}

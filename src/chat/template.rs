@@ -144,7 +144,13 @@ impl ChatTemplate {
         for (k, v) in req.kwargs {
             ctx.insert(k.clone(), v.clone());
         }
-        let messages: Vec<serde_json::Value> = req.messages.iter().map(normalize_message).collect();
+        let harmony = self.source.contains("<|channel|>");
+        let messages: Vec<serde_json::Value> = req
+            .messages
+            .iter()
+            .map(normalize_message)
+            .map(|m| if harmony { harmony_message(m) } else { m })
+            .collect();
         ctx.insert("messages".into(), messages.into());
         ctx.insert(
             "tools".into(),
@@ -212,7 +218,11 @@ fn python_formatter(out: &mut minijinja::Output, state: &State, value: &Value) -
 
 /// `tojson` as Hugging Face defines it: `json.dumps(value, ensure_ascii=False, indent=indent)`.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    // transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None,
+    // sort_keys=False); `separators` is not supported and fails as an unknown argument.
     let indent: Option<Value> = kwargs.get("indent")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     kwargs.assert_all_used()?;
     let indent = match indent {
         None => None,
@@ -228,9 +238,49 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
             }
         },
     };
-    let text = json::dumps(&value, indent.as_deref())
-        .map_err(|e| Error::new(ErrorKind::BadSerialization, format!("tojson: {e}")))?;
+    let serialization = |e: serde_json::Error| Error::new(ErrorKind::BadSerialization, format!("tojson: {e}"));
+    let mut text = if sort_keys == Some(true) {
+        let v = serde_json::to_value(&value).map_err(serialization)?;
+        json::dumps(&sorted_keys(v), indent.as_deref())
+    } else {
+        json::dumps(&value, indent.as_deref())
+    }
+    .map_err(serialization)?;
+    if ensure_ascii == Some(true) {
+        text = ascii_escaped(&text);
+    }
     Ok(Value::from_safe_string(text))
+}
+
+/// Objects with their keys in sorted order, all the way down (`sort_keys=True`).
+fn sorted_keys(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => {
+            let mut items: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            items.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(items.into_iter().map(|(k, v)| (k, sorted_keys(v))).collect())
+        }
+        serde_json::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
+}
+
+/// Python's `ensure_ascii=True`: every non-ASCII character as `\uXXXX` (UTF-16 units). In
+/// JSON text they can only stand inside strings, so escaping the whole text is exact.
+fn ascii_escaped(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{u:04x}");
+            }
+        }
+    }
+    out
 }
 
 /// Marks an error raised by the template itself, so the message can be reported as is.
@@ -334,6 +384,25 @@ fn normalize_message(msg: &serde_json::Value) -> serde_json::Value {
                 }
             }
         }
+    }
+    msg
+}
+
+/// gpt-oss's template reads an assistant's reasoning from `thinking`; clients send it back as
+/// `reasoning_content`. llama.cpp (`common/parsers/gpt-oss.cpp`) copies it over and, for a
+/// message with tool calls, drops `content` (the template refuses both at once); so do we.
+fn harmony_message(mut msg: serde_json::Value) -> serde_json::Value {
+    let Some(obj) = msg.as_object_mut() else { return msg };
+    let Some(reasoning) = obj.get("reasoning_content").filter(|r| r.is_string()).cloned() else {
+        return msg;
+    };
+    obj.insert("thinking".into(), reasoning);
+    let has_calls = obj
+        .get("tool_calls")
+        .and_then(|c| c.as_array())
+        .is_some_and(|c| !c.is_empty());
+    if has_calls {
+        obj.remove("content");
     }
     msg
 }

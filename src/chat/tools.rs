@@ -33,23 +33,43 @@ pub fn forced_call_opening(format: ToolFormat, choice: &ToolChoice) -> Option<St
     let name = match choice {
         ToolChoice::Auto | ToolChoice::None => return None,
         ToolChoice::Required => None,
-        // A JSON string, so any name is quoted correctly.
-        ToolChoice::Named(n) => Some(Value::String(n.clone()).to_string()),
+        ToolChoice::Named(n) => Some(n.as_str()),
     };
-    Some(match (format, name) {
-        (ToolFormat::Hermes, None) => "<tool_call>\n{\"name\": \"".to_string(),
-        (ToolFormat::Hermes, Some(n)) => format!("<tool_call>\n{{\"name\": {n}, \"arguments\": "),
-        (ToolFormat::Llama3Json, None) => "{\"name\": \"".to_string(),
-        (ToolFormat::Llama3Json, Some(n)) => format!("{{\"name\": {n}, \"parameters\": "),
-        (ToolFormat::Mistral, None) => "[TOOL_CALLS][{\"name\": \"".to_string(),
-        (ToolFormat::Mistral, Some(n)) => format!("[TOOL_CALLS][{{\"name\": {n}, \"arguments\": "),
+    // A JSON string, so any name is quoted correctly in the JSON formats.
+    let quoted = name.map(|n| Value::String(n.to_string()).to_string());
+    Some(match (format, name, quoted) {
+        (ToolFormat::Hermes, None, _) => "<tool_call>\n{\"name\": \"".to_string(),
+        (ToolFormat::Hermes, _, Some(q)) => format!("<tool_call>\n{{\"name\": {q}, \"arguments\": "),
+        (ToolFormat::Llama3Json, None, _) => "{\"name\": \"".to_string(),
+        (ToolFormat::Llama3Json, _, Some(q)) => format!("{{\"name\": {q}, \"parameters\": "),
+        (ToolFormat::Mistral, None, _) => "[TOOL_CALLS][{\"name\": \"".to_string(),
+        (ToolFormat::Mistral, _, Some(q)) => format!("[TOOL_CALLS][{{\"name\": {q}, \"arguments\": "),
+        // The prompt ends with `<|start|>assistant`: the answer's first message is the call.
+        (ToolFormat::Harmony, None, _) => "<|channel|>commentary to=functions.".to_string(),
+        (ToolFormat::Harmony, Some(n), _) => {
+            format!("<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>")
+        }
+        (ToolFormat::DeepSeekV3, None, _) => {
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>".to_string()
+        }
+        (ToolFormat::DeepSeekV3, Some(n), _) => {
+            format!("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n")
+        }
+        (ToolFormat::DeepSeekV31, None, _) => "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>".to_string(),
+        (ToolFormat::DeepSeekV31, Some(n), _) => {
+            format!("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{n}<｜tool▁sep｜>")
+        }
+        (ToolFormat::Glm45, None, _) => "<tool_call>".to_string(),
+        (ToolFormat::Glm45, Some(n), _) => format!("<tool_call>{n}\n"),
+        // `quoted` is `Some` exactly when `name` is.
+        (_, Some(_), None) => return None,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chat::router::{OutputRouter, Routed, RouterConfig};
+    use crate::chat::router::{OutputRouter, Routed, RouterConfig, ToolCall};
 
     #[test]
     fn forced_openings_per_format() {
@@ -60,29 +80,71 @@ mod tests {
             "<tool_call>\n{\"name\": \"a\\\"b\", \"arguments\": "
         );
         // Each opening, completed by a call's remainder, is a call the router parses.
-        for format in [ToolFormat::Hermes, ToolFormat::Llama3Json, ToolFormat::Mistral] {
-            for (choice, rest) in [
-                (ToolChoice::Required, "f\", \"arguments\": {\"x\": 1}}"),
-                (ToolChoice::Named("f".into()), "{\"x\": 1}}"),
-            ] {
+        let json_rests = [
+            (ToolChoice::Required, "f\", \"arguments\": {\"x\": 1}}"),
+            (ToolChoice::Named("f".into()), "{\"x\": 1}}"),
+        ];
+        // (format, (choice, what the model writes after the opening) x 2, closing text)
+        type Case<'a> = (ToolFormat, [(ToolChoice, &'a str); 2], &'a str);
+        let cases: [Case; 7] = [
+            (ToolFormat::Hermes, json_rests.clone(), "\n</tool_call>"),
+            (ToolFormat::Llama3Json, json_rests.clone(), ""),
+            (ToolFormat::Mistral, json_rests.clone(), "]"),
+            (
+                ToolFormat::Harmony,
+                [
+                    (ToolChoice::Required, "f <|constrain|>json<|message|>{\"x\": 1}"),
+                    (ToolChoice::Named("f".into()), "{\"x\": 1}"),
+                ],
+                "",
+            ),
+            (
+                ToolFormat::DeepSeekV3,
+                [
+                    (ToolChoice::Required, "f\n```json\n{\"x\": 1}\n```"),
+                    (ToolChoice::Named("f".into()), "{\"x\": 1}\n```"),
+                ],
+                "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            ),
+            (
+                ToolFormat::DeepSeekV31,
+                [
+                    (ToolChoice::Required, "f<｜tool▁sep｜>{\"x\": 1}"),
+                    (ToolChoice::Named("f".into()), "{\"x\": 1}"),
+                ],
+                "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            ),
+            (
+                ToolFormat::Glm45,
+                [
+                    (
+                        ToolChoice::Required,
+                        "f\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>",
+                    ),
+                    (
+                        ToolChoice::Named("f".into()),
+                        "<arg_key>x</arg_key>\n<arg_value>1</arg_value>",
+                    ),
+                ],
+                "\n</tool_call>",
+            ),
+        ];
+        for (format, rests, close) in cases {
+            for (choice, rest) in rests {
                 let open = forced_call_opening(format, &choice).unwrap();
-                let close = match format {
-                    ToolFormat::Hermes => "\n</tool_call>",
-                    ToolFormat::Mistral => "]",
-                    ToolFormat::Llama3Json => "",
-                };
                 let mut r = OutputRouter::new(RouterConfig {
                     format,
                     tools: vec!["f".into()],
-                    in_think: false,
+                    ..RouterConfig::default()
                 });
                 let mut out = r.push(&open);
                 out.extend(r.push(&format!("{rest}{close}")));
                 out.extend(r.finish());
-                let calls: Vec<&Routed> = out.iter().filter(|o| matches!(o, Routed::ToolCall(_))).collect();
-                assert_eq!(calls.len(), 1, "{format:?} {choice:?}: {out:?}");
-                let Routed::ToolCall(c) = calls[0] else { unreachable!() };
-                assert_eq!(c.name, "f");
+                let want = Routed::ToolCall(ToolCall {
+                    name: "f".into(),
+                    arguments: r#"{"x":1}"#.into(),
+                });
+                assert_eq!(out, [want], "{format:?} {choice:?}");
             }
         }
     }

@@ -153,6 +153,7 @@ impl<B: Backend> Engine<B> {
             router: Some(RouterConfig {
                 format: self.tool_format,
                 in_think: rendered.trim_end().ends_with("<think>"),
+                string_params: RouterConfig::string_params_of(tools),
                 tools: names,
             }),
             opening,

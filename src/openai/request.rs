@@ -156,6 +156,8 @@ pub struct GenRequest {
     /// See [`GenRequest::parallel_tool_calls`].
     pub parallel_tool_calls: Option<bool>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// OpenAI's reasoning effort; see [`template_kwargs`].
+    pub reasoning_effort: Option<String>,
     pub n: Option<u32>,
     pub response_format: Option<Value>,
     pub echo: Option<bool>,
@@ -333,7 +335,7 @@ impl GenRequest {
                 messages: template_messages(messages, &raw_messages)?,
                 tools,
                 tool_choice,
-                kwargs: self.chat_template_kwargs.clone().unwrap_or_default(),
+                kwargs: template_kwargs(&self.chat_template_kwargs, self.reasoning_effort.as_deref()),
             },
             settings: self.settings()?,
         })
@@ -368,6 +370,23 @@ fn text_prompt(text: String) -> Prompt {
         add_special: true,
         parse_special: true,
     }
+}
+
+/// The template variables of a request: `chat_template_kwargs`, with OpenAI's top-level
+/// `reasoning_effort` as the `reasoning_effort` variable (gpt-oss's template reads it) or,
+/// when it is `"none"`, that variable removed, as llama-server does.
+pub fn template_kwargs(kwargs: &Option<Map<String, Value>>, reasoning_effort: Option<&str>) -> Map<String, Value> {
+    let mut kwargs = kwargs.clone().unwrap_or_default();
+    match reasoning_effort {
+        Some("none") => {
+            kwargs.remove("reasoning_effort");
+        }
+        Some(e) if !e.is_empty() => {
+            kwargs.insert("reasoning_effort".into(), e.into());
+        }
+        _ => {}
+    }
+    kwargs
 }
 
 /// Messages as the template wants them: text parts joined into one string.
@@ -437,6 +456,7 @@ pub struct ApplyTemplateRequest {
     #[allow(dead_code)]
     pub tools: Option<Vec<Tool>>,
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    pub reasoning_effort: Option<String>,
     pub add_generation_prompt: Option<bool>,
 }
 

@@ -441,6 +441,7 @@ impl Tokenizer {
         eog.extend([eos, eot, eom].into_iter().flatten());
         eog.sort_unstable();
         eog.dedup();
+        harmony_end_is_not_eog(&mut vocab, &mut eog);
 
         let mut specials: Vec<u32> = (0..n_vocab as u32)
             .filter(|&id| vocab.attr(id) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
@@ -661,6 +662,23 @@ impl Tokenizer {
     }
 }
 
+/// gpt-oss (harmony) ends a message with `<|end|>` and the answer with `<|return|>` or
+/// `<|call|>`: `<|end|>` separates the analysis message from the final one, so it must not end
+/// generation. llama.cpp (llama-vocab.cpp) recognises the vocabulary by its EOG tokens: when
+/// `<|return|>`, `<|call|>` and `<|end|>` are all EOG (or `<|calls|>`/`<|call|>`, `<|flush|>`
+/// and `<|end|>`), `<|end|>` leaves the EOG set and becomes a user-defined token.
+fn harmony_end_is_not_eog(vocab: &mut Vocab, eog: &mut Vec<u32>) {
+    let text = |id: u32| vocab.texts.get(id as usize).map(String::as_str);
+    let has = |names: &[&str]| eog.iter().any(|&id| text(id).is_some_and(|t| names.contains(&t)));
+    let end = eog.iter().copied().find(|&id| text(id) == Some("<|end|>"));
+    let call = has(&["<|call|>", "<|calls|>"]);
+    let Some(end) = end else { return };
+    if call && (has(&["<|return|>"]) || has(&["<|flush|>"])) {
+        eog.retain(|&id| id != end);
+        vocab.attrs[end as usize] = ATTR_USER_DEFINED;
+    }
+}
+
 enum Fragment<'t> {
     Text(&'t str),
     Token(u32),
@@ -829,6 +847,39 @@ mod tests {
         assert_eq!(tok.encode("ab<|end|>", false, false), [2]); // '<', '|' ... have no byte tokens: dropped
         assert_eq!(tok.decode(&[2, 3, 2, 4]).expect("in range"), "ab ab<|end|>");
         assert!(tok.is_eog(4));
+    }
+
+    /// llama.cpp's gpt-oss rule: with `<|return|>` and `<|call|>` in the vocabulary `<|end|>`
+    /// separates messages instead of ending the answer (a vocabulary with `<|end|>` alone, like
+    /// Phi's, keeps it as EOG: `tiny_bpe_merges_and_round_trips`). The harmony markers decode
+    /// as their text, so the output router sees them.
+    #[test]
+    fn harmony_end_is_not_end_of_generation() {
+        let tokens = vec![
+            "a",
+            "<|end|>",
+            "<|return|>",
+            "<|call|>",
+            "<|start|>",
+            "<|channel|>",
+            "<|message|>",
+        ];
+        let tok = Tokenizer::from_gguf(&gguf(&[
+            ("tokenizer.ggml.model", Kv::Str("gpt2")),
+            ("tokenizer.ggml.pre", Kv::Str("qwen2")),
+            ("tokenizer.ggml.tokens", Kv::Strs(tokens)),
+            ("tokenizer.ggml.token_type", Kv::I32s(vec![1, 3, 3, 3, 3, 3, 3])),
+            ("tokenizer.ggml.merges", Kv::Strs(vec![])),
+        ]))
+        .expect("loads");
+        assert!(!tok.is_eog(1), "<|end|> must not end a harmony answer");
+        assert!(tok.is_eog(2) && tok.is_eog(3));
+        assert!(!tok.is_control(1));
+        assert_eq!(
+            tok.decode(&[5, 0, 6, 0, 1, 4]).expect("in range"),
+            "<|channel|>a<|message|>a<|end|><|start|>"
+        );
+        assert_eq!(tok.encode("a<|end|><|start|>", false, true), [0, 1, 4]);
     }
 
     #[test]

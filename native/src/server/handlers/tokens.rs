@@ -9,7 +9,9 @@ use axum::Json;
 use serde_json::{json, Value};
 use tinyllm::chat::RenderRequest;
 use tinyllm::openai::parse_body;
-use tinyllm::openai::request::{template_messages, ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest};
+use tinyllm::openai::request::{
+    template_kwargs, template_messages, ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest,
+};
 
 pub async fn tokenize(State(st): State<Shared>, req: Request) -> Result<Json<Value>, ApiError> {
     let body = read_body(&st, req).await?;
@@ -62,7 +64,7 @@ pub async fn apply_template(State(st): State<Shared>, req: Request) -> Result<Js
         .cloned()
         .unwrap_or_default();
     let messages = template_messages(&req.messages, &raw_messages)?;
-    let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
+    let kwargs = template_kwargs(&req.chat_template_kwargs, req.reasoning_effort.as_deref());
     let tools = raw.get("tools").and_then(Value::as_array);
     let prompt = st
         .engine

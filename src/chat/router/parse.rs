@@ -1,0 +1,132 @@
+//! One tool call's text to a [`ToolCall`], per format. Every parser returns `None` for text
+//! that is not exactly a call, so the router can give it back as content.
+
+use serde_json::Value;
+
+use super::ToolCall;
+
+/// One call object: `{"name": string, "arguments"|"parameters": object}` (arguments given as a
+/// JSON string holding an object are accepted too). With `declared`, the name must be one of
+/// them.
+fn call_from_value(v: &Value, declared: Option<&[String]>) -> Option<ToolCall> {
+    let obj = v.as_object()?;
+    let name = obj.get("name")?.as_str()?;
+    if declared.is_some_and(|d| !d.iter().any(|t| t == name)) {
+        return None;
+    }
+    let args = obj.get("arguments").or_else(|| obj.get("parameters"))?;
+    Some(ToolCall {
+        name: name.to_string(),
+        arguments: arguments_text(args)?,
+    })
+}
+
+/// An arguments object (or a JSON string holding one) as compact JSON text.
+fn arguments_text(args: &Value) -> Option<String> {
+    let args = match args {
+        Value::Object(_) => args.clone(),
+        Value::String(s) => serde_json::from_str::<Value>(s).ok().filter(Value::is_object)?,
+        _ => return None,
+    };
+    serde_json::to_string(&args).ok()
+}
+
+/// A call object in JSON text (Hermes' `<tool_call>` body).
+pub(super) fn parse_call(text: &str, declared: Option<&[String]>) -> Option<ToolCall> {
+    let v: Value = serde_json::from_str(text.trim()).ok()?;
+    call_from_value(&v, declared)
+}
+
+/// One call object or a non-empty list of them; `None` unless every element is a call.
+pub(super) fn parse_calls(text: &str, declared: Option<&[String]>) -> Option<Vec<ToolCall>> {
+    let v: Value = serde_json::from_str(text.trim()).ok()?;
+    match &v {
+        Value::Array(items) if !items.is_empty() => items.iter().map(|i| call_from_value(i, declared)).collect(),
+        Value::Object(_) => call_from_value(&v, declared).map(|c| vec![c]),
+        _ => None,
+    }
+}
+
+/// A tool name as the tagged formats write it: one line, no markup.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['\n', '<', '>', '{', '}', '`'])
+}
+
+/// A named call with arguments in JSON text.
+pub(super) fn named_call(name: &str, args: &str) -> Option<ToolCall> {
+    let name = name.trim();
+    if !valid_name(name) {
+        return None;
+    }
+    let args: Value = serde_json::from_str(args.trim()).ok()?;
+    Some(ToolCall {
+        name: name.to_string(),
+        arguments: arguments_text(&args)?,
+    })
+}
+
+const DS_SEP: &str = "<｜tool▁sep｜>";
+
+/// The text between DeepSeek's `<｜tool▁call▁begin｜>` and `<｜tool▁call▁end｜>`:
+/// `function<｜tool▁sep｜>NAME\n```json\n{...}\n```` (V3, R1) or `NAME<｜tool▁sep｜>{...}`
+/// (V3.1). The V3 shape is recognised by its fence, so a V3.1 tool named `function` still
+/// parses.
+pub(super) fn deepseek_call(body: &str) -> Option<ToolCall> {
+    let (head, rest) = body.split_once(DS_SEP)?;
+    if head.trim() == "function" {
+        if let Some((name, fenced)) = rest.split_once('\n') {
+            let inner = fenced
+                .trim()
+                .strip_prefix("```json")
+                .and_then(|s| s.strip_suffix("```"));
+            if let Some(inner) = inner {
+                return named_call(name, inner);
+            }
+        }
+    }
+    named_call(head, rest)
+}
+
+/// The text between GLM's `<tool_call>` and `</tool_call>`:
+/// `NAME\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...`. The template writes string
+/// values as they are and others as JSON, so a value is read as llama.cpp reads it: the text
+/// itself where the declared schema allows a string (`string_params`), otherwise JSON when it
+/// parses as JSON and the text when it does not.
+pub(super) fn glm_call(body: &str, string_params: &[(String, String)]) -> Option<ToolCall> {
+    const KEY: &str = "<arg_key>";
+    const KEY_END: &str = "</arg_key>";
+    const VALUE: &str = "<arg_value>";
+    const VALUE_END: &str = "</arg_value>";
+    let (name, mut rest) = match body.find(KEY) {
+        Some(i) => (&body[..i], &body[i..]),
+        None => (body, ""),
+    };
+    let name = name.trim();
+    if !valid_name(name) {
+        return None;
+    }
+    let mut args = serde_json::Map::new();
+    loop {
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            break;
+        }
+        let (key, after) = rest.strip_prefix(KEY)?.split_once(KEY_END)?;
+        let (value, after) = after.trim_start().strip_prefix(VALUE)?.split_once(VALUE_END)?;
+        rest = after;
+        let is_string = string_params.iter().any(|(t, p)| t == name && p == key);
+        let json = if is_string {
+            None
+        } else {
+            serde_json::from_str::<Value>(value.trim()).ok()
+        };
+        args.insert(
+            key.to_string(),
+            json.unwrap_or_else(|| Value::String(value.to_string())),
+        );
+    }
+    Some(ToolCall {
+        name: name.to_string(),
+        arguments: serde_json::to_string(&Value::Object(args)).ok()?,
+    })
+}
