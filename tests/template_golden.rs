@@ -157,6 +157,30 @@ fn python_compatible_helpers() {
     );
 }
 
+/// A `chat_template_kwargs` entry naming a variable the request sets is refused by name, not
+/// silently replaced by the request's value.
+#[test]
+fn kwargs_may_not_replace_the_requests_variables() {
+    let t = ChatTemplate::from_source("{{ messages | length }}", "", "").unwrap();
+    for name in tinyllm::chat::RESERVED_VARIABLES {
+        let mut kwargs = serde_json::Map::new();
+        kwargs.insert(name.into(), serde_json::json!([]));
+        let e = t
+            .render(&RenderRequest {
+                messages: &[],
+                tools: None,
+                add_generation_prompt: false,
+                kwargs: &kwargs,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(&e, TemplateError::ReservedKwarg { name: n } if n == name),
+            "{name}: {e}"
+        );
+        assert!(e.to_string().contains(&format!("chat_template_kwargs.{name}")), "{e}");
+    }
+}
+
 #[test]
 fn trailing_newline_is_dropped_and_blocks_are_trimmed() {
     let t = ChatTemplate::from_source("  {% if true %}\nx\n  {% endif %}\ny\n", "", "").unwrap();

@@ -1027,6 +1027,12 @@ fn harmony_scripted_reasoning_preamble_and_tool_call() {
     let r = s.request("POST", "/v1/chat/completions", &[], bad.to_string().as_bytes());
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("chat_template_kwargs"), "{}", r.text());
+    // A variable the request sets itself: a 400 naming it, never silently replaced.
+    let bad = json!({"messages": messages, "chat_template_kwargs": {"messages": []}});
+    let r = s.request("POST", "/v1/chat/completions", &[], bad.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "chat_template_kwargs", "{}", r.text());
+    assert!(r.text().contains("chat_template_kwargs.messages"), "{}", r.text());
 }
 
 /// DeepSeek V3.1, end to end: content and two calls after the template's `<think></think>`;

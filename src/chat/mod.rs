@@ -11,7 +11,9 @@ mod template;
 pub mod tools;
 
 pub use fallback::Family;
-pub use template::{ChatTemplate, RenderRequest, FUEL, MAX_OUTPUT_BYTES, MAX_RANGE_ITEMS, RECURSION_LIMIT};
+pub use template::{
+    ChatTemplate, RenderRequest, FUEL, MAX_OUTPUT_BYTES, MAX_RANGE_ITEMS, RECURSION_LIMIT, RESERVED_VARIABLES,
+};
 
 /// Errors from compiling or rendering a chat template; limits say which one was hit.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +32,8 @@ pub enum TemplateError {
     OutputTooLarge { limit: usize },
     #[error("chat template range() of {len} items exceeds the limit of {limit} items")]
     RangeTooLarge { len: u128, limit: usize },
+    #[error("chat_template_kwargs.{name} is not allowed: the request itself sets it")]
+    ReservedKwarg { name: String },
     #[error(transparent)]
     Gguf(#[from] crate::gguf::GgufError),
 }

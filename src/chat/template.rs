@@ -11,6 +11,10 @@ use minijinja::value::{Kwargs, Rest};
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 use std::io;
 
+/// Template variables the renderer sets from the request and the model; `chat_template_kwargs`
+/// may not override them.
+pub const RESERVED_VARIABLES: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+
 /// Instruction budget per render: a 2000-message conversation through the Qwen template fits
 /// (tested), while a runaway loop stops within a fraction of a second.
 pub const FUEL: u64 = 2_000_000;
@@ -136,12 +140,17 @@ impl ChatTemplate {
         &self.eos_token
     }
 
-    /// Renders the conversation into the prompt text.
+    /// Renders the conversation into the prompt text. Extra variables (`kwargs`) may not name
+    /// the ones the request sets ([`RESERVED_VARIABLES`]).
     pub fn render(&self, req: &RenderRequest) -> Result<String, TemplateError> {
         let mut ctx = serde_json::Map::new();
         ctx.insert("bos_token".into(), self.bos_token.clone().into());
         ctx.insert("eos_token".into(), self.eos_token.clone().into());
         for (k, v) in req.kwargs {
+            // The request's own variables would silently replace these: refuse instead.
+            if RESERVED_VARIABLES.contains(&k.as_str()) {
+                return Err(TemplateError::ReservedKwarg { name: k.clone() });
+            }
             ctx.insert(k.clone(), v.clone());
         }
         let harmony = self.source.contains("<|channel|>");

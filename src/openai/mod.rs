@@ -52,6 +52,9 @@ impl OpenAiError {
             EngineError::PromptTooLong { .. } => {
                 Self::bad_param(prompt_param, e.to_string()).with_code("context_length_exceeded")
             }
+            EngineError::Template(t @ crate::chat::TemplateError::ReservedKwarg { .. }) => {
+                Self::bad_param("chat_template_kwargs", t.to_string())
+            }
             EngineError::Template(t) => Self::bad_param(prompt_param, format!("cannot apply the chat template: {t}")),
             EngineError::EmptyInput => Self::bad_param(prompt_param, "the prompt is empty"),
             EngineError::TokenOutOfRange { .. } => Self::bad_param(prompt_param, e.to_string()),
