@@ -1066,6 +1066,25 @@ fn f16_matmul_never_overflows() {
     assert!(e_small < NMSE_F16, "ordinary activations: NMSE {e_small:.2e}");
 }
 
+/// A file holding `w`, a stack of `n_mat` random matrices `[n_out, k]` of type `ty`, and
+/// `exps.bias`, their f32 biases `[n_out, n_mat]`.
+fn expert_stack(rng: &mut Rng, ty: GgmlType, k: usize, n_out: usize, n_mat: usize) -> Arc<GgufFile> {
+    gguf(&[
+        (
+            "w".to_string(),
+            vec![k as u64, n_out as u64, n_mat as u64],
+            ty,
+            random_matrix(rng, ty, k, n_out * n_mat),
+        ),
+        (
+            "exps.bias".to_string(),
+            vec![n_out as u64, n_mat as u64],
+            GgmlType::F32,
+            random_matrix(rng, GgmlType::F32, n_out, n_mat),
+        ),
+    ])
+}
+
 /// The expert-grouped matmul (`matmul_id`) equals a loop of dense matmuls, one per (row, slot)
 /// pair, each through the whole stacked tensor seen as one tall matrix and cut to the pair's
 /// expert: on random blocks of the formats experts are stored in, with rows sharing experts,
@@ -1093,21 +1112,7 @@ fn matmul_id_equals_a_loop_of_dense_matmuls() {
     ] {
         for n_out in [24usize, 20] {
             let k = odd_width(ty);
-            let tensors = vec![
-                (
-                    "w".to_string(),
-                    vec![k as u64, n_out as u64, n_mat as u64],
-                    ty,
-                    random_matrix(&mut rng, ty, k, n_out * n_mat),
-                ),
-                (
-                    "exps.bias".to_string(),
-                    vec![n_out as u64, n_mat as u64],
-                    GgmlType::F32,
-                    random_matrix(&mut rng, GgmlType::F32, n_out, n_mat),
-                ),
-            ];
-            let file = gguf(&tensors);
+            let file = expert_stack(&mut rng, ty, k, n_out, n_mat);
             let bias = dequantized(&file, "exps.bias");
             for per_slot in [false, true] {
                 let m = MatId { rows, slots, per_slot };
@@ -1173,21 +1178,7 @@ fn webgpu_matmul_id_equals_a_loop_of_dense_matmuls() {
         })
         .expect("the adapter opened once");
         for n_out in [24usize, 20] {
-            let tensors = vec![
-                (
-                    "w".to_string(),
-                    vec![k as u64, n_out as u64, n_mat as u64],
-                    ty,
-                    random_matrix(&mut rng, ty, k, n_out * n_mat),
-                ),
-                (
-                    "exps.bias".to_string(),
-                    vec![n_out as u64, n_mat as u64],
-                    GgmlType::F32,
-                    random_matrix(&mut rng, GgmlType::F32, n_out, n_mat),
-                ),
-            ];
-            let file = gguf(&tensors);
+            let file = expert_stack(&mut rng, ty, k, n_out, n_mat);
             let (wd, bias) = (dequantized(&file, "w"), dequantized(&file, "exps.bias"));
             for per_slot in [false, true] {
                 let m = MatId { rows, slots, per_slot };
