@@ -156,14 +156,19 @@ def best(rounds, key, lower_is_better=False):
 
 
 def model_facts(exe, model):
-    """Layer count, KV width and context length from `inspect --json`."""
+    """Layer count, f16 cache values per token and layer, and context length from `inspect --json`."""
     meta = run_json([exe, "inspect", str(model), "--json"])["metadata"]
     arch = meta["general.architecture"]
     g = lambda k: meta.get(f"{arch}.{k}")
     n_head = g("attention.head_count")
     n_head_kv = g("attention.head_count_kv") or n_head
     head_dim = g("attention.key_length") or g("embedding_length") // n_head
-    return {"n_layer": g("block_count"), "kv_dim": n_head_kv * head_dim, "n_ctx_train": g("context_length")}
+    if g("attention.kv_lora_rank"):
+        # MLA: one cache of the latent and the rope part; values are read from it.
+        kv_values = g("attention.kv_lora_rank") + g("rope.dimension_count")
+    else:
+        kv_values = 2 * n_head_kv * head_dim  # K and V
+    return {"n_layer": g("block_count"), "kv_values": kv_values, "n_ctx_train": g("context_length")}
 
 
 def timed_child(cmd):
@@ -182,7 +187,7 @@ def timed_child(cmd):
 def memory_and_ttft(exe, model, threads, ctx):
     facts = model_facts(exe, model)
     n_ctx = min(ctx, facts["n_ctx_train"])
-    kv_bytes = facts["n_layer"] * n_ctx * facts["kv_dim"] * 2 * 2  # K and V, f16
+    kv_bytes = facts["n_layer"] * n_ctx * facts["kv_values"] * 2  # f16
     ids = run_json([exe, "tokenize", "-m", str(model),
                     "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun today."])
     ids = (ids * 2)[:16]
