@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tinyllm::backend::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
-use tinyllm::backend::{Backend, BackendError, MatId, MaybeSend, Readback, Rope, Route, SeqAttn, Strided};
+use tinyllm::backend::{
+    Backend, BackendError, Conv, DeltaNet, Form, MatId, MaybeSend, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+};
 use tinyllm::engine::{forward_batch, BatchItem, EngineError, Session, SessionConfig};
 use tinyllm::gguf::{GgufFile, TensorView};
 use tinyllm::model::{HeadResult, HeadWant, Model, Scratch};
@@ -355,6 +357,50 @@ impl Backend for OneAtATime {
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
         self.0.moe_combine(experts, weights, rows, slots, width, out)
+    }
+    fn ssm_conv(
+        &self,
+        x: &CpuBuffer,
+        w: &CpuWeight,
+        p: &Conv,
+        seq: SeqRows,
+        state: &mut CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.0.ssm_conv(x, w, p, seq, state, out)
+    }
+    fn delta_gates(
+        &self,
+        alpha: &mut CpuBuffer,
+        beta: &mut CpuBuffer,
+        rows: usize,
+        dt_bias: &CpuWeight,
+        a: &CpuWeight,
+    ) -> Result<(), BackendError> {
+        self.0.delta_gates(alpha, beta, rows, dt_bias, a)
+    }
+    fn delta_net(
+        &self,
+        p: &DeltaNet,
+        form: Form,
+        seq: SeqRows,
+        qkv: &CpuBuffer,
+        gate: &CpuBuffer,
+        beta: &CpuBuffer,
+        state: &mut CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.0.delta_net(p, form, seq, qkv, gate, beta, state, out)
+    }
+    fn rmsnorm_gated(
+        &self,
+        x: &mut CpuBuffer,
+        z: &CpuBuffer,
+        w: &CpuWeight,
+        groups: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        self.0.rmsnorm_gated(x, z, w, groups, eps)
     }
     fn copy_strided(&self, src: &CpuBuffer, dst: &mut CpuBuffer, c: &Strided) -> Result<(), BackendError> {
         self.0.copy_strided(src, dst, c)

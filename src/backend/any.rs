@@ -14,7 +14,7 @@ use super::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use super::readback::MaybeSend;
 #[cfg(tinyllm_webgpu)]
 use super::webgpu::{WebGpuBackend, WebGpuBuffer, WebGpuKv, WebGpuWeight};
-use super::{Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
+use super::{Backend, BackendError, Conv, DeltaNet, Form, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided};
 use crate::gguf::{GgufFile, TensorView};
 use crate::sample::Candidates;
 
@@ -354,6 +354,58 @@ impl Backend for AnyBackend {
     ) -> Result<(), BackendError> {
         forward!("moe_combine", self, [experts: AnyBuffer, weights: AnyBuffer, out: AnyBuffer], |b| b
             .moe_combine(experts, weights, rows, slots, width, out))
+    }
+
+    fn ssm_conv(
+        &self,
+        x: &AnyBuffer,
+        w: &AnyWeight,
+        p: &Conv,
+        seq: SeqRows,
+        state: &mut AnyBuffer,
+        out: &mut AnyBuffer,
+    ) -> Result<(), BackendError> {
+        forward!("ssm_conv", self, [x: AnyBuffer, w: AnyWeight, state: AnyBuffer, out: AnyBuffer], |b| b
+            .ssm_conv(x, w, p, seq, state, out))
+    }
+
+    fn delta_gates(
+        &self,
+        alpha: &mut AnyBuffer,
+        beta: &mut AnyBuffer,
+        rows: usize,
+        dt_bias: &AnyWeight,
+        a: &AnyWeight,
+    ) -> Result<(), BackendError> {
+        forward!("delta_gates", self, [alpha: AnyBuffer, beta: AnyBuffer, dt_bias: AnyWeight, a: AnyWeight], |b| b
+            .delta_gates(alpha, beta, rows, dt_bias, a))
+    }
+
+    fn delta_net(
+        &self,
+        p: &DeltaNet,
+        form: Form,
+        seq: SeqRows,
+        qkv: &AnyBuffer,
+        gate: &AnyBuffer,
+        beta: &AnyBuffer,
+        state: &mut AnyBuffer,
+        out: &mut AnyBuffer,
+    ) -> Result<(), BackendError> {
+        forward!("delta_net", self, [qkv: AnyBuffer, gate: AnyBuffer, beta: AnyBuffer, state: AnyBuffer, out: AnyBuffer], |b| b
+            .delta_net(p, form, seq, qkv, gate, beta, state, out))
+    }
+
+    fn rmsnorm_gated(
+        &self,
+        x: &mut AnyBuffer,
+        z: &AnyBuffer,
+        w: &AnyWeight,
+        groups: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        forward!("rmsnorm_gated", self, [x: AnyBuffer, z: AnyBuffer, w: AnyWeight], |b| b
+            .rmsnorm_gated(x, z, w, groups, eps))
     }
 
     fn copy_strided(&self, src: &AnyBuffer, dst: &mut AnyBuffer, c: &Strided) -> Result<(), BackendError> {

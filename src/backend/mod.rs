@@ -11,7 +11,8 @@
 //! implement every op: nothing falls back silently to a slower generic path.
 //!
 //! Op parameters live here with the ops: [`rope`] (rope kinds and scalings), [`attn`]
-//! (attention of a batch of sequences), and [`checks`] (the argument checks every backend
+//! (attention of a batch of sequences), [`moe`] (routed experts), [`recurrent`] (the
+//! gated-delta-net layers' conv, gates, delta rule and gated norm), and [`checks`] (the argument checks every backend
 //! runs). Implementations: [`cpu`] (SIMD kernels chosen at run time beside scalar ones, a
 //! persistent thread pool) and [`webgpu`] (WGSL kernels through wgpu).
 
@@ -22,6 +23,7 @@ pub mod cpu;
 pub mod gpu;
 pub mod moe;
 pub mod readback;
+pub mod recurrent;
 pub mod rope;
 #[cfg(tinyllm_webgpu)]
 #[path = "wgpu/mod.rs"]
@@ -33,6 +35,7 @@ pub use any::{AnyBackend, BackendKind};
 pub use attn::{AttnParams, SeqAttn, MAX_HEAD_DIM};
 pub use moe::{Gating, MatId, Route, Strided};
 pub use readback::{MaybeSend, Readback};
+pub use recurrent::{Conv, DeltaNet, Form, KeyHeads, SeqRows};
 pub use rope::{Rope, RopeKind, RopeScaling, Yarn};
 
 use crate::gguf::{GgufError, GgufFile, TensorView};
@@ -246,6 +249,60 @@ pub trait Backend: Send + Sync + 'static {
         slots: usize,
         width: usize,
         out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// Causal depthwise conv1d ([`Conv`]) of the rows `seq` of `x` into the same rows of `out`:
+    /// output row `t`, channel `c` is `Σ_j w[c][j] · input[t + j]` over the channel's inputs
+    /// "state, then x", then SiLU when `p.silu`. `state` (`[channels][kernel - 1]`) then holds
+    /// the sequence's last `kernel - 1` inputs, so the next call continues it.
+    fn ssm_conv(
+        &self,
+        x: &Self::Buffer,
+        w: &Self::Weight,
+        p: &Conv,
+        seq: SeqRows,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// The gates of a gated delta net for `rows` rows of one value per head (the weights'
+    /// length): `alpha` becomes the log-decay `a · softplus(alpha + dt_bias)`, `beta` becomes
+    /// `sigmoid(beta)` ([`recurrent::gates`]).
+    fn delta_gates(
+        &self,
+        alpha: &mut Self::Buffer,
+        beta: &mut Self::Buffer,
+        rows: usize,
+        dt_bias: &Self::Weight,
+        a: &Self::Weight,
+    ) -> Result<(), BackendError>;
+
+    /// The gated delta rule ([`DeltaNet`]) over the rows `seq`: q and k of `qkv` L2-normed, q
+    /// scaled, each value head reading its key head, then [`recurrent::delta_token`] for each
+    /// token from `state` on, in `form` (both forms agree to f32 rounding). `out` gets each
+    /// token's output; `state` ends as the state after the last row.
+    #[allow(clippy::too_many_arguments)]
+    fn delta_net(
+        &self,
+        p: &DeltaNet,
+        form: Form,
+        seq: SeqRows,
+        qkv: &Self::Buffer,
+        gate: &Self::Buffer,
+        beta: &Self::Buffer,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
+    ) -> Result<(), BackendError>;
+
+    /// In place, for `groups` groups of `w.len()` values: `x = rmsnorm(x) · w · silu(z)` (the
+    /// gated norm on a delta net's output heads, `z` the gate projection).
+    fn rmsnorm_gated(
+        &self,
+        x: &mut Self::Buffer,
+        z: &Self::Buffer,
+        w: &Self::Weight,
+        groups: usize,
+        eps: f32,
     ) -> Result<(), BackendError>;
 
     /// Copy runs of values between strided places ([`Strided`]).

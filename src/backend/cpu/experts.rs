@@ -34,7 +34,7 @@ impl CpuWeight {
     }
 
     /// The weight's values as f32 when it is a small vector or matrix (biases).
-    fn decode_all(&self) -> Result<Vec<f32>, BackendError> {
+    pub(super) fn decode_all(&self) -> Result<Vec<f32>, BackendError> {
         let mut out = vec![0f32; self.n_in * self.n_out.max(1)];
         if let WeightData::Dense(v) = &self.data {
             out.copy_from_slice(v);

@@ -11,6 +11,7 @@ pub mod interleave;
 pub mod kernels;
 mod ops;
 pub mod pool;
+mod recurrent;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -22,7 +23,7 @@ use half::f16;
 
 use super::checks::{self, shape, weight_matrix};
 use super::readback::MaybeSend;
-use super::{Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
+use super::{Backend, BackendError, Conv, DeltaNet, Form, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided};
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
@@ -595,6 +596,54 @@ impl Backend for CpuBackend {
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
         self.combine(experts, weights, rows, slots, width, out)
+    }
+
+    fn ssm_conv(
+        &self,
+        x: &CpuBuffer,
+        w: &CpuWeight,
+        p: &Conv,
+        seq: SeqRows,
+        state: &mut CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.conv(x, w, p, seq, state, out)
+    }
+
+    fn delta_gates(
+        &self,
+        alpha: &mut CpuBuffer,
+        beta: &mut CpuBuffer,
+        rows: usize,
+        dt_bias: &CpuWeight,
+        a: &CpuWeight,
+    ) -> Result<(), BackendError> {
+        self.gates(alpha, beta, rows, dt_bias, a)
+    }
+
+    fn delta_net(
+        &self,
+        p: &DeltaNet,
+        form: Form,
+        seq: SeqRows,
+        qkv: &CpuBuffer,
+        gate: &CpuBuffer,
+        beta: &CpuBuffer,
+        state: &mut CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<(), BackendError> {
+        self.delta(p, form, seq, qkv, gate, beta, state, out)
+    }
+
+    fn rmsnorm_gated(
+        &self,
+        x: &mut CpuBuffer,
+        z: &CpuBuffer,
+        w: &CpuWeight,
+        groups: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        self.gated_norm(x, z, w, groups, eps)
     }
 
     fn copy_strided(&self, src: &CpuBuffer, dst: &mut CpuBuffer, c: &Strided) -> Result<(), BackendError> {

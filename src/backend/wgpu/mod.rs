@@ -50,7 +50,9 @@ use super::gpu::plan::{self, AttnPlan, MatShape, PartRows};
 pub use super::gpu::{kernels, MatmulVariant, KV_CHUNK};
 use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_BYTES};
 use super::readback::MaybeSend;
-use super::{moe, Backend, BackendError, MatId, Readback, Rope, Route, SeqAttn, Strided};
+use super::{
+    moe, Backend, BackendError, Conv, DeltaNet, Form, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+};
 use crate::gguf::{GgufFile, TensorView};
 use crate::quant::GgmlType;
 use crate::sample::Candidates;
@@ -591,6 +593,16 @@ impl WebGpuBackend {
     }
 }
 
+/// The error of an op this backend has no kernels for yet (the gated-delta-net ops run on the
+/// CPU only for now): a model that needs it says so at its first pass instead of computing
+/// something else.
+fn not_yet(op: &'static str) -> BackendError {
+    BackendError::Unavailable {
+        backend: "webgpu",
+        reason: format!("{op} is not implemented on WebGPU yet"),
+    }
+}
+
 impl Backend for WebGpuBackend {
     type Buffer = WebGpuBuffer;
     type Kv = WebGpuKv;
@@ -989,6 +1001,54 @@ impl Backend for WebGpuBackend {
             )?;
         }
         Ok(())
+    }
+
+    fn ssm_conv(
+        &self,
+        _x: &WebGpuBuffer,
+        _w: &WebGpuWeight,
+        _p: &Conv,
+        _seq: SeqRows,
+        _state: &mut WebGpuBuffer,
+        _out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        Err(not_yet("ssm_conv"))
+    }
+
+    fn delta_gates(
+        &self,
+        _alpha: &mut WebGpuBuffer,
+        _beta: &mut WebGpuBuffer,
+        _rows: usize,
+        _dt_bias: &WebGpuWeight,
+        _a: &WebGpuWeight,
+    ) -> Result<(), BackendError> {
+        Err(not_yet("delta_gates"))
+    }
+
+    fn delta_net(
+        &self,
+        _p: &DeltaNet,
+        _form: Form,
+        _seq: SeqRows,
+        _qkv: &WebGpuBuffer,
+        _gate: &WebGpuBuffer,
+        _beta: &WebGpuBuffer,
+        _state: &mut WebGpuBuffer,
+        _out: &mut WebGpuBuffer,
+    ) -> Result<(), BackendError> {
+        Err(not_yet("delta_net"))
+    }
+
+    fn rmsnorm_gated(
+        &self,
+        _x: &mut WebGpuBuffer,
+        _z: &WebGpuBuffer,
+        _w: &WebGpuWeight,
+        _groups: usize,
+        _eps: f32,
+    ) -> Result<(), BackendError> {
+        Err(not_yet("rmsnorm_gated"))
     }
 
     fn copy_strided(&self, src: &WebGpuBuffer, dst: &mut WebGpuBuffer, c: &Strided) -> Result<(), BackendError> {
