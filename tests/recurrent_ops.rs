@@ -532,3 +532,26 @@ fn bad_shapes_are_errors() {
     assert!(be.rmsnorm_gated(&mut a, &b, &v3, 3, 1e-6).is_err());
     assert!(be.rmsnorm_gated(&mut a, &b, &wt, 1, 1e-6).is_err());
 }
+
+/// WebGPU has no kernels for these ops yet: each says so (an `Unavailable` error naming the
+/// op) instead of computing something else.
+#[test]
+fn webgpu_says_the_ops_are_not_there_yet() {
+    use tinyllm::backend::webgpu::WebGpuBackend;
+    let Some(g) = common::device_or_skip(WebGpuBackend::new) else {
+        return;
+    };
+    let p = net(1, 1, 4, KeyHeads::Tiled);
+    let buf = |n: usize| g.alloc(n).unwrap();
+    let (qkv, gate, beta) = (buf(p.qkv_dim()), buf(1), buf(1));
+    let (mut state, mut out) = (buf(p.state_len()), buf(p.out_dim()));
+    let seq = SeqRows { row0: 0, rows: 1 };
+    let e = g
+        .delta_net(&p, Form::Recurrent, seq, &qkv, &gate, &beta, &mut state, &mut out)
+        .unwrap_err();
+    assert!(matches!(e, BackendError::Unavailable { .. }), "{e}");
+    assert!(
+        e.to_string().contains("delta_net is not implemented on WebGPU yet"),
+        "{e}"
+    );
+}
