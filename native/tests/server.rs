@@ -1094,7 +1094,8 @@ fn qwen_tools() -> Value {
 
 /// Qwen3-Coder's XML calls, end to end (scripted model output, raw HTTP, streamed and not):
 /// content and two calls with typed values; the calls sent back render as the model wrote
-/// them; `tool_choice` naming a tool; a call that does not parse comes back as content.
+/// them; `tool_choice` naming a tool; a call that does not parse comes back as content; a call
+/// without its `<tool_call>` tag.
 #[test]
 fn qwen_coder_scripted_xml_tool_calls() {
     let messages = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
@@ -1164,6 +1165,20 @@ fn qwen_coder_scripted_xml_tool_calls() {
     );
     let text: String = scripted::QWEN_CODER_MALFORMED[..scripted::QWEN_CODER_MALFORMED.len() - 1].concat();
     check_answer(&s, &body, "", Some(&text), &[]);
+    drop(s);
+
+    // A call without its `<tool_call>` still counts, as in llama.cpp (Qwen3-Coder only).
+    let s = scripted_server(
+        "qwen3-coder-untagged.gguf",
+        scripted::qwen_coder_model(scripted::QWEN_CODER_UNTAGGED),
+    );
+    check_answer(
+        &s,
+        &body,
+        "",
+        Some("Sure.\n"),
+        &[("get_weather", json!({"city": "Paris"}))],
+    );
 }
 
 /// Qwen3.5: the same XML calls after reasoning (its template opens `<think>`).

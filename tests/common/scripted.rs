@@ -407,6 +407,14 @@ pub const QWEN_CODER_MALFORMED: &[&str] = &[
     "</tool_call>",
     "<|im_end|>",
 ];
+/// A call whose `<tool_call>` the model left out (Qwen3-Coder models do; llama.cpp takes
+/// `<function=NAME>` of a declared tool as its opening).
+pub const QWEN_CODER_UNTAGGED: &[&str] = &[
+    "Sure.\n",
+    "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n",
+    "</tool_call>",
+    "<|im_end|>",
+];
 /// Qwen3.5's answer after its prompt's `<think>\n`: reasoning, content and one call.
 pub const QWEN35_THINKING: &[&str] = &[
     "The user wants the weather.\n",

@@ -77,6 +77,12 @@ impl ToolFormat {
             ToolFormat::Hermes
         }
     }
+
+    /// Whether a model of this format and template may leave out the `<tool_call>` before a
+    /// call: Qwen3-Coder's templates (no `<think>`; Qwen3.5's think and do not need this).
+    pub fn may_omit_call_tag(self, template_source: &str) -> bool {
+        self == ToolFormat::Qwen3Coder && !template_source.contains("<think>")
+    }
 }
 
 /// What the router looks for.
@@ -92,6 +98,11 @@ pub struct RouterConfig {
     /// write argument values as bare text (GLM's `<arg_value>`, Qwen3-Coder's `<parameter=>`)
     /// keep these as text and read the others as JSON where they parse, as llama.cpp does.
     pub string_params: Vec<(String, String)>,
+    /// Qwen3-Coder: `<function=NAME>` of a declared tool opens a call even without the
+    /// `<tool_call>` before it, which Qwen3-Coder models sometimes leave out (llama.cpp accepts
+    /// it too, for the Qwen3-Coder templates only: those without `<think>`). See
+    /// [`ToolFormat::may_omit_call_tag`].
+    pub bare_function_calls: bool,
 }
 
 impl RouterConfig {

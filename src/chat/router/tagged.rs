@@ -54,17 +54,26 @@ pub(super) struct TaggedRouter {
     /// The marker that opened the current call mode, given back with the text if it fails
     /// (in `DeepSeekCalls`: until the first call of the section is decided).
     opened: &'static str,
+    /// `<function=NAME>` of each declared tool, when a call may open without `<tool_call>`
+    /// ([`RouterConfig::bare_function_calls`]).
+    bare_openers: Vec<String>,
 }
 
 impl TaggedRouter {
     pub(super) fn new(cfg: RouterConfig) -> Self {
         let mode = if cfg.in_think { Mode::Think } else { Mode::Start };
+        let bare_openers = if cfg.bare_function_calls && cfg.format == ToolFormat::Qwen3Coder {
+            cfg.tools.iter().map(|t| format!("<function={t}>")).collect()
+        } else {
+            Vec::new()
+        };
         TaggedRouter {
             cfg,
             mode,
             buf: String::new(),
             drop_leading_ws: false,
             opened: "",
+            bare_openers,
         }
     }
 
@@ -144,13 +153,23 @@ impl TaggedRouter {
                     emit(out, Routed::Content(std::mem::take(&mut self.buf)));
                     return false;
                 }
-                if let Some((i, marker)) = find_first(&self.buf, markers) {
+                let bare = self.bare_openers.iter().filter_map(|m| self.buf.find(m.as_str())).min();
+                let tagged = find_first(&self.buf, markers);
+                if let Some(i) = bare.filter(|&b| tagged.is_none_or(|(t, _)| b < t)) {
+                    // `<function=NAME>` without `<tool_call>`: the call's text starts here.
+                    emit(out, Routed::Content(self.buf[..i].to_string()));
+                    self.buf.drain(..i);
+                    self.open_bare();
+                    true
+                } else if let Some((i, marker)) = tagged {
                     emit(out, Routed::Content(self.buf[..i].to_string()));
                     self.buf.drain(..i + marker.len());
                     self.open(marker);
                     true
                 } else {
-                    let keep = held_tail(&self.buf, markers);
+                    let mut all: Vec<&str> = markers.to_vec();
+                    all.extend(self.bare_openers.iter().map(String::as_str));
+                    let keep = held_tail(&self.buf, &all);
                     emit(out, Routed::Content(self.buf[..keep].to_string()));
                     self.buf.drain(..keep);
                     false
@@ -169,7 +188,7 @@ impl TaggedRouter {
                         self.drop_leading_ws = true;
                     }
                     None => {
-                        emit(out, Routed::Content(format!("{HERMES_OPEN}{body}{HERMES_CLOSE}")));
+                        emit(out, Routed::Content(format!("{}{body}{HERMES_CLOSE}", self.opened)));
                         self.mode = Mode::Content;
                     }
                 }
@@ -233,6 +252,14 @@ impl TaggedRouter {
         false
     }
 
+    /// Enter a call opened by `<function=NAME>` alone, which stays in the buffer as the start of
+    /// the call's text (a Qwen3-Coder call whose `<tool_call>` the model left out); it still
+    /// ends at `</tool_call>`, as llama.cpp requires.
+    fn open_bare(&mut self) {
+        self.opened = "";
+        self.mode = Mode::TaggedCall;
+    }
+
     /// Enter the call mode a marker opens.
     fn open(&mut self, marker: &'static str) {
         self.opened = marker;
@@ -252,6 +279,7 @@ impl TaggedRouter {
         let ws = self.buf.len() - trimmed.len();
         let mut markers = vec![THINK_OPEN];
         markers.extend(self.call_markers());
+        markers.extend(self.bare_openers.iter().map(String::as_str));
         // A marker still being written: wait for the rest.
         if markers
             .iter()
@@ -262,6 +290,11 @@ impl TaggedRouter {
         if trimmed.starts_with(THINK_OPEN) {
             self.buf.drain(..ws + THINK_OPEN.len());
             self.mode = Mode::Think;
+            return true;
+        }
+        if self.bare_openers.iter().any(|m| trimmed.starts_with(m.as_str())) {
+            self.buf.drain(..ws);
+            self.open_bare();
             return true;
         }
         if let Some(&m) = self.call_markers().iter().find(|m| trimmed.starts_with(**m)) {
@@ -716,6 +749,39 @@ mod tests {
         );
     }
 
+    /// Qwen3-Coder sometimes leaves out `<tool_call>`; llama.cpp then takes `<function=NAME>`
+    /// of a declared tool as the call's opening (never a bare `<function`, which code writes:
+    /// `#include <functional>`), and still wants `</tool_call>` after it.
+    #[test]
+    fn qwen_coder_call_without_its_tool_call_tag() {
+        let mut c = qwen_cfg(&["get_weather", "ping"], false);
+        c.bare_function_calls = true;
+        let bare = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
+        let want = call("get_weather", r#"{"city":"Paris","days":2}"#);
+        check(&c, bare, std::slice::from_ref(&want));
+        check(
+            &c,
+            &format!("#include <functional>\nSure.\n\n{bare}\n<tool_call>\n<function=ping>\n</function>\n</tool_call>"),
+            &[
+                content("#include <functional>\nSure.\n\n"),
+                want.clone(),
+                call("ping", "{}"),
+            ],
+        );
+        // Stopped before `</tool_call>`: still a call, as with the tag.
+        check(&c, &bare[..bare.len() - "\n</tool_call>".len()], &[want]);
+        // Not a declared tool, or not a call: content, nothing added to it.
+        for text in [
+            "<function=other>\n</function>\n</tool_call>",
+            "<function=get_weather>\nstray\n</function>\n</tool_call> after",
+        ] {
+            check(&c, text, &[content(text)]);
+        }
+        // Qwen3.5 (a thinking template) always writes the tag; llama.cpp does not look for this.
+        let c = qwen_cfg(&["get_weather"], false);
+        check(&c, bare, &[content(bare)]);
+    }
+
     /// The router reads back what the Qwen3-Coder and Qwen3.5 templates (as llama.cpp ships
     /// them, rendered as Python's jinja2 renders them: `tests/template_golden.rs`) write for an
     /// assistant's calls.
@@ -734,6 +800,11 @@ mod tests {
             let path = format!("{}/tests/golden/templates/{file}", env!("CARGO_MANIFEST_DIR"));
             let source = std::fs::read_to_string(&path).unwrap();
             assert_eq!(ToolFormat::detect(&source), ToolFormat::Qwen3Coder, "{file}");
+            assert_eq!(
+                ToolFormat::Qwen3Coder.may_omit_call_tag(&source),
+                file == "Qwen3-Coder.jinja",
+                "{file}"
+            );
             let t = ChatTemplate::from_source(&source, "", "<|im_end|>").unwrap();
             let rendered = t
                 .render(&RenderRequest {
