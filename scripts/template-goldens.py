@@ -64,6 +64,24 @@ TIME = {
     "function": {"name": "get_time", "description": "Current time", "parameters": {"type": "object", "properties": {}}},
 }
 
+# Parameters of several schema types, for the formats that write each value as text.
+TYPED = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write a file",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "mode": {"type": "integer"},
+                "meta": {"type": "object"},
+                "content": {"type": "string"},
+            },
+            "required": ["path", "content"],
+        },
+    },
+}
 USER_Q = {"role": "user", "content": "What is the weather like in Paris?"}
 CALL = {
     "role": "assistant",
@@ -73,6 +91,22 @@ CALL = {
             "id": "call_1",
             "type": "function",
             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"},
+        }
+    ],
+}
+TYPED_CALL = {
+    "role": "assistant",
+    "content": "Writing it.",
+    "tool_calls": [
+        {
+            "id": "call_2",
+            "type": "function",
+            "function": {
+                "name": "write_file",
+                "arguments": json.dumps(
+                    {"path": "a.py", "mode": 420, "meta": {"tags": ["x", "y"]}, "content": "def f():\n    return 1\n"}
+                ),
+            },
         }
     ],
 }
@@ -138,6 +172,29 @@ TEMPLATES = [
             ("history", HISTORY, None, {}, True),
             ("tools_no_thinking", [USER_Q], [WEATHER, TIME], {"enable_thinking": False}, True),
             ("tool_round_trip", ROUND_TRIP, [WEATHER], {}, True),
+        ],
+    ),
+    (
+        "Qwen3-Coder.jinja",
+        "",
+        "<|im_end|>",
+        [
+            # No tools: the template asks `tools is iterable` of None.
+            ("history", HISTORY, None, {}, True),
+            ("tools", [USER_Q], [WEATHER, TIME], {}, True),
+            ("tool_round_trip", ROUND_TRIP, [WEATHER], {}, True),
+            ("tool_round_trip_typed", [USER_Q, TYPED_CALL, RESULT], [WEATHER, TYPED], {}, True),
+        ],
+    ),
+    (
+        "Qwen3.5-4B.jinja",
+        "",
+        "<|im_end|>",
+        [
+            ("history", HISTORY, None, {}, True),
+            ("tools_no_thinking", [USER_Q], [WEATHER, TIME], {"enable_thinking": False}, True),
+            ("tool_round_trip", ROUND_TRIP, [WEATHER], {}, True),
+            ("tool_round_trip_typed", [USER_Q, TYPED_CALL, RESULT], [WEATHER, TYPED], {}, True),
         ],
     ),
 ]

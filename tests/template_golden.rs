@@ -157,6 +157,19 @@ fn python_compatible_helpers() {
     );
 }
 
+/// `is iterable` answers as Python does: `None` is not iterable (minijinja's own test says it
+/// is), an undefined variable, a string and a list are (jinja2's `Undefined` iterates as empty).
+#[test]
+fn none_is_not_iterable() {
+    let t = ChatTemplate::from_source(
+        "{{ none is iterable }}|{{ tools is iterable }}|{{ nothing is iterable }}|{{ 'ab' is iterable }}|{{ [] is iterable }}|{{ 3 is iterable }}",
+        "",
+        "",
+    )
+    .unwrap();
+    assert_eq!(render(&t, &[]).unwrap(), "False|False|True|True|True|False");
+}
+
 /// A `chat_template_kwargs` entry naming a variable the request sets is refused by name, not
 /// silently replaced by the request's value.
 #[test]
@@ -292,7 +305,8 @@ fn undated(text: &str) -> String {
 }
 
 /// gpt-oss (with `reasoning_effort`, tools, a tool-call round trip, builtin tools), DeepSeek
-/// V3.1 (with `thinking`), DeepSeek R1 and GLM 4.6 templates from llama.cpp's
+/// V3.1 (with `thinking`), DeepSeek R1, GLM 4.6, Qwen3-Coder and Qwen3.5 (calls with
+/// parameters of several types) templates from llama.cpp's
 /// `models/templates`, rendered by Python's jinja2 as transformers sets it up
 /// (`scripts/template-goldens.py`), byte for byte.
 #[test]
@@ -325,8 +339,8 @@ fn hf_templates_match_python_jinja2() {
     }
     assert_eq!(
         (cases, templates.len()),
-        (15, 4),
-        "golden file should hold 15 cases of 4 templates"
+        (23, 6),
+        "golden file should hold 23 cases of 6 templates"
     );
 }
 

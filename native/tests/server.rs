@@ -1078,13 +1078,139 @@ fn deepseek_scripted_reasoning_and_tool_calls() {
     check_answer(&s, &named, "", None, &[("get_weather", json!({"city": "Lyon"}))]);
 }
 
-/// The official `openai` Python client against both scripted models (streamed and not).
+/// Tools whose parameters have several schema types: Qwen3-Coder writes every value as text,
+/// and the router types it from the schema (`zip` is a string of digits, `days` an integer,
+/// `options` an object).
+fn qwen_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast for a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string"}, "zip": {"type": "string"}, "days": {"type": "integer"},
+                "options": {"type": "object"}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time",
+            "parameters": {"type": "object", "properties": {}}}},
+    ])
+}
+
+/// Qwen3-Coder's XML calls, end to end (scripted model output, raw HTTP, streamed and not):
+/// content and two calls with typed values; the calls sent back render as the model wrote
+/// them; `tool_choice` naming a tool; a call that does not parse comes back as content; a call
+/// without its `<tool_call>` tag.
+#[test]
+fn qwen_coder_scripted_xml_tool_calls() {
+    let messages = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let body = json!({"messages": messages, "tools": qwen_tools(), "temperature": 0});
+    let weather = json!({"city": "Paris", "zip": "75001", "days": 3,
+        "options": {"unit": "celsius", "hourly": true}});
+    let s = scripted_server(
+        "qwen3-coder.gguf",
+        scripted::qwen_coder_model(scripted::QWEN_CODER_CALLS),
+    );
+    check_answer(
+        &s,
+        &body,
+        "",
+        Some("Let me check.\n\n"),
+        &[("get_weather", weather), ("get_time", json!({}))],
+    );
+    // The template shows the tools with their types and asks for the XML format.
+    let prompt = s.ok("/apply-template", &body)["prompt"].as_str().unwrap().to_string();
+    assert!(
+        prompt.contains("<name>days</name>\n<type>integer</type>")
+            && prompt.contains("<function=example_function_name>"),
+        "{prompt}"
+    );
+    assert!(prompt.ends_with("<|im_start|>assistant\n"), "{prompt}");
+
+    // The round trip: the calls, sent back as the server gave them, render exactly as the model
+    // wrote them (typed values turned back into the same text).
+    let v = s.ok("/v1/chat/completions", &body);
+    let msg = v["choices"][0]["message"].clone();
+    let mut turn2 = messages.as_array().unwrap().clone();
+    turn2.push(msg.clone());
+    for (i, c) in msg["tool_calls"].as_array().unwrap().iter().enumerate() {
+        turn2.push(json!({"role": "tool", "tool_call_id": c["id"], "content": format!("result {i}")}));
+    }
+    let body2 = json!({"messages": turn2, "tools": qwen_tools(), "temperature": 0});
+    let prompt2 = s.ok("/apply-template", &body2)["prompt"].as_str().unwrap().to_string();
+    let written: String = scripted::QWEN_CODER_CALLS[1..scripted::QWEN_CODER_CALLS.len() - 1].concat();
+    assert!(prompt2.contains(&written), "{written:?} not in {prompt2}");
+    assert!(
+        prompt2.ends_with("<tool_response>\nresult 1\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n"),
+        "{prompt2}"
+    );
+    drop(s);
+
+    // `tool_choice` naming the tool: the prompt ends with `<tool_call>\n<function=get_weather>\n`
+    // and the model writes only the parameters.
+    let s = scripted_server(
+        "qwen3-coder-forced.gguf",
+        scripted::qwen_coder_model(scripted::QWEN_CODER_FORCED),
+    );
+    let named = json!({"messages": messages, "tools": qwen_tools(), "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}});
+    check_answer(
+        &s,
+        &named,
+        "",
+        None,
+        &[("get_weather", json!({"city": "Lyon", "days": 2}))],
+    );
+    drop(s);
+
+    // A call without `</function>` is given back whole, as content.
+    let s = scripted_server(
+        "qwen3-coder-malformed.gguf",
+        scripted::qwen_coder_model(scripted::QWEN_CODER_MALFORMED),
+    );
+    let text: String = scripted::QWEN_CODER_MALFORMED[..scripted::QWEN_CODER_MALFORMED.len() - 1].concat();
+    check_answer(&s, &body, "", Some(&text), &[]);
+    drop(s);
+
+    // A call without its `<tool_call>` still counts, as in llama.cpp (Qwen3-Coder only).
+    let s = scripted_server(
+        "qwen3-coder-untagged.gguf",
+        scripted::qwen_coder_model(scripted::QWEN_CODER_UNTAGGED),
+    );
+    check_answer(
+        &s,
+        &body,
+        "",
+        Some("Sure.\n"),
+        &[("get_weather", json!({"city": "Paris"}))],
+    );
+}
+
+/// Qwen3.5: the same XML calls after reasoning (its template opens `<think>`).
+#[test]
+fn qwen35_scripted_reasoning_and_xml_tool_call() {
+    let s = scripted_server("qwen3.5.gguf", scripted::qwen35_model());
+    let messages = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let body = json!({"messages": messages, "tools": qwen_tools(), "temperature": 0});
+    let prompt = s.ok("/apply-template", &body)["prompt"].as_str().unwrap().to_string();
+    assert!(prompt.ends_with("<|im_start|>assistant\n<think>\n"), "{prompt}");
+    check_answer(
+        &s,
+        &body,
+        "The user wants the weather.\n",
+        Some("Checking.\n\n"),
+        &[("get_weather", json!({"city": "Paris", "days": 1}))],
+    );
+}
+
+/// The official `openai` Python client against the scripted models (streamed and not).
 #[test]
 fn openai_python_client_reads_reasoning_and_tool_calls() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_openai_tools.py");
     for (name, model, family) in [
         ("harmony-py.gguf", scripted::harmony_model(), "harmony"),
         ("deepseek-py.gguf", scripted::deepseek_model(), "deepseek"),
+        (
+            "qwen3-coder-py.gguf",
+            scripted::qwen_coder_model(scripted::QWEN_CODER_CALLS),
+            "qwen3-coder",
+        ),
+        ("qwen3.5-py.gguf", scripted::qwen35_model(), "qwen3.5"),
     ] {
         let s = scripted_server(name, model);
         let out = Command::new("python3")

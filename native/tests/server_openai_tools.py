@@ -2,7 +2,7 @@
 `tinyllm-native serve` with a scripted model (see tests/common/scripted.rs).
 
 Run by `native/tests/server.rs` (test `openai_python_client_reads_reasoning_and_tool_calls`) as
-    python3 server_openai_tools.py BASE_URL harmony|deepseek
+    python3 server_openai_tools.py BASE_URL harmony|deepseek|qwen3-coder|qwen3.5
 Exits non-zero with the failing check on stderr.
 """
 
@@ -26,6 +26,30 @@ TOOLS = [
     },
 ]
 
+# Parameters of several schema types: Qwen3-Coder's XML format writes every value as text and
+# the server types it from the schema (`zip` stays a string of digits, `days` is an integer).
+QWEN_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather forecast for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "zip": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "options": {"type": "object"},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    TOOLS[1],
+]
+TOOLS_OF = {"harmony": TOOLS, "deepseek": TOOLS, "qwen3-coder": QWEN_TOOLS, "qwen3.5": QWEN_TOOLS}
+
 # What each scripted model answers: (extra body, reasoning, content, [(name, arguments)]).
 EXPECTED = {
     "harmony": [
@@ -45,13 +69,27 @@ EXPECTED = {
             [("get_weather", {"city": "Paris"})],
         ),
     ],
+    "qwen3-coder": [
+        (
+            {},
+            None,
+            "Let me check.\n\n",
+            [
+                ("get_weather", {"city": "Paris", "zip": "75001", "days": 3, "options": {"unit": "celsius", "hourly": True}}),
+                ("get_time", {}),
+            ],
+        ),
+    ],
+    "qwen3.5": [
+        ({}, "The user wants the weather.\n", "Checking.\n\n", [("get_weather", {"city": "Paris", "days": 1})]),
+    ],
 }
 
 
-def check(client, model, extra, reasoning, content, calls):
+def check(client, model, tools, extra, reasoning, content, calls):
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     whole = client.chat.completions.create(
-        model=model, messages=messages, tools=TOOLS, temperature=0, extra_body=extra
+        model=model, messages=messages, tools=tools, temperature=0, extra_body=extra
     )
     choice = whole.choices[0]
     msg = choice.message
@@ -64,7 +102,7 @@ def check(client, model, extra, reasoning, content, calls):
     assert all(c.id.startswith("call_") and c.type == "function" for c in msg.tool_calls), msg.tool_calls
 
     stream = client.chat.completions.create(
-        model=model, messages=messages, tools=TOOLS, temperature=0, stream=True, extra_body=extra
+        model=model, messages=messages, tools=tools, temperature=0, stream=True, extra_body=extra
     )
     text, thought, finish, parts = "", "", None, {}
     for chunk in stream:
@@ -89,7 +127,7 @@ def check(client, model, extra, reasoning, content, calls):
     follow = messages + [msg.model_dump(exclude_none=True)]
     for c in msg.tool_calls:
         follow.append({"role": "tool", "tool_call_id": c.id, "content": "{\"temperature_c\": 18}"})
-    again = client.chat.completions.create(model=model, messages=follow, tools=TOOLS, temperature=0, extra_body=extra)
+    again = client.chat.completions.create(model=model, messages=follow, tools=tools, temperature=0, extra_body=extra)
     assert again.choices[0].finish_reason in ("stop", "tool_calls"), again
 
 
@@ -97,7 +135,7 @@ def main(base_url: str, family: str) -> None:
     client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
     model = client.models.list().data[0].id
     for case in EXPECTED[family]:
-        check(client, model, *case)
+        check(client, model, TOOLS_OF[family], *case)
     print(f"openai client ({family}): ok")
 
 

@@ -203,10 +203,17 @@ fn environment() -> Environment<'static> {
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.set_formatter(python_formatter);
     env.add_filter("tojson", tojson);
+    env.add_test("iterable", is_iterable);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     env.add_function("range", range);
     env
+}
+
+/// `is iterable` as Python answers it: `None` is not (minijinja iterates over it as over an
+/// empty list). Qwen3-Coder's template asks `tools is iterable` when no tools are given.
+fn is_iterable(value: &Value) -> bool {
+    !value.is_none() && value.try_iter().is_ok()
 }
 
 /// Prints `None`, `True` and `False` as Python does; everything else as minijinja does.

@@ -61,6 +61,8 @@ pub fn forced_call_opening(format: ToolFormat, choice: &ToolChoice) -> Option<St
         }
         (ToolFormat::Glm45, None, _) => "<tool_call>".to_string(),
         (ToolFormat::Glm45, Some(n), _) => format!("<tool_call>{n}\n"),
+        (ToolFormat::Qwen3Coder, None, _) => "<tool_call>\n<function=".to_string(),
+        (ToolFormat::Qwen3Coder, Some(n), _) => format!("<tool_call>\n<function={n}>\n"),
         // `quoted` is `Some` exactly when `name` is.
         (_, Some(_), None) => return None,
     })
@@ -86,7 +88,7 @@ mod tests {
         ];
         // (format, (choice, what the model writes after the opening) x 2, closing text)
         type Case<'a> = (ToolFormat, [(ToolChoice, &'a str); 2], &'a str);
-        let cases: [Case; 7] = [
+        let cases: [Case; 8] = [
             (ToolFormat::Hermes, json_rests.clone(), "\n</tool_call>"),
             (ToolFormat::Llama3Json, json_rests.clone(), ""),
             (ToolFormat::Mistral, json_rests.clone(), "]"),
@@ -127,6 +129,14 @@ mod tests {
                     ),
                 ],
                 "\n</tool_call>",
+            ),
+            (
+                ToolFormat::Qwen3Coder,
+                [
+                    (ToolChoice::Required, "f>\n<parameter=x>\n1\n</parameter>\n"),
+                    (ToolChoice::Named("f".into()), "<parameter=x>\n1\n</parameter>\n"),
+                ],
+                "</function>\n</tool_call>",
             ),
         ];
         for (format, rests, close) in cases {

@@ -154,6 +154,7 @@ impl<B: Backend> Engine<B> {
                 format: self.tool_format,
                 in_think: rendered.trim_end().ends_with("<think>"),
                 string_params: RouterConfig::string_params_of(tools),
+                bare_function_calls: self.tool_format.may_omit_call_tag(self.template.source()),
                 tools: names,
             }),
             opening,

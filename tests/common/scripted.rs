@@ -1,6 +1,6 @@
 //! "Scripted" models: tiny llama-architecture GGUFs whose greedy answer is a chosen text, so
-//! the server's tool-call and reasoning formats (gpt-oss harmony, DeepSeek) can be tested end
-//! to end although no random-weight fixture ever writes them.
+//! the server's tool-call and reasoning formats (gpt-oss harmony, DeepSeek, Qwen3-Coder's XML
+//! calls) can be tested end to end although no random-weight fixture ever writes them.
 //!
 //! The construction: one layer whose attention and FFN weights are all zero, so the residual
 //! stream that reaches the output head is the current token's embedding. Embeddings are
@@ -376,4 +376,83 @@ pub fn deepseek_model() -> Vec<u8> {
             ("<｜tool▁sep｜>", DEEPSEEK_FORCED),
         ],
     })
+}
+
+/// Qwen3-Coder's answer to any prompt (its template's prompts all end with
+/// `<|im_start|>assistant\n`): content, then two calls in its XML format, one with parameters
+/// of three schema types (see `qwen_tools` in `native/tests/server.rs`). Markers are split
+/// across tokens (`\n</param` + `eter>`) as a real tokenizer may split them.
+pub const QWEN_CODER_CALLS: &[&str] = &[
+    "Let me check.\n\n",
+    "<tool_call>",
+    "\n<function=get_weather>\n<parameter=city>\nParis",
+    "\n</param",
+    "eter>\n<parameter=zip>\n75001\n</parameter>\n<parameter=days>\n3\n</parameter>\n",
+    "<parameter=options>\n{\"unit\": \"celsius\", \"hourly\": true}\n</parameter>\n</function>\n",
+    "</tool_call>",
+    "\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+    "<|im_end|>",
+];
+/// The arguments after the forced opening of a named tool
+/// (`<tool_call>\n<function=get_weather>\n`).
+pub const QWEN_CODER_FORCED: &[&str] = &[
+    "<parameter=city>\nLyon\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n",
+    "</tool_call>",
+    "<|im_end|>",
+];
+/// A call that never closes its `<function=...>`: it must come back as content.
+pub const QWEN_CODER_MALFORMED: &[&str] = &[
+    "<tool_call>",
+    "\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
+    "</tool_call>",
+    "<|im_end|>",
+];
+/// A call whose `<tool_call>` the model left out (Qwen3-Coder models do; llama.cpp takes
+/// `<function=NAME>` of a declared tool as its opening).
+pub const QWEN_CODER_UNTAGGED: &[&str] = &[
+    "Sure.\n",
+    "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n",
+    "</tool_call>",
+    "<|im_end|>",
+];
+/// Qwen3.5's answer after its prompt's `<think>\n`: reasoning, content and one call.
+pub const QWEN35_THINKING: &[&str] = &[
+    "The user wants the weather.\n",
+    "</think>",
+    "\n\nChecking.\n\n",
+    "<tool_call>",
+    "\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n1\n</parameter>\n</function>\n",
+    "</tool_call>",
+    "<|im_end|>",
+];
+
+/// A model with a Qwen chat template from `tests/golden/templates` answering `answer`.
+fn qwen_model(template_file: &str, answer: &[&str]) -> Vec<u8> {
+    let template = golden_template(template_file);
+    scripted_model(&Script {
+        template: &template,
+        specials: &[
+            ("<|endoftext|>", CONTROL),
+            ("<|im_start|>", CONTROL),
+            ("<|im_end|>", CONTROL),
+            ("<tool_call>", USER_DEFINED),
+            ("</tool_call>", USER_DEFINED),
+            ("<think>", USER_DEFINED),
+            ("</think>", USER_DEFINED),
+        ],
+        bos: "<|endoftext|>",
+        eos: "<|im_end|>",
+        chains: &[("\n", answer)],
+    })
+}
+
+/// A Qwen3-Coder-templated model answering `answer` (one of the `QWEN_CODER_*` scripts: all
+/// its prompts end alike, so each script needs its own model).
+pub fn qwen_coder_model(answer: &[&str]) -> Vec<u8> {
+    qwen_model("Qwen3-Coder.jinja", answer)
+}
+
+/// A Qwen3.5-templated model answering [`QWEN35_THINKING`].
+pub fn qwen35_model() -> Vec<u8> {
+    qwen_model("Qwen3.5-4B.jinja", QWEN35_THINKING)
 }

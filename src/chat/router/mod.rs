@@ -6,7 +6,7 @@
 //! a call but does not parse is given back as content, markers included: never dropped.
 //!
 //! Two grammars cover the families: [`tagged`] (a `<think>` block, then content with calls
-//! opened by a marker: Hermes, Llama 3, Mistral, DeepSeek V3/R1/V3.1, GLM 4.5) and
+//! opened by a marker: Hermes, Llama 3, Mistral, DeepSeek V3/R1/V3.1, GLM 4.5, Qwen3-Coder) and
 //! [`harmony`] (gpt-oss: every message has a header naming its channel and recipient).
 //! [`parse`] turns one call's text into a [`ToolCall`] for each format.
 
@@ -41,15 +41,19 @@ pub enum ToolFormat {
     /// `<tool_call>NAME\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...</tool_call>`
     /// (GLM 4.5/4.6).
     Glm45,
+    /// `<tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>`
+    /// (Qwen3-Coder, Qwen3.5).
+    Qwen3Coder,
 }
 
 pub(crate) const HARMONY_CHANNEL: &str = "<|channel|>";
 pub(crate) const DEEPSEEK_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
 
 impl ToolFormat {
-    /// The format a chat template asks for; Hermes when the template shows no other. GLM and
-    /// Hermes both open calls with `<tool_call>`: GLM's templates are the ones that write
-    /// `<arg_key>`.
+    /// The format a chat template asks for; Hermes when the template shows no other. GLM,
+    /// Qwen3-Coder and Hermes all open calls with `<tool_call>`: GLM's templates are the ones
+    /// that write `<arg_key>`, Qwen3-Coder's the ones that write `<function=` and `<parameter=`
+    /// (llama.cpp tells them apart the same way).
     pub fn detect(template_source: &str) -> ToolFormat {
         let has = |s: &str| template_source.contains(s);
         if has(HARMONY_CHANNEL) {
@@ -63,6 +67,8 @@ impl ToolFormat {
             }
         } else if has("<arg_key>") {
             ToolFormat::Glm45
+        } else if has("<function=") && has("<parameter=") {
+            ToolFormat::Qwen3Coder
         } else if has(tagged::MISTRAL_OPEN) {
             ToolFormat::Mistral
         } else if has(tagged::PYTHON_TAG) || has("<|start_header_id|>") {
@@ -70,6 +76,12 @@ impl ToolFormat {
         } else {
             ToolFormat::Hermes
         }
+    }
+
+    /// Whether a model of this format and template may leave out the `<tool_call>` before a
+    /// call: Qwen3-Coder's templates (no `<think>`; Qwen3.5's think and do not need this).
+    pub fn may_omit_call_tag(self, template_source: &str) -> bool {
+        self == ToolFormat::Qwen3Coder && !template_source.contains("<think>")
     }
 }
 
@@ -83,9 +95,14 @@ pub struct RouterConfig {
     /// The rendered prompt already opened a `<think>` block, so the answer starts inside it.
     pub in_think: bool,
     /// Declared parameters whose schema allows a string, as (tool, parameter). Formats that
-    /// write argument values as bare text (GLM's `<arg_value>`) keep these as text and read
-    /// the others as JSON where they parse, as llama.cpp does.
+    /// write argument values as bare text (GLM's `<arg_value>`, Qwen3-Coder's `<parameter=>`)
+    /// keep these as text and read the others as JSON where they parse, as llama.cpp does.
     pub string_params: Vec<(String, String)>,
+    /// Qwen3-Coder: `<function=NAME>` of a declared tool opens a call even without the
+    /// `<tool_call>` before it, which Qwen3-Coder models sometimes leave out (llama.cpp accepts
+    /// it too, for the Qwen3-Coder templates only: those without `<think>`). See
+    /// [`ToolFormat::may_omit_call_tag`].
+    pub bare_function_calls: bool,
 }
 
 impl RouterConfig {
@@ -239,6 +256,12 @@ mod tests {
         let glm = golden("GLM-4.6.jinja");
         assert!(glm.contains("<tool_call>"));
         assert_eq!(ToolFormat::detect(&glm), ToolFormat::Glm45);
+        // So do Qwen3-Coder's and Qwen3.5's, which write `<function=` and `<parameter=`.
+        for f in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja"] {
+            let qwen = golden(f);
+            assert!(qwen.contains("<tool_call>"), "{f}");
+            assert_eq!(ToolFormat::detect(&qwen), ToolFormat::Qwen3Coder, "{f}");
+        }
     }
 
     #[test]

@@ -114,19 +114,83 @@ pub(super) fn glm_call(body: &str, string_params: &[(String, String)]) -> Option
         let (key, after) = rest.strip_prefix(KEY)?.split_once(KEY_END)?;
         let (value, after) = after.trim_start().strip_prefix(VALUE)?.split_once(VALUE_END)?;
         rest = after;
-        let is_string = string_params.iter().any(|(t, p)| t == name && p == key);
-        let json = if is_string {
-            None
-        } else {
-            serde_json::from_str::<Value>(value.trim()).ok()
-        };
-        args.insert(
-            key.to_string(),
-            json.unwrap_or_else(|| Value::String(value.to_string())),
-        );
+        args.insert(key.to_string(), typed_value(name, key, value, string_params));
     }
     Some(ToolCall {
         name: name.to_string(),
         arguments: serde_json::to_string(&Value::Object(args)).ok()?,
     })
+}
+
+/// A value written as bare text, typed as llama.cpp types it: the text itself where the
+/// declared schema allows a string (`string_params`), otherwise JSON when it parses as JSON
+/// and the text when it does not (a parameter the tool does not declare included).
+fn typed_value(tool: &str, key: &str, text: &str, string_params: &[(String, String)]) -> Value {
+    let is_string = string_params.iter().any(|(t, p)| t == tool && p == key);
+    let json = if is_string {
+        None
+    } else {
+        serde_json::from_str::<Value>(text.trim()).ok()
+    };
+    json.unwrap_or_else(|| Value::String(text.to_string()))
+}
+
+const QWEN_FUNCTION: &str = "<function=";
+const QWEN_FUNCTION_END: &str = "</function>";
+const QWEN_PARAM: &str = "<parameter=";
+const QWEN_PARAM_END: &str = "</parameter>";
+
+/// The text between Qwen3-Coder's `<tool_call>` and `</tool_call>`:
+/// `\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n`.
+///
+/// The template writes each value between a newline after `<parameter=P>` and one before
+/// `</parameter>`; those two are layout and go (llama.cpp's parser reads a string value as
+/// exactly the text between `>\n` and `\n</parameter>`), everything else in a string value
+/// is kept: code keeps its indentation and trailing blank lines. Values are typed as in
+/// [`typed_value`]. A parameter the tool does not declare is kept, typed as JSON where it
+/// parses (llama.cpp's grammar never lets a model write one; its earlier unconstrained XML
+/// parser kept them the same way). `</function>` is required: without it the call may have
+/// been cut short.
+pub(super) fn qwen_xml_call(body: &str, string_params: &[(String, String)]) -> Option<ToolCall> {
+    let (name, mut rest) = body.trim_start().strip_prefix(QWEN_FUNCTION)?.split_once('>')?;
+    let name = name.trim();
+    if !valid_name(name) {
+        return None;
+    }
+    let mut args = serde_json::Map::new();
+    loop {
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix(QWEN_FUNCTION_END) {
+            if !after.trim().is_empty() {
+                return None;
+            }
+            break;
+        }
+        let (key, after) = rest.strip_prefix(QWEN_PARAM)?.split_once('>')?;
+        let key = key.trim();
+        if !valid_name(key) {
+            return None;
+        }
+        let (value, after) = qwen_value(after)?;
+        rest = after;
+        args.insert(key.to_string(), typed_value(name, key, value, string_params));
+    }
+    Some(ToolCall {
+        name: name.to_string(),
+        arguments: serde_json::to_string(&Value::Object(args)).ok()?,
+    })
+}
+
+/// Splits a parameter's value from what follows its `</parameter>`. A value may itself
+/// contain `</parameter>` (code that writes this very format): the value ends at the first
+/// one followed by the next parameter or by `</function>`.
+fn qwen_value(text: &str) -> Option<(&str, &str)> {
+    let end = text.match_indices(QWEN_PARAM_END).map(|(i, _)| i).find(|&i| {
+        let next = text[i + QWEN_PARAM_END.len()..].trim_start();
+        next.starts_with(QWEN_PARAM) || next.starts_with(QWEN_FUNCTION_END)
+    })?;
+    let value = &text[..end];
+    let value = value.strip_prefix('\n').unwrap_or(value);
+    let value = value.strip_suffix('\n').unwrap_or(value);
+    Some((value, &text[end + QWEN_PARAM_END.len()..]))
 }

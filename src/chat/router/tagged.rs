@@ -1,5 +1,5 @@
 //! The router for families that think inside `<think>...</think>` and open each call with a
-//! marker: Hermes and GLM (`<tool_call>...</tool_call>`), Llama 3 (bare JSON or
+//! marker: Hermes, GLM and Qwen3-Coder (`<tool_call>...</tool_call>`), Llama 3 (bare JSON or
 //! `<|python_tag|>`), Mistral (`[TOOL_CALLS]`), DeepSeek (`<｜tool▁calls▁begin｜>`, a section
 //! of `<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>` calls).
 
@@ -32,7 +32,7 @@ enum Mode {
     Start,
     Content,
     Think,
-    /// Inside `<tool_call>` (Hermes, GLM), collecting up to `</tool_call>`.
+    /// Inside `<tool_call>` (Hermes, GLM, Qwen3-Coder), collecting up to `</tool_call>`.
     TaggedCall,
     /// After `[TOOL_CALLS]`: the rest of the answer is the call list.
     MistralCalls,
@@ -54,17 +54,26 @@ pub(super) struct TaggedRouter {
     /// The marker that opened the current call mode, given back with the text if it fails
     /// (in `DeepSeekCalls`: until the first call of the section is decided).
     opened: &'static str,
+    /// `<function=NAME>` of each declared tool, when a call may open without `<tool_call>`
+    /// ([`RouterConfig::bare_function_calls`]).
+    bare_openers: Vec<String>,
 }
 
 impl TaggedRouter {
     pub(super) fn new(cfg: RouterConfig) -> Self {
         let mode = if cfg.in_think { Mode::Think } else { Mode::Start };
+        let bare_openers = if cfg.bare_function_calls && cfg.format == ToolFormat::Qwen3Coder {
+            cfg.tools.iter().map(|t| format!("<function={t}>")).collect()
+        } else {
+            Vec::new()
+        };
         TaggedRouter {
             cfg,
             mode,
             buf: String::new(),
             drop_leading_ws: false,
             opened: "",
+            bare_openers,
         }
     }
 
@@ -78,7 +87,7 @@ impl TaggedRouter {
             return &[];
         }
         match self.cfg.format {
-            ToolFormat::Hermes | ToolFormat::Glm45 => &[HERMES_OPEN],
+            ToolFormat::Hermes | ToolFormat::Glm45 | ToolFormat::Qwen3Coder => &[HERMES_OPEN],
             ToolFormat::Mistral => &[MISTRAL_OPEN],
             ToolFormat::Llama3Json => &[PYTHON_TAG],
             ToolFormat::DeepSeekV3 | ToolFormat::DeepSeekV31 => &DS_OPENERS,
@@ -87,10 +96,22 @@ impl TaggedRouter {
         }
     }
 
+    /// What ends a `<think>` block. Qwen3.5 may open a call without closing its thinking
+    /// first; llama.cpp's Qwen3-Coder parser ends the reasoning at `<tool_call>` too, and so
+    /// does this one when tools are declared.
+    fn think_ends(&self) -> &'static [&'static str] {
+        if self.tools_on() && self.cfg.format == ToolFormat::Qwen3Coder {
+            &[THINK_CLOSE, HERMES_OPEN]
+        } else {
+            &[THINK_CLOSE]
+        }
+    }
+
     /// One `<tool_call>` body in the format's shape.
     fn parse_tagged(&self, body: &str) -> Option<super::ToolCall> {
         match self.cfg.format {
             ToolFormat::Glm45 => parse::glm_call(body, &self.cfg.string_params),
+            ToolFormat::Qwen3Coder => parse::qwen_xml_call(body, &self.cfg.string_params),
             _ => parse_call(body, None),
         }
     }
@@ -108,14 +129,19 @@ impl TaggedRouter {
         match self.mode {
             Mode::Start => self.step_start(),
             Mode::Think => {
-                if let Some(i) = self.buf.find(THINK_CLOSE) {
+                let ends = self.think_ends();
+                if let Some((i, marker)) = find_first(&self.buf, ends) {
                     emit(out, Routed::Reasoning(self.buf[..i].to_string()));
-                    self.buf.drain(..i + THINK_CLOSE.len());
-                    self.mode = Mode::Start;
-                    self.drop_leading_ws = true;
+                    self.buf.drain(..i + marker.len());
+                    if marker == THINK_CLOSE {
+                        self.mode = Mode::Start;
+                        self.drop_leading_ws = true;
+                    } else {
+                        self.open(marker);
+                    }
                     true
                 } else {
-                    let keep = held_tail(&self.buf, &[THINK_CLOSE]);
+                    let keep = held_tail(&self.buf, ends);
                     emit(out, Routed::Reasoning(self.buf[..keep].to_string()));
                     self.buf.drain(..keep);
                     false
@@ -127,13 +153,23 @@ impl TaggedRouter {
                     emit(out, Routed::Content(std::mem::take(&mut self.buf)));
                     return false;
                 }
-                if let Some((i, marker)) = find_first(&self.buf, markers) {
+                let bare = self.bare_openers.iter().filter_map(|m| self.buf.find(m.as_str())).min();
+                let tagged = find_first(&self.buf, markers);
+                if let Some(i) = bare.filter(|&b| tagged.is_none_or(|(t, _)| b < t)) {
+                    // `<function=NAME>` without `<tool_call>`: the call's text starts here.
+                    emit(out, Routed::Content(self.buf[..i].to_string()));
+                    self.buf.drain(..i);
+                    self.open_bare();
+                    true
+                } else if let Some((i, marker)) = tagged {
                     emit(out, Routed::Content(self.buf[..i].to_string()));
                     self.buf.drain(..i + marker.len());
                     self.open(marker);
                     true
                 } else {
-                    let keep = held_tail(&self.buf, markers);
+                    let mut all: Vec<&str> = markers.to_vec();
+                    all.extend(self.bare_openers.iter().map(String::as_str));
+                    let keep = held_tail(&self.buf, &all);
                     emit(out, Routed::Content(self.buf[..keep].to_string()));
                     self.buf.drain(..keep);
                     false
@@ -152,7 +188,7 @@ impl TaggedRouter {
                         self.drop_leading_ws = true;
                     }
                     None => {
-                        emit(out, Routed::Content(format!("{HERMES_OPEN}{body}{HERMES_CLOSE}")));
+                        emit(out, Routed::Content(format!("{}{body}{HERMES_CLOSE}", self.opened)));
                         self.mode = Mode::Content;
                     }
                 }
@@ -216,6 +252,14 @@ impl TaggedRouter {
         false
     }
 
+    /// Enter a call opened by `<function=NAME>` alone, which stays in the buffer as the start of
+    /// the call's text (a Qwen3-Coder call whose `<tool_call>` the model left out); it still
+    /// ends at `</tool_call>`, as llama.cpp requires.
+    fn open_bare(&mut self) {
+        self.opened = "";
+        self.mode = Mode::TaggedCall;
+    }
+
     /// Enter the call mode a marker opens.
     fn open(&mut self, marker: &'static str) {
         self.opened = marker;
@@ -235,6 +279,7 @@ impl TaggedRouter {
         let ws = self.buf.len() - trimmed.len();
         let mut markers = vec![THINK_OPEN];
         markers.extend(self.call_markers());
+        markers.extend(self.bare_openers.iter().map(String::as_str));
         // A marker still being written: wait for the rest.
         if markers
             .iter()
@@ -245,6 +290,11 @@ impl TaggedRouter {
         if trimmed.starts_with(THINK_OPEN) {
             self.buf.drain(..ws + THINK_OPEN.len());
             self.mode = Mode::Think;
+            return true;
+        }
+        if self.bare_openers.iter().any(|m| trimmed.starts_with(m.as_str())) {
+            self.buf.drain(..ws);
+            self.open_bare();
             return true;
         }
         if let Some(&m) = self.call_markers().iter().find(|m| trimmed.starts_with(**m)) {
@@ -576,5 +626,199 @@ mod tests {
         // GLM answers never route bare JSON as a call.
         let text = "{\"name\": \"f\", \"arguments\": {}}";
         check(&c, text, &[content(text)]);
+    }
+
+    /// `(tool, parameter)` pairs declared as strings.
+    fn strings(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(t, p)| (t.to_string(), p.to_string())).collect()
+    }
+
+    /// Written as the Qwen3-Coder template writes a call: `<parameter=P>\n` VALUE
+    /// `\n</parameter>\n`, the values of `string_params` as text, the others as JSON.
+    const QWEN_CALL: &str = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=zip>\n75001\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"c\", \"hourly\": [1, 2]}\n</parameter>\n<parameter=note>\n  indented\n\nlast line\n\n</parameter>\n</function>\n</tool_call>";
+    const QWEN_ARGS: &str = r#"{"city":"Paris","zip":"75001","days":3,"opts":{"unit":"c","hourly":[1,2]},"note":"  indented\n\nlast line\n"}"#;
+
+    fn qwen_cfg(tools: &[&str], in_think: bool) -> RouterConfig {
+        let mut c = cfg(ToolFormat::Qwen3Coder, tools, in_think);
+        c.string_params = strings(&[("get_weather", "city"), ("get_weather", "zip"), ("get_weather", "note")]);
+        c
+    }
+
+    #[test]
+    fn qwen_calls_with_typed_values() {
+        let c = qwen_cfg(&["get_weather", "ping"], false);
+        // `zip` is declared a string: its digits stay text; `days` and `opts` are not, so they
+        // are JSON; only the newline after `>` and the one before `</parameter>` are layout.
+        check(
+            &c,
+            &format!(
+                "Let me look.\n\n{QWEN_CALL}\n{QWEN_CALL}\n<tool_call>\n<function=ping>\n</function>\n</tool_call>"
+            ),
+            &[
+                content("Let me look.\n\n"),
+                call("get_weather", QWEN_ARGS),
+                call("get_weather", QWEN_ARGS),
+                call("ping", "{}"),
+            ],
+        );
+    }
+
+    #[test]
+    fn qwen_values_follow_llama_cpps_rules() {
+        let c = qwen_cfg(&["get_weather"], false);
+        let one = |params: &str| format!("<tool_call>\n<function=get_weather>\n{params}</function>\n</tool_call>");
+        // A value that is not JSON stays text even where the schema wants a number (llama.cpp
+        // would not let the grammar write it; the router keeps what the model wrote), and a
+        // parameter the tool does not declare is typed like any non-string one.
+        check(
+            &c,
+            &one("<parameter=days>\nthree\n</parameter>\n<parameter=extra>\ntrue\n</parameter>\n"),
+            &[call("get_weather", r#"{"days":"three","extra":true}"#)],
+        );
+        // Values written without the template's newlines, and a string value holding this
+        // very markup: it ends at the `</parameter>` that the next tag follows.
+        check(
+            &c,
+            &one("<parameter=days>7</parameter><parameter=city>\na</parameter> b\n</parameter>\n"),
+            &[call("get_weather", r#"{"days":7,"city":"a</parameter> b"}"#)],
+        );
+        // An empty string value.
+        check(
+            &c,
+            &one("<parameter=city>\n\n</parameter>\n"),
+            &[call("get_weather", r#"{"city":""}"#)],
+        );
+    }
+
+    #[test]
+    fn qwen_reasoning_then_call() {
+        let c = qwen_cfg(&["get_weather"], true);
+        check(
+            &c,
+            &format!("Need weather.\n</think>\n\n{QWEN_CALL}"),
+            &[reasoning("Need weather.\n"), call("get_weather", QWEN_ARGS)],
+        );
+        // llama.cpp's Qwen3-Coder parser also ends the reasoning at `<tool_call>`.
+        check(
+            &c,
+            &format!("Need weather.\n{QWEN_CALL}"),
+            &[reasoning("Need weather.\n"), call("get_weather", QWEN_ARGS)],
+        );
+        // Without tools `<tool_call>` is just text of the reasoning.
+        let c = cfg(ToolFormat::Qwen3Coder, &[], true);
+        check(
+            &c,
+            &format!("Need weather.\n{QWEN_CALL}"),
+            &[reasoning(&format!("Need weather.\n{QWEN_CALL}"))],
+        );
+    }
+
+    #[test]
+    fn qwen_broken_calls_are_given_back() {
+        let c = qwen_cfg(&["get_weather"], false);
+        for text in [
+            // No `</function>`: the call may have been cut short.
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\ntrailing\n</tool_call>",
+            "<tool_call>\n<function=>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\nstray\n</function>\n</tool_call>",
+            // Hermes' and GLM's bodies are not this format's.
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",
+            "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+            "<tool_call></tool_call> after",
+            // The model stopped inside the call.
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+        ] {
+            check(&c, text, &[content(text)]);
+        }
+        // A broken call before a good one: the first is content, the second a call.
+        let broken = "<tool_call>\n<function=get_weather>\n</tool_call>";
+        check(
+            &c,
+            &format!("{broken}\n{QWEN_CALL}"),
+            &[content(&format!("{broken}\n")), call("get_weather", QWEN_ARGS)],
+        );
+        // Qwen answers never route bare JSON as a call, and without tools the tags are text.
+        let text = "{\"name\": \"get_weather\", \"arguments\": {}}";
+        check(&c, text, &[content(text)]);
+        check(
+            &cfg(ToolFormat::Qwen3Coder, &[], false),
+            QWEN_CALL,
+            &[content(QWEN_CALL)],
+        );
+    }
+
+    /// Qwen3-Coder sometimes leaves out `<tool_call>`; llama.cpp then takes `<function=NAME>`
+    /// of a declared tool as the call's opening (never a bare `<function`, which code writes:
+    /// `#include <functional>`), and still wants `</tool_call>` after it.
+    #[test]
+    fn qwen_coder_call_without_its_tool_call_tag() {
+        let mut c = qwen_cfg(&["get_weather", "ping"], false);
+        c.bare_function_calls = true;
+        let bare = "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
+        let want = call("get_weather", r#"{"city":"Paris","days":2}"#);
+        check(&c, bare, std::slice::from_ref(&want));
+        check(
+            &c,
+            &format!("#include <functional>\nSure.\n\n{bare}\n<tool_call>\n<function=ping>\n</function>\n</tool_call>"),
+            &[
+                content("#include <functional>\nSure.\n\n"),
+                want.clone(),
+                call("ping", "{}"),
+            ],
+        );
+        // Stopped before `</tool_call>`: still a call, as with the tag.
+        check(&c, &bare[..bare.len() - "\n</tool_call>".len()], &[want]);
+        // Not a declared tool, or not a call: content, nothing added to it.
+        for text in [
+            "<function=other>\n</function>\n</tool_call>",
+            "<function=get_weather>\nstray\n</function>\n</tool_call> after",
+        ] {
+            check(&c, text, &[content(text)]);
+        }
+        // Qwen3.5 (a thinking template) always writes the tag; llama.cpp does not look for this.
+        let c = qwen_cfg(&["get_weather"], false);
+        check(&c, bare, &[content(bare)]);
+    }
+
+    /// The router reads back what the Qwen3-Coder and Qwen3.5 templates (as llama.cpp ships
+    /// them, rendered as Python's jinja2 renders them: `tests/template_golden.rs`) write for an
+    /// assistant's calls.
+    #[test]
+    fn qwen_reads_what_its_templates_write() {
+        use crate::chat::template::{ChatTemplate, RenderRequest};
+        let args = serde_json::json!({"city": "Paris", "zip": "75001", "days": 3,
+            "opts": {"unit": "c", "hourly": [1, 2]}, "note": "  indented\n\nlast line\n"});
+        let messages = [
+            serde_json::json!({"role": "user", "content": "Weather?"}),
+            serde_json::json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": args}},
+                {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": args}}]}),
+        ];
+        for file in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja"] {
+            let path = format!("{}/tests/golden/templates/{file}", env!("CARGO_MANIFEST_DIR"));
+            let source = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(ToolFormat::detect(&source), ToolFormat::Qwen3Coder, "{file}");
+            assert_eq!(
+                ToolFormat::Qwen3Coder.may_omit_call_tag(&source),
+                file == "Qwen3-Coder.jinja",
+                "{file}"
+            );
+            let t = ChatTemplate::from_source(&source, "", "<|im_end|>").unwrap();
+            let rendered = t
+                .render(&RenderRequest {
+                    messages: &messages,
+                    tools: None,
+                    add_generation_prompt: false,
+                    kwargs: &serde_json::Map::new(),
+                })
+                .unwrap();
+            let start = rendered.find("<tool_call>").unwrap();
+            let end = rendered.rfind("</tool_call>").unwrap() + "</tool_call>".len();
+            let c = qwen_cfg(&["get_weather"], false);
+            let want = call("get_weather", QWEN_ARGS);
+            assert_eq!(route(&c, &[&rendered[start..end]]), [want.clone(), want], "{file}");
+        }
     }
 }

@@ -9,6 +9,7 @@ pub fn cfg(format: ToolFormat, tools: &[&str], in_think: bool) -> RouterConfig {
         tools: tools.iter().map(|s| s.to_string()).collect(),
         in_think,
         string_params: Vec::new(),
+        bare_function_calls: false,
     }
 }
 
