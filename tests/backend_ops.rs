@@ -12,6 +12,8 @@ mod common;
 
 use std::sync::Arc;
 
+use common::rng::Rng;
+
 use half::f16;
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::webgpu::{kernels, MatmulVariant, WebGpuBackend, WebGpuOptions};
@@ -32,25 +34,6 @@ fn gpu_with(opts: WebGpuOptions) -> Option<WebGpuBackend> {
 
 fn gpu() -> Option<WebGpuBackend> {
     gpu_with(WebGpuOptions::default())
-}
-
-/// Deterministic pseudo-random numbers (xorshift64*), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [-1, 1).
-    fn f(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f() * scale).collect()
-    }
 }
 
 fn nmse(got: &[f32], want: &[f64]) -> f64 {

@@ -10,29 +10,12 @@ mod common;
 
 use std::sync::Arc;
 
+use common::rng::Rng;
+
 use tinyllm::backend::cpu::{CpuBackend, CpuBuffer};
 use tinyllm::backend::{Backend, BackendError, Conv, DeltaNet, Form, KeyHeads, SeqRows};
 use tinyllm::gguf::GgufFile;
 use tinyllm::quant::GgmlType;
-
-/// Deterministic pseudo-random numbers (xorshift64*), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [-1, 1).
-    fn f(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.f() * scale).collect()
-    }
-}
 
 /// An in-memory GGUF file of f32 tensors (name, GGUF shape, values).
 fn gguf(tensors: &[(&str, Vec<u64>, &[f32])]) -> Arc<GgufFile> {

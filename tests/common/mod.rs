@@ -4,6 +4,7 @@
 
 pub mod generation;
 pub mod gguf_write;
+pub mod rng;
 pub mod scripted;
 
 use std::path::PathBuf;
