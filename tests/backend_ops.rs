@@ -1049,6 +1049,25 @@ fn f16_matmul_never_overflows() {
     assert!(e_small < NMSE_F16, "ordinary activations: NMSE {e_small:.2e}");
 }
 
+/// The formats expert stacks are stored in, for the matmul_id tests.
+const EXPERT_TYPES: [GgmlType; 6] = [
+    GgmlType::F16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_0,
+    GgmlType::Q6_K,
+    GgmlType::MXFP4,
+];
+
+/// Expert ids of 5 rows x 3 slots over 6 experts: experts 2 and 5 unused; 0 and 3 shared by
+/// several rows.
+fn expert_ids() -> Vec<f32> {
+    [0, 3, 1, 3, 0, 4, 0, 1, 3, 4, 3, 0, 1, 0, 3]
+        .iter()
+        .map(|&e| e as f32)
+        .collect()
+}
+
 /// A file holding `w`, a stack of `n_mat` random matrices `[n_out, k]` of type `ty`, and
 /// `exps.bias`, their f32 biases `[n_out, n_mat]`.
 fn expert_stack(rng: &mut Rng, ty: GgmlType, k: usize, n_out: usize, n_mat: usize) -> Arc<GgufFile> {
@@ -1080,19 +1099,8 @@ fn matmul_id_equals_a_loop_of_dense_matmuls() {
     let mut rng = Rng(0x5eed_0e1d);
     let sets = [Kernels::detect(), Kernels::portable(), Kernels::oracle()];
     let (n_mat, rows, slots) = (6usize, 5usize, 3usize);
-    // Experts 2 and 5 unused; 0 and 3 shared by several rows.
-    let ids: Vec<f32> = [0, 3, 1, 3, 0, 4, 0, 1, 3, 4, 3, 0, 1, 0, 3]
-        .iter()
-        .map(|&e| e as f32)
-        .collect();
-    for ty in [
-        GgmlType::F16,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q5_0,
-        GgmlType::Q6_K,
-        GgmlType::MXFP4,
-    ] {
+    let ids = expert_ids();
+    for ty in EXPERT_TYPES {
         for n_out in [24usize, 20] {
             let k = odd_width(ty);
             let file = expert_stack(&mut rng, ty, k, n_out, n_mat);
@@ -1140,19 +1148,9 @@ fn webgpu_matmul_id_equals_a_loop_of_dense_matmuls() {
     let Some(whole) = gpu() else { return };
     let mut rng = Rng(0x0e1d_5eed);
     let (n_mat, rows, slots) = (6usize, 5usize, 3usize);
-    let ids: Vec<f32> = [0, 3, 1, 3, 0, 4, 0, 1, 3, 4, 3, 0, 1, 0, 3]
-        .iter()
-        .map(|&e| e as f32)
-        .collect();
+    let ids = expert_ids();
     let mut failures = Vec::new();
-    for ty in [
-        GgmlType::F16,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q5_0,
-        GgmlType::Q6_K,
-        GgmlType::MXFP4,
-    ] {
+    for ty in EXPERT_TYPES {
         let k = odd_width(ty);
         let row_bytes = (k / ty.block_size() * ty.block_bytes()) as u64;
         let split = gpu_with(WebGpuOptions {
