@@ -7,6 +7,8 @@
 //! expert's weights are streamed once per pass for all the rows that chose it, and experts no
 //! row chose are never touched (a decode step reads `k` experts, not all of them).
 
+use std::borrow::Cow;
+
 use super::{Columns, CpuBackend, CpuBuffer, CpuWeight, WeightData, MATMUL_TILE};
 use crate::backend::checks::shape;
 use crate::backend::moe::{self, expert_id, MatId, Route, Strided};
@@ -33,17 +35,17 @@ impl CpuWeight {
         Ok(())
     }
 
-    /// The weight's values as f32 when it is a small vector or matrix (biases).
-    pub(super) fn decode_all(&self) -> Result<Vec<f32>, BackendError> {
-        let mut out = vec![0f32; self.n_in * self.n_out.max(1)];
+    /// All the weight's values as f32: borrowed for vectors and biases (decoded at load),
+    /// decoded now for small matrices (a conv kernel).
+    pub(super) fn values(&self) -> Result<Cow<'_, [f32]>, BackendError> {
         if let WeightData::Dense(v) = &self.data {
-            out.copy_from_slice(v);
-            return Ok(out);
+            return Ok(Cow::Borrowed(v));
         }
+        let mut out = vec![0f32; self.n_in * self.n_out.max(1)];
         for (r, row) in out.chunks_exact_mut(self.n_in).enumerate() {
             self.decode_row(r, row)?;
         }
-        Ok(out)
+        Ok(Cow::Owned(out))
     }
 }
 
@@ -62,11 +64,11 @@ impl CpuBackend {
         ids: &mut CpuBuffer,
         weights: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        let bias = bias.map(CpuWeight::decode_all).transpose()?;
+        let bias = bias.map(CpuWeight::values).transpose()?;
         route.check_call(
             rows,
             logits.0.len(),
-            bias.as_ref().map(Vec::len),
+            bias.as_ref().map(|b| b.len()),
             ids.0.len(),
             weights.0.len(),
         )?;
@@ -146,7 +148,7 @@ impl CpuBackend {
             tile_fn(ty, layout, k, w.rows(e * n + r0, nw), &acts[g], &mut out_tile);
         });
         drop(cols);
-        let bias = bias.map(CpuWeight::decode_all).transpose()?;
+        let bias = bias.map(CpuWeight::values).transpose()?;
         for (src, &p) in og.chunks_exact(n).zip(&order) {
             let dst = &mut out.0[p * n..(p + 1) * n];
             dst.copy_from_slice(src);

@@ -6,9 +6,7 @@
 //! rule) or by rows (conv, norm), each task running the scalar rule of the shared module, so the
 //! CPU is the reference a GPU backend is compared with.
 
-use std::borrow::Cow;
-
-use super::{norm_task_values, ops, CpuBackend, CpuBuffer, CpuWeight, WeightData};
+use super::{norm_task_values, ops, CpuBackend, CpuBuffer, CpuWeight};
 use crate::backend::recurrent::{
     self, check_gated_norm, conv_value, delta_token, dot, gates, l2_normalize, Conv, DeltaNet, Form, SeqRows,
 };
@@ -16,17 +14,6 @@ use crate::backend::BackendError;
 
 /// Output rows per task of the conv.
 const CONV_ROWS: usize = 16;
-
-impl CpuWeight {
-    /// All the weight's values as f32: borrowed for vectors (decoded at load), decoded now for
-    /// matrices (a conv kernel is a small 2-D tensor).
-    fn values(&self) -> Result<Cow<'_, [f32]>, BackendError> {
-        match &self.data {
-            WeightData::Dense(v) => Ok(Cow::Borrowed(v)),
-            _ => Ok(Cow::Owned(self.decode_all()?)),
-        }
-    }
-}
 
 /// Where one value head finds its inputs among a call's rows.
 struct HeadInputs<'a> {
