@@ -130,23 +130,25 @@ async fn around(State(s): State<Shared>, req: Request, next: Next) -> Response {
         && s.options.flaky.contains(&path)
         && s.cut.lock().unwrap().insert(path.clone());
     if first_cut {
-        let len: usize = res
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        // The first half goes out in small pieces, then a pause so hyper flushes them, then the
+        // cut. Cutting before the browser has the headers would let Chromium retry the whole
+        // request by itself (it does so on a reused connection that fails before any answer),
+        // and the package's Range resume would never run.
         let (parts, body) = res.into_parts();
-        let mut sent = 0usize;
-        let half = len / 2;
-        let stream = body.into_data_stream().map(move |chunk| {
-            let chunk = chunk.map_err(std::io::Error::other)?;
-            if sent + chunk.len() > half {
-                return Err(std::io::Error::other("connection cut by the test server"));
-            }
-            sent += chunk.len();
-            Ok(chunk)
+        let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+            Ok(b) => b,
+            Err(e) => panic!("reading {path} for the cut: {e}"),
+        };
+        let half = bytes.len() / 2;
+        let pieces: Vec<Result<axum::body::Bytes, std::io::Error>> = (0..half)
+            .step_by(16 << 10)
+            .map(|at| Ok(bytes.slice(at..(at + (16 << 10)).min(half))))
+            .collect();
+        let cut = futures_util::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            Err(std::io::Error::other("connection cut by the test server"))
         });
+        let stream = futures_util::stream::iter(pieces).chain(cut);
         res = Response::from_parts(parts, Body::from_stream(stream));
     }
     res
