@@ -1,5 +1,5 @@
 // Element-wise ops on the first `len` values of X (one invocation each): add, scale, bias,
-// SwiGLU and GEGLU. GELU mirrors ggml's CPU path (input and result rounded to f16) so the two
+// SwiGLU, GEGLU and the sigmoid gate. GELU mirrors ggml's CPU path (input and result rounded to f16) so the two
 // backends agree to f32 rounding.
 
 struct Params {
@@ -72,5 +72,13 @@ fn geglu(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = index(gid);
     if (i < P.len) {
         X[i] = gelu(X[i]) * Y[i];
+    }
+}
+
+@compute @workgroup_size(256)
+fn sigmoid_mul(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = index(gid);
+    if (i < P.len) {
+        X[i] = X[i] / (1.0 + exp(-Y[i]));
     }
 }

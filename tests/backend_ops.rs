@@ -487,6 +487,9 @@ fn elementwise_suite<B: Backend>(be: &B, file: &Arc<GgufFile>, seed: u64) -> Vec
     let mut a = upload(be, &wide);
     be.geglu(&mut a, &yb, n).unwrap();
     res.push(("geglu".into(), download(be, &a, n)));
+    let mut a = xb();
+    be.sigmoid_mul(&mut a, &upload(be, &wide), n - 3).unwrap();
+    res.push(("sigmoid_mul".into(), download(be, &a, n)));
     let mut o = be.alloc(n).unwrap();
     be.rmsnorm(&xb(), &norm, groups, 1e-6, &mut o).unwrap();
     res.push(("rmsnorm".into(), download(be, &o, n)));

@@ -169,6 +169,11 @@ fn deepseek2_fixtures_match_llama_cpp() {
 }
 
 #[test]
+fn qwen35_fixtures_match_llama_cpp() {
+    check_fixture_arch("qwen35", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
 fn gpt_oss_fixtures_match_llama_cpp() {
     check_fixture_arch("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]);
 }

@@ -18,10 +18,9 @@ use tinyllm::backend::Backend;
 use tinyllm::engine::{generate, Flow, Generation, Prepared, Session, SessionConfig, Settings};
 use tinyllm::gguf::GgufFile;
 use tinyllm::model::hparams::Common;
-use tinyllm::model::state::{resume_point, rewind_recurrent};
+use tinyllm::model::state::resume_point;
 use tinyllm::model::{
-    Batch, Family, KvCache, Model, ModelError, ModelInfo, OutputHead, Recurrent, Scratch, ScratchDims, SeqState,
-    SequenceMemory,
+    Batch, Family, KvCache, Model, ModelError, ModelInfo, OutputHead, Scratch, ScratchDims, SeqState, SequenceMemory,
 };
 
 const VOCAB: usize = 16;
@@ -37,8 +36,8 @@ struct Folded {
     checkpoints: Vec<(usize, Vec<u32>)>,
 }
 
-impl Recurrent for Folded {
-    fn checkpoints(&self) -> Vec<usize> {
+impl Folded {
+    fn positions(&self) -> Vec<usize> {
         self.checkpoints.iter().map(|c| c.0).collect()
     }
 
@@ -64,11 +63,24 @@ impl SequenceMemory<CpuBackend> for Folded {
     }
 
     fn resume_point(&self, _held: usize, shared: usize) -> usize {
-        resume_point(&Recurrent::checkpoints(self), shared)
+        resume_point(&self.positions(), shared)
     }
 
     fn rewind(&mut self, held: usize, n: usize) -> Result<(), ModelError> {
-        rewind_recurrent(self, held, n)
+        if n == held {
+            return Ok(());
+        }
+        if n > held || !self.positions().contains(&n) {
+            return Err(ModelError::BadRewind {
+                to: n,
+                held,
+                why: format!(
+                    "a recurrent state resumes only at a checkpoint ({:?})",
+                    self.positions()
+                ),
+            });
+        }
+        self.restore(n)
     }
 
     fn advanced(&mut self, len: usize) {
@@ -118,6 +130,7 @@ impl Family<CpuBackend> for Echo {
             n_vocab: VOCAB,
             moe: None,
             mla: None,
+            hybrid: None,
         }
     }
 

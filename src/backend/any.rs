@@ -306,6 +306,10 @@ impl Backend for AnyBackend {
         forward!("geglu", self, [gate: AnyBuffer, up: AnyBuffer], |b| b.geglu(gate, up, len))
     }
 
+    fn sigmoid_mul(&self, x: &mut AnyBuffer, gate: &AnyBuffer, len: usize) -> Result<(), BackendError> {
+        forward!("sigmoid_mul", self, [x: AnyBuffer, gate: AnyBuffer], |b| b.sigmoid_mul(x, gate, len))
+    }
+
     fn swiglu_oai(
         &self,
         gate: &mut AnyBuffer,

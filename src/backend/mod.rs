@@ -202,6 +202,9 @@ pub trait Backend: Send + Sync + 'static {
     /// `gate[i] = gelu_tanh(gate[i]) * up[i]` for the first `len` values.
     fn geglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError>;
 
+    /// `x[i] *= sigmoid(gate[i])` for the first `len` values (qwen3.5's gated attention output).
+    fn sigmoid_mul(&self, x: &mut Self::Buffer, gate: &Self::Buffer, len: usize) -> Result<(), BackendError>;
+
     /// gpt-oss's clamped SwiGLU ([`moe::swiglu_oai`]) on the first `len` values, in `gate`.
     fn swiglu_oai(
         &self,

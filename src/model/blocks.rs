@@ -58,7 +58,7 @@ impl<'a, 'b, B: Backend> Batch<'a, 'b, B> {
     }
 
     /// The first row of each sequence.
-    fn row0s(&self) -> Vec<usize> {
+    pub fn row0s(&self) -> Vec<usize> {
         self.seqs
             .iter()
             .scan(0, |r, q| {
@@ -97,6 +97,8 @@ pub struct ScratchDims {
     pub moe: Option<super::moe::MoeDims>,
     /// Latent attention, if the family has it.
     pub mla: Option<super::mla::MlaDims>,
+    /// Gated-delta-net and gated attention layers (qwen3.5).
+    pub hybrid: Option<super::qwen35::HybridDims>,
 }
 
 impl ScratchDims {
@@ -112,6 +114,7 @@ impl ScratchDims {
             n_vocab: c.n_vocab,
             moe: None,
             mla: None,
+            hybrid: None,
         }
     }
 }
@@ -151,6 +154,8 @@ pub struct Scratch<B: Backend> {
     pub moe: Option<super::moe::MoeScratch<B>>,
     /// Latent attention's scratch (MLA families).
     pub mla: Option<super::mla::MlaScratch<B>>,
+    /// The hybrid layers' scratch (qwen3.5).
+    pub hybrid: Option<super::qwen35::HybridScratch<B>>,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -185,6 +190,10 @@ impl<B: Backend> Scratch<B> {
                 .map(|m| super::moe::MoeScratch::new(be, m, d.n_embd, rows))
                 .transpose()?,
             mla: d.mla.map(|m| super::mla::MlaScratch::new(be, m, rows)).transpose()?,
+            hybrid: d
+                .hybrid
+                .map(|h| super::qwen35::HybridScratch::new(be, h, rows))
+                .transpose()?,
         })
     }
 
@@ -275,7 +284,7 @@ pub struct AttnLayer<'a> {
 
 /// The positional KV cache of a sequence's state (every family here keeps one).
 fn kv_of<B: Backend + 'static>(state: &mut SeqState<B>) -> Result<&mut KvCache<B>, ModelError> {
-    state.get_mut::<KvCache<B>>().ok_or(ModelError::ForeignState)
+    state.kv_mut().ok_or(ModelError::ForeignState)
 }
 
 /// Attention sub-block of layer `il` over all sequences of the batch: reads the normed input
@@ -360,7 +369,7 @@ pub fn store_and_attend<B: Backend + 'static>(
     }
     let mut items = Vec::with_capacity(batch.seqs.len());
     for (seq, &row0) in batch.seqs.iter().zip(&row0s) {
-        let (k_cache, v_cache) = seq.state.get::<KvCache<B>>().ok_or(ModelError::ForeignState)?.layer(il);
+        let (k_cache, v_cache) = seq.state.kv().ok_or(ModelError::ForeignState)?.layer(il);
         items.push(SeqAttn {
             row0,
             p: AttnParams {

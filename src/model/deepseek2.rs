@@ -170,6 +170,7 @@ impl<B: Backend> Family<B> for Deepseek2<B> {
             n_vocab: c.n_vocab,
             moe: Some(self.hp.moe.dims),
             mla: Some(*d),
+            hybrid: None,
         }
     }
 

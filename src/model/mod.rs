@@ -4,7 +4,8 @@
 //!
 //! Families: [`llama`] (llama, mistral, qwen2, qwen3, and the mixtures qwen3moe and olmoe),
 //! [`gemma3`], [`deepseek2`] (latent attention, [`mla`], with routed and shared experts) and
-//! [`gpt_oss`]; routed experts are one block, [`moe`]. The registry of
+//! [`gpt_oss`], and the gated-delta-net hybrid [`qwen35`] (its state: [`hybrid`]); routed
+//! experts are one block, [`moe`]. The registry of
 //! supported architectures is the one list at the end of this file: adding an architecture
 //! means adding its module and one registry entry.
 //!
@@ -16,16 +17,18 @@ pub mod deepseek2;
 pub mod gemma3;
 pub mod gpt_oss;
 pub mod hparams;
+pub mod hybrid;
 pub mod llama;
 pub mod mla;
 pub mod moe;
+pub mod qwen35;
 pub mod state;
 pub mod tensors;
 
 use std::sync::Arc;
 
 pub use blocks::{Batch, HeadResult, HeadWant, OutputHead, Scratch, ScratchDims, SeqChunk};
-pub use state::{KvCache, Recurrent, SeqState, SequenceMemory};
+pub use state::{KvCache, SeqState, SequenceMemory};
 pub use tensors::{Loader, Placed};
 
 use crate::backend::{Backend, BackendError, Readback};
@@ -248,4 +251,5 @@ registry! {
     gemma3::Gemma3Arch => ["gemma3"],
     deepseek2::Deepseek2Arch => ["deepseek2"],
     gpt_oss::GptOssArch => ["gpt-oss"],
+    qwen35::Qwen35Arch => ["qwen35"],
 }

@@ -7,7 +7,7 @@
 //! - latent KV (MLA): the same positional rule over compressed rows;
 //! - recurrent state (gated delta nets: a conv window and a delta-rule matrix per layer), which
 //!   folds every token in and cannot be truncated. It can only go back to a checkpoint saved
-//!   at a chosen position ([`Recurrent`], [`resume_point`]).
+//!   at a chosen position ([`super::hybrid::HybridState`], [`resume_point`]).
 //!
 //! Whether and how much of a cached prefix can be reused is therefore the state's decision:
 //! the session and the server's slot choice ask [`SeqState::resume_point`], then
@@ -32,6 +32,24 @@ pub trait SequenceMemory<B: Backend>: Send + 'static {
 
     /// The tokens up to `len` are now evaluated (a recurrent state may save a checkpoint).
     fn advanced(&mut self, len: usize);
+
+    /// Keep at most `n` saved checkpoints (a recurrent state; others keep none).
+    fn set_checkpoint_limit(&mut self, _n: usize) {}
+
+    /// Saved checkpoints and the bytes they hold.
+    fn checkpoint_stats(&self) -> (usize, usize) {
+        (0, 0)
+    }
+
+    /// The positional KV cache of the state's attention layers, if it keeps one.
+    fn kv(&self) -> Option<&KvCache<B>> {
+        None
+    }
+
+    /// [`SequenceMemory::kv`], writable.
+    fn kv_mut(&mut self) -> Option<&mut KvCache<B>> {
+        None
+    }
 
     /// For the family's graph, which knows its concrete type.
     fn as_any(&self) -> &dyn Any;
@@ -71,6 +89,26 @@ impl<B: Backend> SeqState<B> {
     /// See [`SequenceMemory::advanced`].
     pub fn advanced(&mut self, len: usize) {
         self.inner.advanced(len)
+    }
+
+    /// See [`SequenceMemory::set_checkpoint_limit`].
+    pub fn set_checkpoint_limit(&mut self, n: usize) {
+        self.inner.set_checkpoint_limit(n)
+    }
+
+    /// See [`SequenceMemory::checkpoint_stats`].
+    pub fn checkpoint_stats(&self) -> (usize, usize) {
+        self.inner.checkpoint_stats()
+    }
+
+    /// The positional KV cache of its attention layers (`None` for a state without one).
+    pub fn kv(&self) -> Option<&KvCache<B>> {
+        self.inner.kv()
+    }
+
+    /// [`SeqState::kv`], writable.
+    pub fn kv_mut(&mut self) -> Option<&mut KvCache<B>> {
+        self.inner.kv_mut()
     }
 
     /// The family's concrete state (`None` for a state of another kind).
@@ -153,6 +191,14 @@ impl<B: Backend + 'static> SequenceMemory<B> for KvCache<B> {
 
     fn advanced(&mut self, _len: usize) {}
 
+    fn kv(&self) -> Option<&KvCache<B>> {
+        Some(self)
+    }
+
+    fn kv_mut(&mut self) -> Option<&mut KvCache<B>> {
+        Some(self)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -162,40 +208,11 @@ impl<B: Backend + 'static> SequenceMemory<B> for KvCache<B> {
     }
 }
 
-/// The contract of a recurrent state: it folds every token in, so it can only return to a
-/// checkpoint. Position 0 (the initial state) is always one.
-pub trait Recurrent {
-    /// Positions with a saved state, ascending, 0 first.
-    fn checkpoints(&self) -> Vec<usize>;
-
-    /// Restore the state saved at `pos` (one of [`Recurrent::checkpoints`]) and drop the
-    /// checkpoints after it.
-    fn restore(&mut self, pos: usize) -> Result<(), ModelError>;
-}
-
 /// Where a recurrent state resumes for a prompt sharing `shared` tokens with what it holds:
 /// the latest checkpoint at or before `shared`, never `shared` itself unless a checkpoint is
 /// there (the state after `shared` tokens was folded further and is gone).
 pub fn resume_point(checkpoints: &[usize], shared: usize) -> usize {
     checkpoints.iter().copied().filter(|&c| c <= shared).max().unwrap_or(0)
-}
-
-/// [`SequenceMemory::rewind`] of a recurrent state: only to a checkpoint.
-pub fn rewind_recurrent(state: &mut impl Recurrent, held: usize, n: usize) -> Result<(), ModelError> {
-    if n == held {
-        return Ok(());
-    }
-    if n > held || !state.checkpoints().contains(&n) {
-        return Err(ModelError::BadRewind {
-            to: n,
-            held,
-            why: format!(
-                "a recurrent state resumes only at a checkpoint ({:?})",
-                state.checkpoints()
-            ),
-        });
-    }
-    state.restore(n)
 }
 
 #[cfg(test)]

@@ -551,6 +551,14 @@ impl Backend for CpuBackend {
         })
     }
 
+    fn sigmoid_mul(&self, x: &mut CpuBuffer, gate: &CpuBuffer, len: usize) -> Result<(), BackendError> {
+        self.gated("sigmoid_mul", x, gate, len, |x: &mut [f32], g: &[f32]| {
+            x.iter_mut()
+                .zip(g)
+                .for_each(|(x, &g)| *x *= crate::backend::recurrent::sigmoid(g));
+        })
+    }
+
     fn swiglu_oai(
         &self,
         gate: &mut CpuBuffer,

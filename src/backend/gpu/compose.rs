@@ -21,12 +21,13 @@ pub const X_WIDTHS: [u8; 2] = [1, 4];
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
 /// the elementwise ops, in-place rmsnorm and the expert ops (moe.wgsl), which share one, and
 /// the wide attention, which is attention with registers for the widest heads).
-pub const PLAIN: [&str; 16] = [
+pub const PLAIN: [&str; 17] = [
     "add",
     "add_bias",
     "scale",
     "swiglu",
     "geglu",
+    "sigmoid_mul",
     "rmsnorm",
     "rmsnorm_inplace",
     "rope",
@@ -88,7 +89,7 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
     let f16 = kind == "matmul_f16";
     let kind = if f16 { "matmul" } else { kind };
     let template = match kind {
-        "add" | "add_bias" | "scale" | "swiglu" | "geglu" => "elementwise.wgsl".to_string(),
+        "add" | "add_bias" | "scale" | "swiglu" | "geglu" | "sigmoid_mul" => "elementwise.wgsl".to_string(),
         "rmsnorm_inplace" => "rmsnorm.wgsl".to_string(),
         "moe_combine" | "swiglu_oai" => "moe.wgsl".to_string(),
         "attention_wide" => "attention.wgsl".to_string(),

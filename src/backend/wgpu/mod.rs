@@ -900,6 +900,14 @@ impl Backend for WebGpuBackend {
         Ok(())
     }
 
+    fn sigmoid_mul(&self, x: &mut WebGpuBuffer, gate: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
+        checks::elementwise("sigmoid_mul", x.len, Some(("gate", gate.len)), len)?;
+        if let Some(d) = plan::elementwise("sigmoid_mul", Kernel::SigmoidMul, len, 1, 0.0)? {
+            self.record("sigmoid_mul", &d, &[(1, &x.buf), (2, &gate.buf)])?;
+        }
+        Ok(())
+    }
+
     fn swiglu_oai(
         &self,
         gate: &mut WebGpuBuffer,
