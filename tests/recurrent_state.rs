@@ -240,7 +240,7 @@ fn a_shared_prefix_resumes_from_the_latest_checkpoint_before_it() {
     let held = s.tokens().to_vec();
     assert_eq!(held.len(), 13);
     assert_eq!(folded(&s), held);
-    let checkpoints = Recurrent::checkpoints(s.state().get::<Folded>().unwrap());
+    let checkpoints = s.state().get::<Folded>().unwrap().positions();
     assert_eq!(
         checkpoints,
         vec![0, 12],
@@ -269,7 +269,7 @@ fn rewinding_between_checkpoints_is_refused() {
     let mut s = session(&model);
     s.prefill(&[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
     // The session's own state: checkpoint at 6? Passes end at 3, 6, 8: only 8 is a multiple.
-    assert_eq!(Recurrent::checkpoints(s.state().get::<Folded>().unwrap()), vec![0, 8]);
+    assert_eq!(s.state().get::<Folded>().unwrap().positions(), vec![0, 8]);
     // A fresh state: rewinding to 0 is fine, to 5 of 8 is not.
     assert!(st.rewind(0, 0).is_ok());
     let f = st.get_mut::<Folded>().unwrap();
@@ -323,7 +323,7 @@ fn generation_counts_the_checkpoint_as_cached() {
     };
     let first: Vec<u32> = (1..=10).collect();
     assert_eq!(run(&mut s, first.clone()).cached_tokens, 0);
-    let cps = Recurrent::checkpoints(s.state().get::<Folded>().unwrap());
+    let cps = s.state().get::<Folded>().unwrap().positions();
     assert!(cps.starts_with(&[0, 4, 8]), "{cps:?}");
     // The second turn repeats the whole first prompt: 10 shared tokens, resumed from 8.
     let mut second = first.clone();
