@@ -85,6 +85,17 @@ impl<B: Backend> Session<B> {
         self.tokens.len()
     }
 
+    /// Keep at most `n` recurrent-state checkpoints for prefix reuse (hybrid models; a KV
+    /// cache needs none).
+    pub fn set_checkpoint_limit(&mut self, n: usize) {
+        self.state.set_checkpoint_limit(n);
+    }
+
+    /// Recurrent-state checkpoints held, and their bytes.
+    pub fn checkpoint_stats(&self) -> (usize, usize) {
+        self.state.checkpoint_stats()
+    }
+
     /// Forget everything.
     pub fn reset(&mut self) {
         // Every state can go back to nothing.

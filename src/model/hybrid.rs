@@ -207,7 +207,11 @@ impl<B: Backend> SequenceMemory<B> for HybridState<B> {
             let saved: Vec<usize> = std::iter::once(0).chain(self.saved.iter().map(|c| c.pos)).collect();
             return resume_point(&saved, shared.min(held));
         }
-        resume_point(&self.checkpoints(), shared.min(held))
+        if shared >= held {
+            // The live state itself: it holds exactly `held` tokens.
+            return held;
+        }
+        resume_point(&self.checkpoints(), shared)
     }
 
     fn rewind(&mut self, held: usize, n: usize) -> Result<(), ModelError> {

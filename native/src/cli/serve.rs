@@ -23,6 +23,12 @@ pub struct Args {
     /// prefill).
     #[arg(long, default_value_t = 64)]
     prefill_chunk: usize,
+    /// Recurrent-state checkpoints each slot keeps for prefix reuse on hybrid models (qwen3.5):
+    /// a copy of the state at the end of prompt chunks, so a request sharing a prefix resumes
+    /// from the latest one at or before it. Each costs the recurrent layers' state (see
+    /// /metrics); 0 turns prefix reuse off for these models.
+    #[arg(long, default_value_t = tinyllm::model::hybrid::DEFAULT_CHECKPOINTS)]
+    checkpoints: usize,
     /// Requests that may wait for a slot; beyond that the server answers 503.
     #[arg(long, default_value_t = 32)]
     queue: usize,
@@ -67,6 +73,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             parallel: a.parallel,
             queue: a.queue,
             prefill_chunk: a.prefill_chunk,
+            checkpoints: a.checkpoints,
             api_key: a.api_key,
             cors_origins: a.cors_origin,
             max_body_bytes: a.max_body_bytes,

@@ -24,6 +24,9 @@ pub struct Metrics {
     pub pass_sequences_max: AtomicU64,
     /// Passes that handed back sampler candidates instead of logits.
     pub candidate_passes: AtomicU64,
+    /// Recurrent-state checkpoints held by all slots (hybrid models), and their bytes.
+    pub checkpoints: AtomicU64,
+    pub checkpoint_bytes: AtomicU64,
 }
 
 fn get(a: &AtomicU64) -> u64 {
@@ -54,7 +57,7 @@ impl Metrics {
     /// The exposition text; `queued` and the slot count come from the scheduler.
     pub fn render(&self, queued: usize, slots: usize) -> String {
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
-        let rows: [(&str, &str, &str, f64); 16] = [
+        let rows: [(&str, &str, &str, f64); 18] = [
             (
                 "tinyllm_requests_total",
                 "counter",
@@ -150,6 +153,18 @@ impl Metrics {
                 "counter",
                 "Forward passes that read back sampler candidates (top k) instead of logits",
                 get(&self.candidate_passes) as f64,
+            ),
+            (
+                "tinyllm_checkpoints",
+                "gauge",
+                "Recurrent-state checkpoints held for prefix reuse, all slots (hybrid models)",
+                get(&self.checkpoints) as f64,
+            ),
+            (
+                "tinyllm_checkpoint_bytes",
+                "gauge",
+                "Memory held by recurrent-state checkpoints, all slots",
+                get(&self.checkpoint_bytes) as f64,
             ),
         ];
         let mut out = String::new();

@@ -36,6 +36,8 @@ pub struct Options {
     pub queue: usize,
     /// Most prompt tokens evaluated per engine pass (alongside the running streams' tokens).
     pub prefill_chunk: usize,
+    /// Recurrent-state checkpoints per slot (hybrid models).
+    pub checkpoints: usize,
     pub api_key: Option<String>,
     /// Allowed browser origins; empty or `*` allows any.
     pub cors_origins: Vec<String>,
@@ -70,6 +72,7 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<Router> 
         n_ctx,
         opts.queue,
         opts.prefill_chunk,
+        opts.checkpoints,
         metrics.clone(),
     )?;
     let state = Arc::new(AppState {

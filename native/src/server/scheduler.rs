@@ -66,20 +66,23 @@ impl Scheduler {
         n_ctx: usize,
         queue: usize,
         prefill_chunk: usize,
+        checkpoints: usize,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Scheduler> {
         let mut sessions = Vec::with_capacity(slots);
         for _ in 0..slots {
             // Every pass goes through the shared batch scratch below, so the session's own
             // scratch only needs one row.
-            sessions.push(Session::new(
+            let mut session = Session::new(
                 engine.model.clone(),
                 SessionConfig {
                     n_ctx,
                     n_batch: 1,
                     n_logit_rows: 1,
                 },
-            )?);
+            )?;
+            session.set_checkpoint_limit(checkpoints);
+            sessions.push(session);
         }
         let prefill_chunk = prefill_chunk.max(1);
         // One pass holds a decode row per slot plus one prefill chunk.
@@ -370,6 +373,12 @@ impl<'t> Loop<'t> {
                 .collect();
             forward_batch(&mut self.scratch, &mut items, want.head()).and_then(|r| Ok(r.wait()?))
         };
+        let (held, bytes) = self.slots.iter().fold((0, 0), |(n, b), s| {
+            let (sn, sb) = s.session.checkpoint_stats();
+            (n + sn, b + sb)
+        });
+        m.checkpoints.store(held as u64, Ordering::Relaxed);
+        m.checkpoint_bytes.store(bytes as u64, Ordering::Relaxed);
         let results = match result {
             Ok(r) => r,
             Err(e) => {
