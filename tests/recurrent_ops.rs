@@ -4,6 +4,12 @@
 //! token-by-token decode to f32 rounding, for chunk sizes 1, 7 and 64 and a prompt longer than
 //! a chunk; states carried across calls continue a sequence exactly as one call would.
 //!
+//! Then the WebGPU kernels (shaders/ssm_conv.wgsl, delta_gates.wgsl, delta_net.wgsl and
+//! rmsnorm.wgsl's gated norm) against the CPU backend, the reference, to f32 rounding: one
+//! sequence at a nonzero row of a batch, prefilled, then decoded a row per call from the state
+//! left on the device. They need an adapter (Mesa lavapipe in CI) and are skipped without one
+//! unless `TINYLLM_REQUIRE_GPU=1`.
+//!
 //! (`tests/recurrent_state.rs` is about the engine's checkpoint contract, not these ops.)
 
 mod common;
@@ -12,7 +18,8 @@ use std::sync::Arc;
 
 use common::rng::Rng;
 
-use tinyllm::backend::cpu::{CpuBackend, CpuBuffer};
+use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::webgpu::WebGpuBackend;
 use tinyllm::backend::{Backend, BackendError, Conv, DeltaNet, Form, KeyHeads, SeqRows};
 use tinyllm::gguf::GgufFile;
 use tinyllm::quant::GgmlType;
@@ -35,14 +42,14 @@ fn cpu() -> CpuBackend {
     CpuBackend::new(2).expect("cpu backend")
 }
 
-fn upload(be: &CpuBackend, v: &[f32]) -> CpuBuffer {
+fn upload<B: Backend>(be: &B, v: &[f32]) -> B::Buffer {
     let mut b = be.alloc(v.len()).unwrap();
     be.write(&mut b, v).unwrap();
     b
 }
 
-fn download(b: &CpuBuffer, n: usize) -> Vec<f32> {
-    b.as_slice()[..n].to_vec()
+fn download<B: Backend>(be: &B, b: &B::Buffer, n: usize) -> Vec<f32> {
+    be.read(b, n).unwrap().wait().unwrap()
 }
 
 /// Largest absolute difference, and that over the largest reference magnitude.
@@ -146,7 +153,7 @@ impl DeltaCase {
     }
 
     /// Run the op in `form`: the outputs and the final state.
-    fn run(&self, be: &CpuBackend, form: Form) -> (Vec<f32>, Vec<f32>) {
+    fn run<B: Backend>(&self, be: &B, form: Form) -> (Vec<f32>, Vec<f32>) {
         let p = &self.p;
         let (qkv, gate, beta) = (upload(be, &self.qkv), upload(be, &self.gate), upload(be, &self.beta));
         let mut state = upload(be, &self.state);
@@ -157,7 +164,10 @@ impl DeltaCase {
         };
         be.delta_net(p, form, seq, &qkv, &gate, &beta, &mut state, &mut out)
             .unwrap();
-        (download(&out, self.rows * p.out_dim()), download(&state, p.state_len()))
+        (
+            download(be, &out, self.rows * p.out_dim()),
+            download(be, &state, p.state_len()),
+        )
     }
 
     /// The f64 loop from the formulas: per token, q and k L2-normed, q scaled by `1/sqrt(d_k)`;
@@ -286,7 +296,7 @@ fn state_carries_across_calls() {
             .unwrap();
         let mut two_o = first_o;
         two_o.extend_from_slice(&out.as_slice()[split * p.out_dim()..150 * p.out_dim()]);
-        let two_s = download(&state, p.state_len());
+        let two_s = download(&be, &state, p.state_len());
         let (eo, es) = (err(&two_o, &widen(&one_o)), err(&two_s, &widen(&one_s)));
         eprintln!(
             "two calls (split at {split}) vs one: out {}, state {}",
@@ -359,7 +369,7 @@ fn conv_matches_f64_and_carries_its_state() {
             row0 += n;
         }
         assert_eq!(row0, rows);
-        (download(&out, rows * ch), download(&state, ch * (k - 1)))
+        (download(&be, &out, rows * ch), download(&be, &state, ch * (k - 1)))
     };
     let (one, one_state) = run(&[rows]);
     let (eo, es) = (err(&one, &want), err(&one_state, &want_state));
@@ -377,7 +387,7 @@ fn conv_matches_f64_and_carries_its_state() {
     be.ssm_conv(&xb, &wt, &plain, SeqRows { row0: 0, rows }, &mut state, &mut out)
         .unwrap();
     // SiLU of the plain outputs is the reference (which applies SiLU).
-    let got: Vec<f32> = download(&out, rows * ch)
+    let got: Vec<f32> = download(&be, &out, rows * ch)
         .iter()
         .map(|&v| silu(f64::from(v)) as f32)
         .collect();
@@ -411,8 +421,8 @@ fn gates_and_gated_norm_match_f64() {
         want_g[i] = f64::from(a[i % hv]) * sp;
         want_b[i] = 1.0 / (1.0 + (-f64::from(beta[i])).exp());
     }
-    assert!(err(&download(&ab, rows * hv), &want_g).1 < 1e-6);
-    assert!(err(&download(&bb, rows * hv), &want_b).1 < 1e-6);
+    assert!(err(&download(&be, &ab, rows * hv), &want_g).1 < 1e-6);
+    assert!(err(&download(&be, &bb, rows * hv), &want_b).1 < 1e-6);
 
     let groups = rows * hv;
     let (x, z) = (rng.vec(groups * dv, 3.0), rng.vec(groups * dv, 4.0));
@@ -428,18 +438,25 @@ fn gates_and_gated_norm_match_f64() {
             want[g * dv + i] = f64::from(xs[i]) * r * f64::from(nw[i]) * silu(f64::from(z[g * dv + i]));
         }
     }
-    assert!(err(&download(&xb, groups * dv), &want).1 < 1e-6);
+    assert!(err(&download(&be, &xb, groups * dv), &want).1 < 1e-6);
 }
 
-/// Calls that do not fit are errors naming the problem, never panics.
+/// Calls that do not fit are errors naming the problem, never panics: on the CPU, and on
+/// WebGPU where there is an adapter.
 #[test]
 fn bad_shapes_are_errors() {
-    let be = cpu();
+    bad_calls(&cpu());
+    if let Some(g) = gpu() {
+        bad_calls(&g);
+    }
+}
+
+fn bad_calls<B: Backend>(be: &B) {
     let mut rng = Rng(0x5eed_0006);
     let p = net(2, 4, 8, KeyHeads::Tiled);
     let case = DeltaCase::new(&mut rng, p, 3);
-    let (qkv, gate, beta) = (upload(&be, &case.qkv), upload(&be, &case.gate), upload(&be, &case.beta));
-    let mut state = upload(&be, &case.state);
+    let (qkv, gate, beta) = (upload(be, &case.qkv), upload(be, &case.gate), upload(be, &case.beta));
+    let mut state = upload(be, &case.state);
     let mut out = be.alloc(3 * p.out_dim()).unwrap();
     let seq = SeqRows { row0: 0, rows: 3 };
     let mut call = |p: &DeltaNet, form: Form, seq: SeqRows| -> Result<(), BackendError> {
@@ -516,25 +533,273 @@ fn bad_shapes_are_errors() {
     assert!(be.rmsnorm_gated(&mut a, &b, &wt, 1, 1e-6).is_err());
 }
 
-/// WebGPU has no kernels for these ops yet: each says so (an `Unavailable` error naming the
-/// op) instead of computing something else.
-#[test]
-fn webgpu_says_the_ops_are_not_there_yet() {
-    use tinyllm::backend::webgpu::WebGpuBackend;
-    let Some(g) = common::device_or_skip(WebGpuBackend::new) else {
-        return;
+// The WebGPU kernels against the CPU backend, the reference (skipped without an adapter:
+// `common::device_or_skip`).
+
+/// The WebGPU backend, or `None` when it cannot start (the test is then skipped).
+fn gpu() -> Option<WebGpuBackend> {
+    common::device_or_skip(WebGpuBackend::new)
+}
+
+/// WebGPU against the CPU: f32 rounding apart (relative to the largest value).
+const GPU_TOL: f64 = 1e-5;
+
+/// What one sequence of a batch leaves behind ([`delta_sequence`]).
+struct SeqResult {
+    /// The whole output buffer (the sequence's rows written, the others as they were).
+    out: Vec<f32>,
+    /// The state after the prefill call, and after the last decode call.
+    prefilled: Vec<f32>,
+    last: Vec<f32>,
+}
+
+/// The rows `row0..` of `case` as one sequence of a batch on `be`: `prefill` rows in one call
+/// (in `form`), then each further row in a call of its own (decode, recurrent form), the state
+/// carried on the device between calls. The rows before `row0` belong to another sequence.
+fn delta_sequence<B: Backend>(be: &B, case: &DeltaCase, row0: usize, prefill: usize, form: Form) -> SeqResult {
+    let p = &case.p;
+    let (qkv, gate, beta) = (upload(be, &case.qkv), upload(be, &case.gate), upload(be, &case.beta));
+    let mut state = upload(be, &case.state);
+    // Values no call should touch, in the rows outside the sequence.
+    let mut out = upload(be, &vec![7.0; case.rows * p.out_dim()]);
+    let mut call = |seq: SeqRows, form: Form, state: &mut B::Buffer| {
+        be.delta_net(p, form, seq, &qkv, &gate, &beta, state, &mut out).unwrap();
     };
-    let p = net(1, 1, 4, KeyHeads::Tiled);
-    let buf = |n: usize| g.alloc(n).unwrap();
-    let (qkv, gate, beta) = (buf(p.qkv_dim()), buf(1), buf(1));
-    let (mut state, mut out) = (buf(p.state_len()), buf(p.out_dim()));
-    let seq = SeqRows { row0: 0, rows: 1 };
+    call(SeqRows { row0, rows: prefill }, form, &mut state);
+    let prefilled = download(be, &state, p.state_len());
+    for t in row0 + prefill..case.rows {
+        call(SeqRows { row0: t, rows: 1 }, Form::Recurrent, &mut state);
+    }
+    SeqResult {
+        out: download(be, &out, case.rows * p.out_dim()),
+        prefilled,
+        last: download(be, &state, p.state_len()),
+    }
+}
+
+/// The delta rule on WebGPU equals the CPU's: key heads of 64 and 128 values (and unequal k
+/// and v heads, a head of more columns than a workgroup holds), tiled and grouped key heads,
+/// q and k normed or not; one sequence at a nonzero row of the batch, prefilled in one call
+/// in either form, then decoded a row per call from the state the prefill left. Outputs and
+/// both states are compared; the GPU's distance from the f64 loop is shown.
+#[test]
+fn webgpu_delta_net_matches_cpu() {
+    let Some(g) = gpu() else { return };
+    let be = cpu();
+    let mut rng = Rng(0x5eed_0007);
+    let unequal = DeltaNet {
+        d_k: 32,
+        d_v: 96,
+        ..net(1, 3, 0, KeyHeads::Grouped)
+    };
+    let unnormed = DeltaNet {
+        l2_eps: None,
+        ..net(1, 2, 64, KeyHeads::Tiled)
+    };
+    let nets = [
+        net(2, 4, 64, KeyHeads::Tiled),
+        net(2, 6, 64, KeyHeads::Grouped),
+        net(1, 2, 128, KeyHeads::Tiled),
+        net(2, 4, 128, KeyHeads::Grouped),
+        unequal,
+        unnormed,
+    ];
+    let (row0, prefill, decode) = (3, 40, 6);
+    let mut failures = Vec::new();
+    for p in nets {
+        let mut case = DeltaCase::new(&mut rng, p, row0 + prefill + decode);
+        if p.l2_eps.is_none() {
+            // Small keys keep the unnormed rule stable (|β k·k| < 2).
+            case.qkv.iter_mut().for_each(|v| *v *= 0.15);
+        }
+        let (want_o, _) = case.part(row0, prefill + decode, case.state.clone()).reference();
+        for form in [Form::Recurrent, Form::Chunked(16)] {
+            let want = delta_sequence(&be, &case, row0, prefill, form);
+            let got = delta_sequence(&g, &case, row0, prefill, form);
+            let (seq_out, want_out) = (&got.out[row0 * p.out_dim()..], &want.out[row0 * p.out_dim()..]);
+            let e = [
+                ("out", err(seq_out, &widen(want_out))),
+                ("prefill state", err(&got.prefilled, &widen(&want.prefilled))),
+                ("final state", err(&got.last, &widen(&want.last))),
+            ];
+            let f64_err = err(seq_out, &want_o);
+            let name = format!(
+                "{:?} {}/{} heads of {}/{}{} {form:?}",
+                p.key_heads,
+                p.n_k_heads,
+                p.n_v_heads,
+                p.d_k,
+                p.d_v,
+                if p.l2_eps.is_none() { " unnormed" } else { "" }
+            );
+            let shown: Vec<String> = e.iter().map(|(what, x)| format!("{what} {}", show(*x))).collect();
+            eprintln!(
+                "[gpu] delta_net {name}: vs cpu {}; out vs f64 {}",
+                shown.join(", "),
+                show(f64_err)
+            );
+            for (what, (abs, rel)) in e {
+                if rel.is_nan() || rel > GPU_TOL {
+                    failures.push(format!("{name} {what}: {abs:.1e} abs / {rel:.1e} rel"));
+                }
+            }
+            // The rows of the other sequence stay untouched.
+            if got.out[..row0 * p.out_dim()].iter().any(|&v| v != 7.0) {
+                failures.push(format!("{name}: wrote outside the sequence's rows"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The conv of one sequence at row `row0` of a batch of `x` (`[rows][channels]`) on `be`, in
+/// calls of `pieces` rows each, the state carried on the device: the whole output buffer and
+/// the final state.
+fn conv_sequence<B: Backend>(
+    be: &B,
+    file: &Arc<GgufFile>,
+    p: &Conv,
+    x: &[f32],
+    state0: &[f32],
+    row0: usize,
+    pieces: &[usize],
+) -> (Vec<f32>, Vec<f32>) {
+    let w = be.load_weight(file, "blk.0.ssm_conv1d.weight").unwrap();
+    let (xb, mut state) = (upload(be, x), upload(be, state0));
+    let mut out = upload(be, &vec![7.0; x.len()]);
+    let mut at = row0;
+    for &rows in pieces {
+        be.ssm_conv(&xb, &w, p, SeqRows { row0: at, rows }, &mut state, &mut out)
+            .unwrap();
+        at += rows;
+    }
+    (download(be, &out, x.len()), download(be, &state, p.state_len()))
+}
+
+/// The conv on WebGPU equals the CPU's, outputs and state: channels across several
+/// workgroups, kernels of 1 (no state), 4 and 7 taps, with and without SiLU; a sequence at a
+/// nonzero row of the batch, prefilled, then pieces shorter than the state, then decoded a
+/// row per call.
+#[test]
+fn webgpu_conv_matches_cpu() {
+    let Some(g) = gpu() else { return };
+    let be = cpu();
+    let mut rng = Rng(0x5eed_0008);
+    let (row0, pieces) = (5, [20usize, 2, 1, 1, 1]);
+    let rows = row0 + pieces.iter().sum::<usize>();
+    for (ch, k, silu) in [(40, 4, true), (300, 4, false), (70, 1, true), (33, 7, true)] {
+        let p = Conv {
+            channels: ch,
+            kernel: k,
+            silu,
+        };
+        let w = rng.vec(ch * k, 1.0);
+        let file = gguf(&[("blk.0.ssm_conv1d.weight", vec![k as u64, ch as u64], &w)]);
+        let x = rng.vec(rows * ch, 2.0);
+        let state0 = rng.vec(p.state_len(), 2.0);
+        let (want_o, want_s) = conv_sequence(&be, &file, &p, &x, &state0, row0, &pieces);
+        let (got_o, got_s) = conv_sequence(&g, &file, &p, &x, &state0, row0, &pieces);
+        let seq = row0 * ch..;
+        let (eo, es) = (
+            err(&got_o[seq.clone()], &widen(&want_o[seq])),
+            err(&got_s, &widen(&want_s)),
+        );
+        eprintln!(
+            "[gpu] ssm_conv {ch} channels of {k} taps, silu {silu}: vs cpu out {}, state {}",
+            show(eo),
+            show(es)
+        );
+        assert!(eo.1 < GPU_TOL, "{ch}x{k} out: {eo:?}");
+        // The state is the inputs moved, not computed.
+        assert_eq!(got_s, want_s, "{ch}x{k} state");
+        assert!(
+            got_o[..row0 * ch].iter().all(|&v| v == 7.0),
+            "{ch}x{k}: wrote other rows"
+        );
+    }
+}
+
+/// The gates of `alpha` and `beta` (`rows` rows of the weights' head count) and the gated norm
+/// of `x` by `z` (groups of each norm weight's width) on `be`: every result, named.
+fn gate_ops<B: Backend>(
+    be: &B,
+    file: &Arc<GgufFile>,
+    norms: &[&str],
+    rows: usize,
+    [alpha, beta, x, z]: [&[f32]; 4],
+) -> Vec<(String, Vec<f32>)> {
+    let weight = |name: &str| be.load_weight(file, name).unwrap();
+    let (dt, a) = (weight("blk.0.ssm_dt.bias"), weight("blk.0.ssm_a"));
+    let (mut ab, mut bb) = (upload(be, alpha), upload(be, beta));
+    be.delta_gates(&mut ab, &mut bb, rows, &dt, &a).unwrap();
+    let mut res = vec![
+        ("gate".to_string(), download(be, &ab, alpha.len())),
+        ("beta".to_string(), download(be, &bb, beta.len())),
+    ];
+    let zb = upload(be, z);
+    for &name in norms {
+        let w = weight(name);
+        let width = file.tensor(name).unwrap().info.shape[0] as usize;
+        let groups = x.len() / width;
+        let mut xb = upload(be, x);
+        be.rmsnorm_gated(&mut xb, &zb, &w, groups, 1e-6).unwrap();
+        res.push((format!("rmsnorm_gated {groups}x{width}"), download(be, &xb, x.len())));
+    }
+    res
+}
+
+/// The gates and the gated norm on WebGPU equal the CPU's: pre-activations past softplus's
+/// cut at 20 and far below 0; norm groups of 16, 64 and 128 values.
+#[test]
+fn webgpu_gates_and_gated_norm_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let be = cpu();
+    let mut rng = Rng(0x5eed_0009);
+    let (rows, hv) = (7, 6);
+    let (dt, a) = (rng.vec(hv, 1.0), rng.vec(hv, 2.0));
+    let widths = [16usize, 64, 128];
+    let norm_w: Vec<Vec<f32>> = widths.iter().map(|&d| rng.vec(d, 1.5)).collect();
+    let names: Vec<String> = widths.iter().map(|d| format!("blk.0.ssm_norm{d}.weight")).collect();
+    let mut tensors: Vec<(&str, Vec<u64>, &[f32])> = vec![
+        ("blk.0.ssm_dt.bias", vec![hv as u64], &dt),
+        ("blk.0.ssm_a", vec![hv as u64], &a),
+    ];
+    for (name, w) in names.iter().zip(&norm_w) {
+        tensors.push((name, vec![w.len() as u64], w));
+    }
+    let file = gguf(&tensors);
+    let alpha = rng.vec(rows * hv, 30.0);
+    let beta = rng.vec(rows * hv, 8.0);
+    // 128 * 12 values: whole groups of every width.
+    let (x, z) = (rng.vec(128 * 12, 3.0), rng.vec(128 * 12, 4.0));
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let inputs = [&alpha[..], &beta[..], &x[..], &z[..]];
+    let want = gate_ops(&be, &file, &names, rows, inputs);
+    let got = gate_ops(&g, &file, &names, rows, inputs);
+    for ((name, a), (_, b)) in got.iter().zip(&want) {
+        let e = err(a, &widen(b));
+        eprintln!("[gpu] {name}: vs cpu {}", show(e));
+        assert!(e.1 < GPU_TOL, "{name}: {e:?}");
+    }
+}
+
+/// WebGPU's own limit: key heads wider than its kernel's state column are an error naming it
+/// (the CPU takes them).
+#[test]
+fn webgpu_delta_net_says_when_heads_are_too_wide() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(0x5eed_000a);
+    let p = DeltaNet {
+        d_v: 16,
+        ..net(1, 1, 256, KeyHeads::Tiled)
+    };
+    let case = DeltaCase::new(&mut rng, p, 2);
+    let (qkv, gate, beta) = (upload(&g, &case.qkv), upload(&g, &case.gate), upload(&g, &case.beta));
+    let (mut state, mut out) = (upload(&g, &case.state), g.alloc(2 * p.out_dim()).unwrap());
+    let seq = SeqRows { row0: 0, rows: 2 };
     let e = g
         .delta_net(&p, Form::Recurrent, seq, &qkv, &gate, &beta, &mut state, &mut out)
         .unwrap_err();
-    assert!(matches!(e, BackendError::Unavailable { .. }), "{e}");
-    assert!(
-        e.to_string().contains("delta_net is not implemented on WebGPU yet"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("k heads of 256 values exceed"), "{e}");
+    assert!(case.run(&cpu(), Form::Recurrent).0.iter().all(|v| v.is_finite()));
 }

@@ -68,3 +68,18 @@ fn unsupported_formats_have_no_variant() {
         assert!(k.source().is_none(), "{ty}");
     }
 }
+
+/// The sizes delta_net.wgsl and its dispatch plan share (columns per workgroup, the longest
+/// state column) are the same numbers on both sides.
+#[test]
+fn delta_net_sizes_agree_with_the_plan() {
+    use tinyllm::backend::gpu::{DELTA_COLUMNS, DELTA_MAX_DK};
+    let src = Kernel::DeltaNet.source().expect("delta_net source");
+    for line in [
+        format!("const WG: u32 = {DELTA_COLUMNS}u;"),
+        format!("@workgroup_size({DELTA_COLUMNS})"),
+        format!("const MAX_DK: u32 = {DELTA_MAX_DK}u;"),
+    ] {
+        assert!(src.contains(&line), "delta_net.wgsl lacks `{line}`");
+    }
+}

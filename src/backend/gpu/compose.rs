@@ -19,9 +19,9 @@ pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
 pub const X_WIDTHS: [u8; 2] = [1, 4];
 
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
-/// the elementwise ops, in-place rmsnorm and the expert ops (moe.wgsl), which share one, and
-/// the wide attention, which is attention with registers for the widest heads).
-pub const PLAIN: [&str; 17] = [
+/// the elementwise ops, the in-place and gated rmsnorms and the expert ops (moe.wgsl), which
+/// share one, and the wide attention, which is attention with registers for the widest heads).
+pub const PLAIN: [&str; 21] = [
     "add",
     "add_bias",
     "scale",
@@ -39,6 +39,10 @@ pub const PLAIN: [&str; 17] = [
     "route",
     "moe_combine",
     "swiglu_oai",
+    "ssm_conv",
+    "delta_gates",
+    "delta_net",
+    "rmsnorm_gated",
 ];
 
 /// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label. `tile` is
@@ -90,7 +94,7 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
     let kind = if f16 { "matmul" } else { kind };
     let template = match kind {
         "add" | "add_bias" | "scale" | "swiglu" | "geglu" | "sigmoid_mul" => "elementwise.wgsl".to_string(),
-        "rmsnorm_inplace" => "rmsnorm.wgsl".to_string(),
+        "rmsnorm_inplace" | "rmsnorm_gated" => "rmsnorm.wgsl".to_string(),
         "moe_combine" | "swiglu_oai" => "moe.wgsl".to_string(),
         "attention_wide" => "attention.wgsl".to_string(),
         "embed_tex" => "embed.wgsl".to_string(),

@@ -71,6 +71,14 @@ pub enum Kernel {
     MoeCombine,
     /// gpt-oss's clamped SwiGLU.
     SwigluOai,
+    /// The causal conv1d of gated-delta-net layers, with its state (ssm_conv.wgsl).
+    SsmConv,
+    /// A gated delta net's log-decays and betas (delta_gates.wgsl).
+    DeltaGates,
+    /// The gated delta rule, token by token (delta_net.wgsl).
+    DeltaNet,
+    /// RMS norm in place times SiLU of a gate (rmsnorm.wgsl's `gated`).
+    RmsNormGated,
 }
 
 include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
@@ -111,6 +119,7 @@ impl Kernel {
             Kernel::RmsNormInplace => "inplace",
             Kernel::MoeCombine => "combine",
             Kernel::SwigluOai => "swiglu_oai",
+            Kernel::RmsNormGated => "gated",
             Kernel::Attention(AttnPass::Stats, _) => "stats",
             Kernel::Attention(AttnPass::Weigh, _) => "weigh",
             Kernel::Attention(AttnPass::Merge, _) => "merge",
@@ -164,6 +173,10 @@ impl Kernel {
             Kernel::Route => "route".into(),
             Kernel::MoeCombine => "moe_combine".into(),
             Kernel::SwigluOai => "swiglu_oai".into(),
+            Kernel::SsmConv => "ssm_conv".into(),
+            Kernel::DeltaGates => "delta_gates".into(),
+            Kernel::DeltaNet => "delta_net".into(),
+            Kernel::RmsNormGated => "rmsnorm_gated".into(),
         }
     }
 }
@@ -216,6 +229,10 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::Route,
         Kernel::MoeCombine,
         Kernel::SwigluOai,
+        Kernel::SsmConv,
+        Kernel::DeltaGates,
+        Kernel::DeltaNet,
+        Kernel::RmsNormGated,
     ]);
     for wide in [false, true] {
         for pass in [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge] {

@@ -39,6 +39,11 @@ pub const KV_CHUNK: usize = 256;
 pub const SPLIT_MAX_ROWS: usize = 8;
 /// Bytes of the uniform window matmul_tex.wgsl reads its activation tile from.
 pub const X_WINDOW_BYTES: usize = 65536;
+/// Widest key heads of delta_net.wgsl (`MAX_DK`): each invocation keeps one column of a
+/// head's state, `d_k` values, in a private array of this length.
+pub const DELTA_MAX_DK: usize = 128;
+/// State columns per workgroup of delta_net.wgsl (`WG`, its workgroup size).
+pub const DELTA_COLUMNS: usize = 64;
 
 /// One kernel launch: which kernel, its parameter block (binding 0), data of its own for one
 /// storage binding (token ids, positions, gather ids: `(binding, bytes)`), and its grid.

@@ -5,9 +5,11 @@
 //! kernels'.
 
 use super::{grid, u, words, AttnPass, Dispatch, Kernel, Strategy, MATMUL_ROWS, MAX_GRID, NARROW_HEAD_DIM};
-use super::{MatmulVariant, SPLIT_MAX_ROWS, X_WINDOW_BYTES};
+use super::{MatmulVariant, DELTA_COLUMNS, DELTA_MAX_DK, SPLIT_MAX_ROWS, X_WINDOW_BYTES};
 use crate::backend::checks::shape;
-use crate::backend::{AttnParams, BackendError, Gating, MatId, Rope, RopeKind, Route};
+use crate::backend::{
+    AttnParams, BackendError, Conv, DeltaNet, Gating, KeyHeads, MatId, Rope, RopeKind, Route, SeqRows,
+};
 use crate::quant::GgmlType;
 
 fn dispatch(kernel: Kernel, params: Vec<u8>, groups: (u32, u32, u32)) -> Dispatch {
@@ -467,4 +469,89 @@ pub fn moe_elementwise(
         0,
     ]);
     Ok(Some(dispatch(kernel, params, (gx, gy, 1))))
+}
+
+/// The conv ([`Conv`], checked by the caller) of the rows `seq`, one invocation per channel.
+/// Binds the inputs at 1, the weight's values at 2, the state at 3, the outputs at 4. `None`
+/// when there are no rows (the state then stays as it is).
+pub fn ssm_conv(p: &Conv, seq: SeqRows) -> Result<Option<Dispatch>, BackendError> {
+    if seq.rows == 0 {
+        return Ok(None);
+    }
+    let c = |v: usize| u("ssm_conv", v);
+    // The largest indices the kernel forms: past the call's rows and the weight.
+    c((seq.row0 + seq.rows) * p.channels)?;
+    c(p.channels * p.kernel)?;
+    let (gx, gy) = grid(p.channels.div_ceil(64));
+    let params = words(&[
+        c(p.channels)?,
+        c(p.kernel)?,
+        c(seq.row0)?,
+        c(seq.rows)?,
+        u32::from(p.silu),
+        gx,
+        0,
+        0,
+    ]);
+    Ok(Some(dispatch(Kernel::SsmConv, params, (gx, gy, 1))))
+}
+
+/// The gates of `rows` rows of `n_head` heads (checked by the caller). Binds alpha at 1, beta
+/// at 2, dt_bias at 3 and A at 4. `None` when there is nothing to do.
+pub fn delta_gates(rows: usize, n_head: usize) -> Result<Option<Dispatch>, BackendError> {
+    let len = rows * n_head;
+    if len == 0 {
+        return Ok(None);
+    }
+    let g = |v: usize| u("delta_gates", v);
+    let (gx, gy) = grid(len.div_ceil(256));
+    let params = words(&[g(len)?, g(n_head)?, gx, 0]);
+    Ok(Some(dispatch(Kernel::DeltaGates, params, (gx, gy, 1))))
+}
+
+/// The delta rule ([`DeltaNet`], checked by the caller) over the rows `seq`, token by token
+/// whatever the form: a workgroup per [`DELTA_COLUMNS`] state columns of a value head, key
+/// heads of at most [`DELTA_MAX_DK`] values. Binds qkv at 1, the gates at 2, the betas at 3,
+/// the state at 4, the outputs at 5. `None` when there are no rows.
+pub fn delta_net(p: &DeltaNet, seq: SeqRows) -> Result<Option<Dispatch>, BackendError> {
+    let op = "delta_net";
+    if p.d_k > DELTA_MAX_DK {
+        return Err(shape(
+            op,
+            format!(
+                "k heads of {} values exceed the GPU kernel's {DELTA_MAX_DK} (one state column per invocation)",
+                p.d_k
+            ),
+        ));
+    }
+    if seq.rows == 0 {
+        return Ok(None);
+    }
+    let d = |v: usize| u(op, v);
+    // The largest indices the kernel forms.
+    let end = seq.row0 + seq.rows;
+    d(end * p.qkv_dim())?;
+    d(end * p.out_dim())?;
+    d(p.state_len())?;
+    let blocks = p.d_v.div_ceil(DELTA_COLUMNS);
+    let (gx, gy) = grid(p.n_v_heads * blocks);
+    let params = words(&[
+        d(p.n_k_heads)?,
+        d(p.n_v_heads)?,
+        d(p.d_k)?,
+        d(p.d_v)?,
+        d(seq.row0)?,
+        d(seq.rows)?,
+        d(p.qkv_dim())?,
+        u32::from(p.key_heads == KeyHeads::Grouped),
+        u32::from(p.l2_eps.is_some()),
+        p.l2_eps.unwrap_or(0.0).to_bits(),
+        p.q_scale().to_bits(),
+        d(blocks)?,
+        gx,
+        0,
+        0,
+        0,
+    ]);
+    Ok(Some(dispatch(Kernel::DeltaNet, params, (gx, gy, 1))))
 }

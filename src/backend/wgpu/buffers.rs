@@ -72,8 +72,11 @@ pub struct WebGpuWeight {
     pub(super) stride: usize,
     /// Matrices: raw blocks, split by rows into parts that fit one binding.
     pub(super) parts: Vec<Part>,
-    /// Vectors (norms, biases, rope factors, sinks): f32 values, `n_in` of them.
+    /// Vectors (norms, biases, rope factors, sinks): f32 values, `n_in * n_out` of them.
     pub(super) dense: Option<wgpu::Buffer>,
+    /// Matrices of short rows (conv kernels, `[kernel, channels]`): their f32 values too,
+    /// `[n_out][n_in]`, which ssm_conv.wgsl reads (see [`WebGpuWeight::values`]).
+    pub(super) short_rows: Option<wgpu::Buffer>,
     /// See [`WebGpuBuffer::cache`].
     pub(super) cache: Weak<Mutex<Recorder>>,
 }
@@ -81,7 +84,7 @@ pub struct WebGpuWeight {
 /// See `Drop for WebGpuBuffer`.
 impl Drop for WebGpuWeight {
     fn drop(&mut self) {
-        let mut bufs: Vec<&wgpu::Buffer> = self.dense.iter().collect();
+        let mut bufs: Vec<&wgpu::Buffer> = self.dense.iter().chain(&self.short_rows).collect();
         let mut views = Vec::new();
         for part in &self.parts {
             match &part.store {
@@ -99,6 +102,25 @@ impl WebGpuWeight {
         self.dense
             .as_ref()
             .ok_or_else(|| shape(op, format!("'{}' is a matrix, expected a vector", self.name)))
+    }
+
+    /// The f32 values of a vector, or of a matrix of short rows (a conv kernel), and how many
+    /// there are: what the ops that read a weight as plain values take (as the CPU backend's
+    /// `CpuWeight::values`).
+    pub(super) fn values(&self, op: &'static str) -> Result<(&wgpu::Buffer, usize), BackendError> {
+        let n = self.n_in * self.n_out;
+        match (&self.dense, &self.short_rows) {
+            (Some(b), _) | (None, Some(b)) => Ok((b, n)),
+            (None, None) => Err(shape(
+                op,
+                format!(
+                    "'{}' is a matrix of rows of {} values, read as values only with rows of at most {} (conv kernels)",
+                    self.name,
+                    self.n_in,
+                    crate::backend::recurrent::MAX_CONV_KERNEL
+                ),
+            )),
+        }
     }
 
     /// An error unless this is a matrix.

@@ -50,6 +50,7 @@ use super::gpu::plan::{self, AttnPlan, MatShape, PartRows};
 pub use super::gpu::{kernels, MatmulVariant, KV_CHUNK};
 use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_BYTES};
 use super::readback::MaybeSend;
+use super::recurrent::{self, MAX_CONV_KERNEL};
 use super::{
     moe, Backend, BackendError, Conv, DeltaNet, Form, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
 };
@@ -593,16 +594,6 @@ impl WebGpuBackend {
     }
 }
 
-/// The error of an op this backend has no kernels for yet (the gated-delta-net ops run on the
-/// CPU only for now): a model that needs it says so at its first pass instead of computing
-/// something else.
-fn not_yet(op: &'static str) -> BackendError {
-    BackendError::Unavailable {
-        backend: "webgpu",
-        reason: format!("{op} is not implemented on WebGPU yet"),
-    }
-}
-
 impl Backend for WebGpuBackend {
     type Buffer = WebGpuBuffer;
     type Kv = WebGpuKv;
@@ -640,12 +631,21 @@ impl Backend for WebGpuBackend {
             stride: texlayout::stride(ty, n_in),
             parts: Vec::new(),
             dense: None,
+            short_rows: None,
             cache: Arc::downgrade(&self.rec),
         };
         if checks::is_vector(info) {
             let v = view.to_f32()?;
             w.dense = Some(self.upload(name, bytemuck::cast_slice(&v))?);
             return Ok(w);
+        }
+        // A conv kernel (`[kernel, channels]`) is read as plain values by ssm_conv.wgsl. Rows
+        // that short belong to no real matmul weight, so the f32 copy costs little; it is
+        // kept beside the matrix, which still multiplies.
+        let short_bytes = (n_in * n_out) as u64 * 4;
+        if n_in <= MAX_CONV_KERNEL && short_bytes <= self.max_binding {
+            let v = view.to_f32()?;
+            w.short_rows = Some(self.upload(name, bytemuck::cast_slice(&v))?);
         }
         // Stacks (experts, MLA's per-head matrices) are read by matmul_id.wgsl, from buffers.
         let textured = w.mats == 1 && self.strategy.textured(n_in);
@@ -1013,50 +1013,81 @@ impl Backend for WebGpuBackend {
 
     fn ssm_conv(
         &self,
-        _x: &WebGpuBuffer,
-        _w: &WebGpuWeight,
-        _p: &Conv,
-        _seq: SeqRows,
-        _state: &mut WebGpuBuffer,
-        _out: &mut WebGpuBuffer,
+        x: &WebGpuBuffer,
+        w: &WebGpuWeight,
+        p: &Conv,
+        seq: SeqRows,
+        state: &mut WebGpuBuffer,
+        out: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
-        Err(not_yet("ssm_conv"))
+        let (wv, wn) = w.values("ssm_conv")?;
+        p.check(seq, x.len, wn, state.len, out.len)?;
+        if let Some(d) = plan::ssm_conv(p, seq)? {
+            let binds = [(1, &x.buf), (2, wv), (3, &state.buf), (4, &out.buf)];
+            self.record("ssm_conv", &d, &binds)?;
+        }
+        Ok(())
     }
 
     fn delta_gates(
         &self,
-        _alpha: &mut WebGpuBuffer,
-        _beta: &mut WebGpuBuffer,
-        _rows: usize,
-        _dt_bias: &WebGpuWeight,
-        _a: &WebGpuWeight,
+        alpha: &mut WebGpuBuffer,
+        beta: &mut WebGpuBuffer,
+        rows: usize,
+        dt_bias: &WebGpuWeight,
+        a: &WebGpuWeight,
     ) -> Result<(), BackendError> {
-        Err(not_yet("delta_gates"))
+        let (dt, n_head) = dt_bias.values("delta_gates")?;
+        let (av, an) = a.values("delta_gates")?;
+        recurrent::check_gates(rows, n_head, alpha.len, beta.len, n_head, an)?;
+        if let Some(d) = plan::delta_gates(rows, n_head)? {
+            let binds = [(1, &alpha.buf), (2, &beta.buf), (3, dt), (4, av)];
+            self.record("delta_gates", &d, &binds)?;
+        }
+        Ok(())
     }
 
+    /// Token by token in either form (delta_net.wgsl): the forms agree to f32 rounding, and
+    /// one token's work is already spread over every state column.
     fn delta_net(
         &self,
-        _p: &DeltaNet,
-        _form: Form,
-        _seq: SeqRows,
-        _qkv: &WebGpuBuffer,
-        _gate: &WebGpuBuffer,
-        _beta: &WebGpuBuffer,
-        _state: &mut WebGpuBuffer,
-        _out: &mut WebGpuBuffer,
+        p: &DeltaNet,
+        form: Form,
+        seq: SeqRows,
+        qkv: &WebGpuBuffer,
+        gate: &WebGpuBuffer,
+        beta: &WebGpuBuffer,
+        state: &mut WebGpuBuffer,
+        out: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
-        Err(not_yet("delta_net"))
+        p.check(seq, form, qkv.len, gate.len, beta.len, state.len, out.len)?;
+        if let Some(d) = plan::delta_net(p, seq)? {
+            let binds = [
+                (1, &qkv.buf),
+                (2, &gate.buf),
+                (3, &beta.buf),
+                (4, &state.buf),
+                (5, &out.buf),
+            ];
+            self.record("delta_net", &d, &binds)?;
+        }
+        Ok(())
     }
 
     fn rmsnorm_gated(
         &self,
-        _x: &mut WebGpuBuffer,
-        _z: &WebGpuBuffer,
-        _w: &WebGpuWeight,
-        _groups: usize,
-        _eps: f32,
+        x: &mut WebGpuBuffer,
+        z: &WebGpuBuffer,
+        w: &WebGpuWeight,
+        groups: usize,
+        eps: f32,
     ) -> Result<(), BackendError> {
-        Err(not_yet("rmsnorm_gated"))
+        let n = w.dense("rmsnorm_gated")?;
+        recurrent::check_gated_norm(groups, w.n_in, x.len, z.len)?;
+        if let Some(d) = plan::norm(Kernel::RmsNormGated, w.n_in, groups, eps)? {
+            self.record("rmsnorm_gated", &d, &[(1, &z.buf), (2, n), (4, &x.buf)])?;
+        }
+        Ok(())
     }
 
     fn copy_strided(&self, src: &WebGpuBuffer, dst: &mut WebGpuBuffer, c: &Strided) -> Result<(), BackendError> {
