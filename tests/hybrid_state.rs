@@ -2,7 +2,7 @@
 //! recurrent layers give the same logits whatever the prefill chunking (so the chunked delta
 //! rule equals the token-by-token one inside the model), a request sharing a prefix resumes
 //! from the latest checkpoint at or before it and gets a cold run's logits, and the
-//! checkpoints a sequence keeps are bounded.
+//! checkpoints a sequence keeps are bounded. Resuming is also checked on WebGPU (device copies).
 
 mod common;
 
@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use common::generation::{load_cases, load_on, softmax};
 use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::webgpu::WebGpuBackend;
+use tinyllm::backend::Backend;
 use tinyllm::engine::{Session, SessionConfig};
 use tinyllm::model::Model;
 
@@ -19,7 +21,7 @@ fn model(quant: &str) -> Arc<Model<CpuBackend>> {
 }
 
 /// A session of 512 positions that prefills `n_batch` tokens per pass.
-fn session(m: &Arc<Model<CpuBackend>>, n_batch: usize) -> Session<CpuBackend> {
+fn session<B: Backend>(m: &Arc<Model<B>>, n_batch: usize) -> Session<B> {
     let config = SessionConfig {
         n_ctx: 512,
         n_batch,
@@ -71,13 +73,13 @@ fn prefill_chunking_does_not_change_the_distributions() {
 
 /// Evaluate `prompt` in a session the way a server slot does: reuse what the state can, then
 /// compute the rest; returns how many tokens were reused and the last token's logits.
-fn continue_with(s: &mut Session<CpuBackend>, prompt: &[u32]) -> (usize, Vec<f32>) {
+fn continue_with<B: Backend>(s: &mut Session<B>, prompt: &[u32]) -> (usize, Vec<f32>) {
     let reused = s.reuse_prefix(prompt).unwrap();
     (reused, s.forward(&prompt[reused..]).unwrap())
 }
 
 /// The last logits of `prompt` run cold in two calls split at `at`.
-fn cold_in_two(m: &Arc<Model<CpuBackend>>, prompt: &[u32], at: usize) -> Vec<f32> {
+fn cold_in_two<B: Backend>(m: &Arc<Model<B>>, prompt: &[u32], at: usize) -> Vec<f32> {
     let mut s = session(m, 64);
     s.forward(&prompt[..at]).unwrap();
     s.forward(&prompt[at..]).unwrap()
@@ -85,7 +87,20 @@ fn cold_in_two(m: &Arc<Model<CpuBackend>>, prompt: &[u32], at: usize) -> Vec<f32
 
 #[test]
 fn a_shared_prefix_resumes_from_the_latest_checkpoint_with_a_cold_runs_logits() {
-    let m = model("Q8_0");
+    resumes_from_checkpoints(&model("Q8_0"));
+}
+
+/// The same on WebGPU, where checkpoints are device copies.
+#[test]
+fn checkpoints_resume_on_webgpu() {
+    let Some(g) = common::device_or_skip(WebGpuBackend::new) else {
+        return;
+    };
+    resumes_from_checkpoints(&load_on(g, &common::golden("fixtures/qwen35.Q8_0.gguf")));
+}
+
+fn resumes_from_checkpoints<B: Backend>(m: &Arc<Model<B>>) {
+    let m = Arc::clone(m);
     let prompt = long_prompt();
     let mut s = session(&m, 64);
     // Prefill in chunks of 64: checkpoints at 64, 128 and 150 (the prompt's end).

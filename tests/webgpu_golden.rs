@@ -85,9 +85,15 @@ fn median(v: &[f64]) -> f64 {
 /// enough to choose another expert at rows whose k-th and next logits lie within 0.05, and one
 /// step of 32 then moves by 0.11 (the CPU backend, which rounds like llama.cpp, stays within
 /// 9e-3 there and keeps the README's bound in model_golden.rs).
+///
+/// The qwen35 fixture's recurrent layer amplifies the same difference: on the CPU, where only
+/// the delta rule's summation order changes (chunked or token-by-token, tests/hybrid_state.rs),
+/// its Q8_0 probabilities move by 0.017 and Q4_K_M by 0.011 while the dense fixtures keep the
+/// same bits; with f32 activations on the GPU they land 0.043 (Q8_0) and 0.053 (Q4_K_M) from
+/// llama.cpp's (measured on lavapipe), every argmax equal.
 fn gpu_tolerance(arch: &str, q: &str) -> f64 {
-    let routed = ["qwen3moe", "olmoe", "deepseek2", "gpt-oss"].contains(&arch);
-    if routed && q != "F16" {
+    let amplified = ["qwen3moe", "olmoe", "deepseek2", "gpt-oss", "qwen35"].contains(&arch);
+    if amplified && q != "F16" {
         fixture_tolerance("deepseek2", q)
     } else {
         fixture_tolerance(arch, q)
@@ -162,6 +168,11 @@ fn olmoe_fixtures_match_llama_cpp_on_webgpu() {
 #[test]
 fn deepseek2_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures("deepseek2", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
+fn qwen35_fixtures_match_llama_cpp_on_webgpu() {
+    check_fixtures("qwen35", &["F16", "Q8_0", "Q4_K_M"]);
 }
 
 #[test]
