@@ -208,6 +208,8 @@ fn batch_matches_alone_on_fixtures() {
         "qwen3.Q8_0",
         "gemma3.Q4_K_M",
         "gemma3.F16",
+        "qwen35.F16",
+        "qwen35.Q8_0",
     ] {
         let model = load_model(&common::golden(&format!("fixtures/{name}.gguf")));
         let prompt = golden_prompt(&format!("fixtures/{name}.golden.jsonl"));
@@ -314,6 +316,9 @@ impl Backend for OneAtATime {
     }
     fn geglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
         self.0.geglu(gate, up, len)
+    }
+    fn sigmoid_mul(&self, x: &mut CpuBuffer, gate: &CpuBuffer, len: usize) -> Result<(), BackendError> {
+        self.0.sigmoid_mul(x, gate, len)
     }
     fn swiglu_oai(
         &self,
