@@ -106,11 +106,11 @@ fn resumes_from_checkpoints<B: Backend>(m: &Arc<Model<B>>) {
     // Prefill in chunks of 64: checkpoints at 64, 128 and 150 (the prompt's end).
     let logits = s.forward(&prompt).unwrap();
     // Five decoded tokens fold into the state without checkpoints.
-    let mut next = common::generation::argmax(&logits) as u32;
+    let mut next = common::generation::argmax(&logits);
     let mut turn: Vec<u32> = prompt.clone();
     for _ in 0..5 {
         turn.push(next);
-        next = common::generation::argmax(&s.forward(&[next]).unwrap()) as u32;
+        next = common::generation::argmax(&s.forward(&[next]).unwrap());
     }
     assert_eq!(s.pos(), 155);
 
