@@ -33,11 +33,12 @@ const TIME_LIMIT: Duration = Duration::from_secs(900);
 /// this (a near-tie, where last-bit differences between kernels may pick either).
 const NEAR_TIE: f64 = 0.01;
 
-const FIXTURES: [&str; 4] = [
+const FIXTURES: [&str; 5] = [
     "llama.Q4_K_M.gguf",
     "qwen2.Q8_0.gguf",
     "qwen3.Q4_K_M.gguf",
     "gemma3.Q4_K_M.gguf",
+    "qwen35.F16.gguf",
 ];
 
 fn web_dir() -> PathBuf {
