@@ -69,6 +69,21 @@ def copy_tokenizer(w, fixture):
             w.add_float32(f.name, v)
 
 
+def tensor_writers(w, rng):
+    """`t(name, shape, std, f32)`: random normal weights (F16 unless `f32`); `ones(name, n)`: a
+    norm's weights."""
+
+    def t(name, shape, std=0.02, f32=False):
+        # GGUF order: the row first; numpy wants it last.
+        a = rng.standard_normal(tuple(reversed(shape)), dtype=np.float32) * std
+        w.add_tensor(name, a if f32 else a.astype(np.float16))
+
+    def ones(name, n):
+        w.add_tensor(name, np.ones(n, dtype=np.float32))
+
+    return t, ones
+
+
 def write_qwen35(layers, path):
     """The qwen35 hybrid: linear-attention layers with one full-attention layer in `interval`."""
     c = CONFIGS["qwen35"]
@@ -96,13 +111,7 @@ def write_qwen35(layers, path):
     w.add_uint32("qwen35.full_attention_interval", c["interval"])
     copy_tokenizer(w, ROOT / "tests/golden/fixtures/qwen35.F16.gguf")
 
-    def t(name, shape, std=0.02, f32=False):
-        a = rng.standard_normal(tuple(reversed(shape)), dtype=np.float32) * std
-        w.add_tensor(name, a if f32 else a.astype(np.float16))
-
-    def ones(name, n):
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-
+    t, ones = tensor_writers(w, rng)
     t("token_embd.weight", [e, vocab], 0.15)
     ones("output_norm.weight", e)
     hd, nh, nkv = c["head_dim"], c["n_head"], c["n_head_kv"]
@@ -156,14 +165,7 @@ def write(family, layers, path):
     w.add_uint32(f"{family}.expert_feed_forward_length", c["n_ff_exp"])
     copy_tokenizer(w, ROOT / f"tests/golden/fixtures/{family}.F16.gguf")
 
-    def t(name, shape, std=0.02, f32=False):
-        # GGUF order: the row first; numpy wants it last.
-        a = rng.standard_normal(tuple(reversed(shape)), dtype=np.float32) * std
-        w.add_tensor(name, a if f32 else a.astype(np.float16))
-
-    def ones(name, n):
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-
+    t, ones = tensor_writers(w, rng)
     t("token_embd.weight", [e, vocab], 0.15)
     ones("output_norm.weight", e)
     t("output.weight", [e, vocab], 0.15)
