@@ -383,6 +383,56 @@ fn second_turn_reuses_the_first_turns_cache() {
     assert!(s.metric("tinyllm_prompt_tokens_cached_total") >= turn1 as f64);
 }
 
+/// A hybrid model (qwen35 fixture) cannot cut its recurrent state back, so a second turn whose
+/// history differs from what the slot evaluated (here the client edits the answer) resumes from
+/// the checkpoint at the end of the first prompt; without checkpoints it starts over.
+#[test]
+fn hybrid_second_turn_resumes_from_a_checkpoint() {
+    let turns = |s: &Server| {
+        let first = s.ok(
+            "/v1/chat/completions",
+            &chat_body("Tell me a story about the sea", json!({"max_tokens": 6})),
+        );
+        let turn1 = first["usage"]["prompt_tokens"].as_u64().unwrap();
+        let second = s.ok(
+            "/v1/chat/completions",
+            &json!({
+                "messages": [
+                    {"role": "user", "content": "Tell me a story about the sea"},
+                    {"role": "assistant", "content": "(the answer, edited)"},
+                    {"role": "user", "content": "And then?"},
+                ],
+                "temperature": 0,
+                "max_tokens": 4,
+            }),
+        );
+        let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        (turn1, cached, second["choices"][0]["message"]["content"].clone())
+    };
+    let args = ["--threads", "1", "--parallel", "1", "--prefill-chunk", "16"];
+    let model = golden("fixtures/qwen35.Q8_0.gguf");
+    let with = Server::start(&model, &[&args[..], &["--checkpoints", "3"]].concat());
+    let (turn1, cached, answer) = turns(&with);
+    eprintln!("[hybrid] turn 1: {turn1} prompt tokens, turn 2 reused {cached}");
+    // Checkpoints sit at chunk ends (multiples of 16) and the first prompt's end.
+    assert!(cached > 0 && cached <= turn1, "cached {cached} of turn 1's {turn1}");
+    assert!(cached == turn1 || cached % 16 == 0, "cached {cached}: not a checkpoint");
+    let held = with.metric("tinyllm_checkpoints");
+    assert!((1.0..=3.0).contains(&held), "{held} checkpoints");
+    // Each holds the fixture's one recurrent layer: conv 512 x 3 and delta 4 x 64 x 64 (f32).
+    let per = ((512 * 3 + 4 * 64 * 64) * 4) as f64;
+    assert_eq!(with.metric("tinyllm_checkpoint_bytes"), held * per);
+
+    let without = Server::start(&model, &[&args[..], &["--checkpoints", "0"]].concat());
+    let (_, cached, cold_answer) = turns(&without);
+    assert_eq!(cached, 0);
+    assert_eq!(without.metric("tinyllm_checkpoint_bytes"), 0.0);
+    // Resumed or not, the answer is the same.
+    assert_eq!(answer, cold_answer);
+}
+
 #[test]
 fn disconnect_frees_the_slot() {
     let s = fixture(&["--parallel", "1"]);
