@@ -24,7 +24,7 @@ use errors::ApiError;
 use metrics::Metrics;
 use scheduler::Scheduler;
 use std::sync::Arc;
-use tinyllm::backend::AnyBackend;
+use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::Engine;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
@@ -36,6 +36,8 @@ pub struct Options {
     pub queue: usize,
     /// Most prompt tokens evaluated per engine pass (alongside the running streams' tokens).
     pub prefill_chunk: usize,
+    /// Each slot's KV cache format (`--cache-type`).
+    pub cache_type: KvType,
     pub api_key: Option<String>,
     /// Allowed browser origins; empty or `*` allows any.
     pub cors_origins: Vec<String>,
@@ -70,6 +72,7 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<Router> 
         n_ctx,
         opts.queue,
         opts.prefill_chunk,
+        opts.cache_type,
         metrics.clone(),
     )?;
     let state = Arc::new(AppState {

@@ -18,7 +18,7 @@ use super::metrics::Metrics;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tinyllm::backend::AnyBackend;
+use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::{
     forward_batch, head_of, BatchItem, Engine, Finish, Generation, Head, Prepared, Session, SessionConfig, Settings,
     Step, Usage, Want,
@@ -66,6 +66,7 @@ impl Scheduler {
         n_ctx: usize,
         queue: usize,
         prefill_chunk: usize,
+        cache_type: KvType,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Scheduler> {
         let mut sessions = Vec::with_capacity(slots);
@@ -78,6 +79,7 @@ impl Scheduler {
                     n_ctx,
                     n_batch: 1,
                     n_logit_rows: 1,
+                    cache_type,
                 },
             )?);
         }
