@@ -4,7 +4,8 @@
 //! Mirrors llama.cpp's flash-attention path for a quantized cache (the only path it has for a
 //! quantized V): each query head is quantized to Q8_0 with the rule the cache is stored with,
 //! q·k is ggml's Q8_0 dot product (an exact integer sum per block, times both scales), and the
-//! probabilities, kept in f32, weight each V block dequantized on the fly (`q · d`). The softmax
+//! probabilities, kept in f32, weight each V block on the fly (each int8 value times `p · d`, the
+//! block's scale folded into the probability). The softmax
 //! is `attention.rs`'s (f32 scores, f64 sums, sinks and soft-capping alike).
 //!
 //! Two builds of one algorithm: the portable one below, which is also the scalar reference,
@@ -14,8 +15,9 @@
 //! horizontal sum does) and neither fuses a multiply-add, so both give the same bits (tested).
 //!
 //! A task works on one row at a time: its query heads' q·k against every visible key (the
-//! K blocks loaded once for up to [`HEAD_TILE`] heads), then their weighted V sums, up to
-//! [`V_TILE`] heads per pass over the V blocks (each block widened once for all of them).
+//! K blocks loaded once for up to [`TILE`] heads), then their weighted V sums (each V block
+//! widened once for up to [`TILE`] heads, [`KEY_CHUNK`] keys at a time so that the blocks and
+//! their weights stay in L1 across the head's output groups).
 
 // Accumulator tiles are `[[f32; LANES]; N]` arrays indexed in nested loops the compiler unrolls.
 #![allow(clippy::needless_range_loop)]
@@ -23,14 +25,15 @@
 use std::cell::RefCell;
 
 use super::super::AttnParams;
-use super::attention::{first_visible, softmax_heads, with_task_scratch, Block, Sinks, HEAD_TILE};
+use super::attention::{first_visible, softmax_heads, with_task_scratch, Block, Sinks};
 use crate::quant::legacy::{quantize_q8_0_blocks, BlockQ8_0, QK};
 
 /// Lanes of a partial sum: one AVX2 register of f32.
 const LANES: usize = 8;
 
-/// Most query heads weighted in one pass over the V blocks.
-const V_TILE: usize = 8;
+/// Most query heads whose q·k run together against one K row, and whose weighted sums run
+/// together over the V blocks (each block loaded and widened once for all of them).
+const TILE: usize = 8;
 
 thread_local! {
     /// A task's query heads quantized to Q8_0, kept per worker thread.
@@ -83,6 +86,22 @@ unsafe fn attend_block_avx2(
     attend_block_generic::<true>(q, k_cache, v_cache, p, sinks, b, out);
 }
 
+/// `$f::<nt, $simd>($args)` for a tile of `nt` (1..=[`TILE`]) heads.
+macro_rules! tiles {
+    ($nt:expr, $f:ident, $simd:ident, ($($a:expr),*)) => {
+        match $nt {
+            8 => $f::<8, $simd>($($a),*),
+            7 => $f::<7, $simd>($($a),*),
+            6 => $f::<6, $simd>($($a),*),
+            5 => $f::<5, $simd>($($a),*),
+            4 => $f::<4, $simd>($($a),*),
+            3 => $f::<3, $simd>($($a),*),
+            2 => $f::<2, $simd>($($a),*),
+            _ => $f::<1, $simd>($($a),*),
+        }
+    };
+}
+
 /// See [`attend_block`]; `SIMD` picks the AVX2 kernels (only `attend_block_avx2` sets it).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -125,42 +144,26 @@ fn attend_block_generic<const SIMD: bool>(
             for r in 0..b.rows {
                 let pos = p.pos0 + b.row0 + r;
                 let first = first_visible(pos, p.window);
-                let m = pos + 1 - first;
+                let keys = (first, pos + 1 - first);
                 let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hdk..][..b.heads * hdk];
                 quantize_q8_0_blocks(qrow, qb);
                 let mut g0 = 0;
                 while g0 < b.heads {
-                    let nt = (b.heads - g0).min(HEAD_TILE);
+                    let nt = (b.heads - g0).min(TILE);
                     let (qs, s) = (&qb[g0 * nbk..(g0 + nt) * nbk], &mut scores[g0 * n..]);
-                    let keys = (first, m);
-                    match nt {
-                        4 => score_tile::<4, SIMD>(qs, k_cache, k_layout, keys, nbk, kq_scale, s, n),
-                        3 => score_tile::<3, SIMD>(qs, k_cache, k_layout, keys, nbk, kq_scale, s, n),
-                        2 => score_tile::<2, SIMD>(qs, k_cache, k_layout, keys, nbk, kq_scale, s, n),
-                        _ => score_tile::<1, SIMD>(qs, k_cache, k_layout, keys, nbk, kq_scale, s, n),
-                    }
+                    tiles!(nt, score_tile, SIMD, (qs, k_cache, k_layout, keys, nbk, kq_scale, s, n));
                     g0 += nt;
                 }
-                softmax_heads(p, sinks, scores, n, m, inv);
+                softmax_heads(p, sinks, scores, n, keys.1, inv);
                 for (g, &inv) in inv.iter().enumerate() {
-                    scores[g * n..g * n + m].iter_mut().for_each(|s| *s *= inv);
+                    scores[g * n..g * n + keys.1].iter_mut().for_each(|s| *s *= inv);
                 }
                 let o = &mut out[r * b.heads * hdv..(r + 1) * b.heads * hdv];
                 let mut g0 = 0;
                 while g0 < b.heads {
-                    let nt = (b.heads - g0).min(V_TILE);
+                    let nt = (b.heads - g0).min(TILE);
                     let (probs, og) = (&scores[g0 * n..], &mut o[g0 * hdv..(g0 + nt) * hdv]);
-                    let keys = (first, m);
-                    match nt {
-                        8 => weigh_tile::<8, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                        7 => weigh_tile::<7, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                        6 => weigh_tile::<6, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                        5 => weigh_tile::<5, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                        4 => weigh_tile::<4, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                        3 => weigh_tile::<3, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                        2 => weigh_tile::<2, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                        _ => weigh_tile::<1, SIMD>(probs, n, v_cache, v_layout, keys, nbv, og),
-                    }
+                    tiles!(nt, weigh_tile, SIMD, (probs, n, v_cache, v_layout, keys, nbv, og));
                     g0 += nt;
                 }
             }
@@ -219,10 +222,37 @@ fn score_tile<const N: usize, const SIMD: bool>(
     }
 }
 
+/// Keys per pass of [`weigh_tile`]: their V blocks and weights stay in L1 while each group of
+/// eight output values of every head of the tile goes over them.
+const KEY_CHUNK: usize = 64;
+
+/// `w[i * N + g] = probs[g * stride + i0 + i] · d` of V block `bi` of key `first + i0 + i`, for
+/// the `w.len() / N` keys of a chunk: the weight of the block's integer values.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chunk_weights<const N: usize>(
+    probs: &[f32],
+    stride: usize,
+    v_cache: &[BlockQ8_0],
+    layout: (usize, usize),
+    key0: usize,
+    i0: usize,
+    bi: usize,
+    w: &mut [f32],
+    widen: impl Fn(half::f16) -> f32,
+) {
+    for (i, wi) in w.chunks_exact_mut(N).enumerate() {
+        let d = widen(v_cache[(key0 + i0 + i) * layout.0 + layout.1 + bi].d);
+        for g in 0..N {
+            wi[g] = probs[g * stride + i0 + i] * d;
+        }
+    }
+}
+
 /// `o[g] = Σ_i probs[g * stride + i] · V[first + i]` for the `N` heads of the tile (`o`:
 /// `[N][nb * 32]`), V row `j` being the `nb` blocks of `v_cache` from `j * layout.0 +
-/// layout.1`, each value dequantized as `q · d` (ggml's `dequantize_row_q8_0`) and then
-/// weighted, in key order from zero, per group of eight values.
+/// layout.1`: each int8 value times its block's weight `p · d` ([`chunk_weights`]) added in key
+/// order from zero, per group of eight values, [`KEY_CHUNK`] keys at a time.
 #[inline(always)]
 fn weigh_tile<const N: usize, const SIMD: bool>(
     probs: &[f32],
@@ -240,28 +270,43 @@ fn weigh_tile<const N: usize, const SIMD: bool>(
         return;
     }
     let hd = nb * QK;
-    for bi in 0..nb {
-        for c in (0..QK).step_by(LANES) {
-            let mut acc = [[0f32; LANES]; N];
-            for i in 0..m {
-                let vb = &v_cache[(first + i) * layout.0 + layout.1 + bi];
-                let d = vb.d.to_f32();
-                let mut x = [0f32; LANES];
-                for l in 0..LANES {
-                    x[l] = f32::from(vb.qs[c + l]) * d;
-                }
+    o[..N * hd].fill(0.0);
+    let mut w = [0f32; KEY_CHUNK * TILE];
+    for i0 in (0..m).step_by(KEY_CHUNK) {
+        let n = (m - i0).min(KEY_CHUNK);
+        for bi in 0..nb {
+            let w = &mut w[..n * N];
+            chunk_weights::<N>(probs, stride, v_cache, layout, first, i0, bi, w, half::f16::to_f32);
+            for c in (0..QK).step_by(LANES) {
+                let mut acc = [[0f32; LANES]; N];
                 for g in 0..N {
-                    let pg = probs[g * stride + i];
-                    for l in 0..LANES {
-                        acc[g][l] += x[l] * pg;
+                    acc[g].copy_from_slice(&o[g * hd + bi * QK + c..][..LANES]);
+                }
+                for (i, wi) in w.chunks_exact(N).enumerate() {
+                    let qs = &v_cache[(first + i0 + i) * layout.0 + layout.1 + bi].qs[c..c + LANES];
+                    for g in 0..N {
+                        for l in 0..LANES {
+                            acc[g][l] += f32::from(qs[l]) * wi[g];
+                        }
                     }
                 }
-            }
-            for g in 0..N {
-                o[g * hd + bi * QK + c..][..LANES].copy_from_slice(&acc[g]);
+                for g in 0..N {
+                    o[g * hd + bi * QK + c..][..LANES].copy_from_slice(&acc[g]);
+                }
             }
         }
     }
+}
+
+/// [`hsum`] of a register: the halves added, then the pairs.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn hsum_avx2(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
 /// [`score_tile`]'s portable loop in AVX2: the integer products by `maddubs` (|k| times q with
@@ -283,8 +328,20 @@ unsafe fn score_tile_avx2<const N: usize>(
     stride: usize,
 ) {
     use std::arch::x86_64::*;
-    assert!(qs.len() >= N * nb && (first + m == 0 || k_cache.len() >= (first + m - 1) * layout.0 + layout.1 + nb));
+    if m == 0 {
+        return;
+    }
+    assert!(qs.len() >= N * nb && scores.len() >= (N - 1) * stride + m);
+    assert!(k_cache.len() >= (first + m - 1) * layout.0 + layout.1 + nb);
     let ones = _mm256_set1_epi16(1);
+    // The query's scales, widened once.
+    let mut dq = [[0f32; N]; 32];
+    let nbq = nb.min(dq.len());
+    for bi in 0..nbq {
+        for g in 0..N {
+            dq[bi][g] = widen_f16(qs.get_unchecked(g * nb + bi).d);
+        }
+    }
     for i in 0..m {
         let krow = k_cache.as_ptr().add((first + i) * layout.0 + layout.1);
         let mut acc = [_mm256_setzero_ps(); N];
@@ -298,14 +355,13 @@ unsafe fn score_tile_avx2<const N: usize>(
                 let qy = _mm256_loadu_si256(qb.qs.as_ptr() as *const __m256i);
                 let sy = _mm256_sign_epi8(qy, kx);
                 let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones));
-                let d = _mm256_set1_ps(dk * widen_f16(qb.d));
+                let dqg = if bi < nbq { dq[bi][g] } else { widen_f16(qb.d) };
+                let d = _mm256_set1_ps(dk * dqg);
                 acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(d, lanes));
             }
         }
         for g in 0..N {
-            let mut a = [0f32; LANES];
-            _mm256_storeu_ps(a.as_mut_ptr(), acc[g]);
-            *scores.get_unchecked_mut(g * stride + i) = hsum(&a) * scale;
+            *scores.get_unchecked_mut(g * stride + i) = hsum_avx2(acc[g]) * scale;
         }
     }
 }
@@ -323,8 +379,8 @@ unsafe fn widen_f16(h: half::f16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
 }
 
-/// [`weigh_tile`]'s portable loop in AVX2: eight int8 values widened to f32, times `d`, then
-/// `acc += x · p` unfused per head.
+/// [`weigh_tile`]'s portable loop in AVX2: eight int8 values widened to f32, then
+/// `acc += x · w` unfused per head.
 ///
 /// # Safety
 /// The CPU must support AVX2 and F16C.
@@ -341,23 +397,37 @@ unsafe fn weigh_tile_avx2<const N: usize>(
 ) {
     use std::arch::x86_64::*;
     let hd = nb * QK;
-    assert!(o.len() >= N * hd && (m == 0 || (N - 1) * stride + m <= probs.len()));
-    assert!(m == 0 || v_cache.len() >= (first + m - 1) * layout.0 + layout.1 + nb);
-    for bi in 0..nb {
-        for c in (0..QK).step_by(LANES) {
-            let mut acc = [_mm256_setzero_ps(); N];
-            for i in 0..m {
-                let vb = &*v_cache.as_ptr().add((first + i) * layout.0 + layout.1 + bi);
-                let q8 = _mm_loadl_epi64(vb.qs.as_ptr().add(c) as *const __m128i);
-                let d = _mm256_set1_ps(widen_f16(vb.d));
-                let x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), d);
+    o[..N * hd].fill(0.0);
+    if m == 0 {
+        return;
+    }
+    assert!((N - 1) * stride + m <= probs.len());
+    assert!(v_cache.len() >= (first + m - 1) * layout.0 + layout.1 + nb);
+    let mut w = [0f32; KEY_CHUNK * TILE];
+    for i0 in (0..m).step_by(KEY_CHUNK) {
+        let n = (m - i0).min(KEY_CHUNK);
+        let rows = v_cache.as_ptr().add((first + i0) * layout.0 + layout.1);
+        for bi in 0..nb {
+            let w = &mut w[..n * N];
+            chunk_weights::<N>(probs, stride, v_cache, layout, first, i0, bi, w, |h| widen_f16(h));
+            for c in (0..QK).step_by(LANES) {
+                let out = o.as_mut_ptr().add(bi * QK + c);
+                let mut acc = [_mm256_setzero_ps(); N];
                 for g in 0..N {
-                    let pg = _mm256_set1_ps(*probs.get_unchecked(g * stride + i));
-                    acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(x, pg));
+                    acc[g] = _mm256_loadu_ps(out.add(g * hd));
                 }
-            }
-            for g in 0..N {
-                _mm256_storeu_ps(o.as_mut_ptr().add(g * hd + bi * QK + c), acc[g]);
+                for i in 0..n {
+                    let vb = &*rows.add(i * layout.0 + bi);
+                    let q8 = _mm_loadl_epi64(vb.qs.as_ptr().add(c) as *const __m128i);
+                    let x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+                    let wi = w.as_ptr().add(i * N);
+                    for g in 0..N {
+                        acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(x, _mm256_broadcast_ss(&*wi.add(g))));
+                    }
+                }
+                for g in 0..N {
+                    _mm256_storeu_ps(out.add(g * hd), acc[g]);
+                }
             }
         }
     }
