@@ -2,7 +2,8 @@
 // CPU backend reads it (src/backend/cpu/attention_q8.rs) and as llama.cpp's flash attention
 // reads a quantized cache: the query is quantized to Q8_0 with the cache's rule, q·k is the
 // exact integer sum of each block times both scales, probabilities stay f32, and each V block
-// is dequantized (q · d) as it is weighted. Heads are whole blocks of 32, so a head's values
+// is weighted as it is read (each int8 value times p · d, its scale folded into the
+// probability). Heads are whole blocks of 32, so a head's values
 // start on a word and its scales are whole f16 halves of the scale words.
 
 @group(0) @binding(2) var<storage, read> KC: array<u32>;
@@ -70,16 +71,15 @@ fn prob(p: f32) -> f32 {
     return p;
 }
 
-/// acc += p * the V head at value `vb`, each value dequantized as q · d first.
+/// acc += p * the V head at value `vb`: each int8 value times its block's weight p · d.
 fn add_v(vb: u32, p: f32) {
     for (var b = 0u; b < P.hd_v / 32u; b++) {
         let e = vb + 32u * b;
-        let d = v_scale(e / 32u);
+        let pd = p * v_scale(e / 32u);
         for (var w = 0u; w < 8u; w++) {
             let vw = VC[e / 4u + w];
             for (var k = 0u; k < 4u; k++) {
-                let i = 32u * b + 4u * w + k;
-                acc[i] += (f32(byte_at(vw, k)) * d) * p;
+                acc[32u * b + 4u * w + k] += f32(byte_at(vw, k)) * pd;
             }
         }
     }

@@ -126,7 +126,7 @@ fn check_fixtures_with(g: WebGpuBackend, arch: &str, quants: &[&str], cache: KvT
             st.argmax_failures.extend(greedy_miss(&mut sess, &case, gap));
         }
         println!(
-            "[webgpu golden] {name}: {} steps, max|dp| top10 {:.2e}, top1 {:.2e}, argmax checked {}, {} beyond {tol}, {} argmax failures",
+            "[webgpu golden] {name}: {} steps, max|dp| top10 {:.2e}, top1 {:.2e}, argmax checked {}, {} beyond {tol:.3}, {} argmax failures",
             st.steps,
             st.max_top10,
             st.max_top1,
