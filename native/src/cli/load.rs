@@ -5,7 +5,7 @@
 use super::InputError;
 use std::sync::Arc;
 use tinyllm::backend::{AnyBackend, BackendKind, KvType};
-use tinyllm::engine::{Engine, Session, SessionConfig};
+use tinyllm::engine::{Engine, Session};
 use tinyllm::gguf::GgufFile;
 use tinyllm::sample::SamplerConfig;
 
@@ -84,15 +84,7 @@ impl ModelArgs {
 
     /// A session of `--ctx` positions with the KV cache of `--cache-type`.
     pub fn session(&self, engine: &Engine<AnyBackend>) -> anyhow::Result<Session<AnyBackend>> {
-        let cache_type = self.cache_type()?;
-        Ok(Session::new(
-            engine.model.clone(),
-            SessionConfig {
-                n_ctx: self.ctx,
-                cache_type,
-                ..SessionConfig::default()
-            },
-        )?)
+        Ok(engine.session_with(self.ctx, self.cache_type()?)?)
     }
 }
 
