@@ -300,30 +300,36 @@ fn gemma3_270m_within_llama_cpp_spread() {
     check_real_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m");
 }
 
-/// Results must not depend on the thread count or on how the prompt is chunked.
+/// Results must not depend on the thread count or on how the prompt is chunked, with either
+/// KV cache.
 #[test]
 fn logits_do_not_depend_on_threads_or_chunking() {
     let path = common::golden("fixtures/gemma3.Q4_K_M.gguf");
     let case = &load_cases(&common::golden("fixtures/gemma3.Q4_K_M.golden.jsonl"))[1];
     let one = load_model(&path, 1);
     let three = load_model(&path, 3);
-    let run = |m: &Arc<Model<CpuBackend>>, n_batch: usize| {
-        let mut s = Session::new(
-            Arc::clone(m),
-            SessionConfig {
-                n_ctx: 512,
-                n_batch,
-                n_logit_rows: 5,
-                ..SessionConfig::default()
-            },
-        )
-        .unwrap();
-        s.forward_all(&case.prompt).unwrap()
-    };
-    let reference = run(&one, 512);
-    assert_eq!(reference.len(), case.prompt.len() * one.info().n_vocab);
-    assert!(reference == run(&three, 512), "3 threads differ from 1");
-    assert!(reference == run(&three, 7), "chunks of 7 differ from one chunk");
+    for (cache_type, _) in KvType::ALL {
+        let run = |m: &Arc<Model<CpuBackend>>, n_batch: usize| {
+            let mut s = Session::new(
+                Arc::clone(m),
+                SessionConfig {
+                    n_ctx: 512,
+                    n_batch,
+                    n_logit_rows: 5,
+                    cache_type,
+                },
+            )
+            .unwrap();
+            s.forward_all(&case.prompt).unwrap()
+        };
+        let reference = run(&one, 512);
+        assert_eq!(reference.len(), case.prompt.len() * one.info().n_vocab);
+        assert!(reference == run(&three, 512), "{cache_type}: 3 threads differ from 1");
+        assert!(
+            reference == run(&three, 7),
+            "{cache_type}: chunks of 7 differ from one chunk"
+        );
+    }
 }
 
 /// Prefix reuse computes only the new part and gives the same logits as a fresh run.
