@@ -11,10 +11,11 @@
 //! implement every op: nothing falls back silently to a slower generic path.
 //!
 //! Op parameters live here with the ops: [`rope`] (rope kinds and scalings), [`attn`]
-//! (attention of a batch of sequences), [`kv`] (the KV cache formats), [`moe`] (routed experts), [`recurrent`] (the
-//! gated-delta-net layers' conv, gates, delta rule and gated norm), and [`checks`] (the argument checks every backend
-//! runs). Implementations: [`cpu`] (SIMD kernels chosen at run time beside scalar ones, a
-//! persistent thread pool) and [`webgpu`] (WGSL kernels through wgpu).
+//! (attention of a batch of sequences), [`kv`] (the KV cache formats), [`moe`] (routed
+//! experts), [`recurrent`] (the gated-delta-net layers' conv, gates, delta rule and gated
+//! norm), and [`checks`] (the argument checks every backend runs). Implementations: [`cpu`]
+//! (SIMD kernels chosen at run time beside scalar ones, a persistent thread pool) and
+//! [`webgpu`] (WGSL kernels through wgpu).
 
 pub mod any;
 pub mod attn;
