@@ -1,7 +1,10 @@
 // Causal (optionally windowed) softmax attention with grouped KV heads, for the rows
-// `q_row0..q_row0 + rows` of a batch (one sequence's rows; positions pos0..). Mirrors the CPU
-// path's roundings (q and the normalized probabilities to f16; the cache already holds f16
-// values), with the softmax statistics in f32. K and V heads may differ in width (hd_k, hd_v,
+// `q_row0..q_row0 + rows` of a batch (one sequence's rows; positions pos0..). The cache format
+// comes from the included `kv_*.wgsl` (its bindings KC and VC, how a query is loaded, q·k,
+// the rounding of a probability and the weighted add of a V row), which mirrors the CPU
+// path's arithmetic for that format: f16 (q and the normalized probabilities rounded to f16;
+// the cache already holds f16 values) or q8_0 (blocks read directly). The softmax statistics
+// are f32. K and V heads may differ in width (hd_k, hd_v,
 // at most MAX_HD, a constant of the variant); `softcap` (0: off) caps q·k at cap·tanh(q·k/cap)
 // before the scale; with `has_sinks`, the head's sink logit joins each softmax's max and sum.
 // V heads sit `v_head` values apart and positions `v_pos` apart in VC: their own cache
@@ -38,12 +41,13 @@ struct Params {
     has_sinks: u32,
     v_pos: u32,
     v_head: u32,
+    // Block formats: the first word of each cache's scales (see the kv_*.wgsl include).
+    k_scales: u32,
+    v_scales: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> Q: array<f32>;
-@group(0) @binding(2) var<storage, read> KC: array<f32>;
-@group(0) @binding(3) var<storage, read> VC: array<f32>;
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
 @group(0) @binding(5) var<storage, read_write> S: array<f32>;
 @group(0) @binding(6) var<storage, read> SINKS: array<f32>;
@@ -52,7 +56,6 @@ const WG: u32 = 32u;
 const MAX_HD: u32 = 256u;
 const NEG_BIG: f32 = -3.0e38;
 
-var<private> q16: array<f32, MAX_HD>;
 // The head of the query being attended (for its sink).
 var<private> cur_head: u32;
 var<private> acc: array<f32, MAX_HD>;
@@ -63,6 +66,8 @@ var<workgroup> summed: array<f32, MAX_HD>;
 fn f16r(x: f32) -> f32 {
     return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
 }
+
+//INCLUDE KV
 
 fn reduce_max(v: f32, li: u32) -> f32 {
     red[li] = v;
@@ -93,12 +98,7 @@ fn reduce_sum(v: f32, li: u32) -> f32 {
 }
 
 fn score(j: u32, kbase: u32) -> f32 {
-    let hd = P.hd_k;
-    let kb = j * P.n_head_kv * hd + kbase;
-    var s = 0.0;
-    for (var d = 0u; d < hd; d++) {
-        s += q16[d] * KC[kb + d];
-    }
+    var s = dot_k(j * P.n_head_kv * P.hd_k + kbase);
     if (P.softcap != 0.0) {
         s = tanh(s * (1.0 / P.softcap)) * P.softcap;
     }
@@ -124,10 +124,7 @@ fn head(idx: u32) -> Head {
     if (P.window != 0u && pos + 1u > P.window) {
         first = pos + 1u - P.window;
     }
-    let qb = (P.q_row0 * P.n_head + idx) * P.hd_k;
-    for (var d = 0u; d < P.hd_k; d++) {
-        q16[d] = f16r(Q[qb + d]);
-    }
+    load_q((P.q_row0 * P.n_head + idx) * P.hd_k);
     for (var d = 0u; d < P.hd_v; d++) {
         acc[d] = 0.0;
     }
@@ -167,16 +164,12 @@ fn running(lo: u32, hi: u32, kbase: u32, li: u32) -> vec2<f32> {
     return vec2<f32>(m, l);
 }
 
-/// Adds f16(exp(s - gm) * inv) * V over this invocation's positions to `acc`.
+/// Adds prob(exp(s - gm) * inv) * V over this invocation's positions to `acc`.
 fn weigh_v(lo: u32, hi: u32, hq: Head, gm: f32, inv: f32, li: u32) {
-    let hd = P.hd_v;
     for (var j = lo + li; j < hi; j += WG) {
-        let p = f16r(exp(score(j, hq.kbase) - gm) * inv);
+        let p = prob(exp(score(j, hq.kbase) - gm) * inv);
         if (p != 0.0) {
-            let vb = j * P.v_pos + hq.vbase;
-            for (var d = 0u; d < hd; d++) {
-                acc[d] += p * VC[vb + d];
-            }
+            add_v(j * P.v_pos + hq.vbase, p);
         }
     }
 }
@@ -213,7 +206,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ml = running(hq.first, hq.pos + 1u, hq.kbase, li);
     let gm = with_sink_max(reduce_max(ml.x, li));
     let total = with_sink_sum(reduce_sum(ml.y * exp(ml.x - gm), li), gm);
-    // Probabilities (rounded to f16, as the CPU does) weight the V rows.
+    // Probabilities (rounded as the CPU does for the format) weight the V rows.
     weigh_v(hq.first, hq.pos + 1u, hq, gm, 1.0 / total, li);
     reduce_acc(li);
     let ob = (P.q_row0 * P.n_head + idx) * P.hd_v;

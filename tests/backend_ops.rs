@@ -17,7 +17,7 @@ use common::rng::Rng;
 use half::f16;
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::webgpu::{kernels, MatmulVariant, WebGpuBackend, WebGpuOptions};
-use tinyllm::backend::{AttnParams, Backend, Rope, RopeKind, RopeScaling, SeqAttn, Yarn};
+use tinyllm::backend::{AttnParams, Backend, KvType, Rope, RopeKind, RopeScaling, SeqAttn, Yarn};
 use tinyllm::gguf::GgufFile;
 use tinyllm::quant::GgmlType;
 
@@ -629,6 +629,8 @@ struct AttnExtras {
     sinks: bool,
     /// Values are the first `hdv` values of the K heads (MLA); the V caches go unused.
     v_in_k: bool,
+    /// The caches' format.
+    kv: KvType,
 }
 
 /// KV store and attention (GQA, prefill with a window and with an earlier prefix, decode) on
@@ -649,7 +651,12 @@ fn attention_suite<B: Backend>(
     let sinks = x.sinks.then(|| be.load_weight(file, "sinks").unwrap());
     // Two sequences: (K cache, V cache) each.
     let mut caches: Vec<(B::Kv, B::Kv)> = (0..2)
-        .map(|_| (be.alloc_kv(n_ctx * k_dim).unwrap(), be.alloc_kv(n_ctx * v_dim).unwrap()))
+        .map(|_| {
+            (
+                be.alloc_kv(n_ctx * k_dim, x.kv).unwrap(),
+                be.alloc_kv(n_ctx * v_dim, x.kv).unwrap(),
+            )
+        })
         .collect();
     let mut res = Vec::new();
     // Per step, each sequence's (rows, pos0, window): prefills from 0, prefills after them,
@@ -712,6 +719,28 @@ fn attention_suite<B: Backend>(
 /// of different widths, values inside the keys (MLA's latent), soft-capping and sinks.
 #[test]
 fn attention_matches_cpu() {
+    attention_webgpu_vs_cpu(
+        KvType::F16,
+        &[(20, 20), (64, 64), (256, 256), (48, 24), (576, 512)],
+        (20, 20),
+    );
+}
+
+/// The same over q8_0 caches (quantized by each backend's own store, read block by block),
+/// for heads of whole blocks.
+#[test]
+fn q8_0_attention_matches_cpu() {
+    attention_webgpu_vs_cpu(
+        KvType::Q8_0,
+        &[(32, 32), (64, 64), (256, 256), (64, 32), (576, 512)],
+        (32, 32),
+    );
+}
+
+/// Attention on WebGPU against the CPU backend with caches of format `kv`: heads of the
+/// widths `plain`, MLA's latent (values inside the keys), soft-capping and sinks (`small`: a
+/// head width to try the two together on).
+fn attention_webgpu_vs_cpu(kv: KvType, plain_widths: &[(usize, usize)], small: (usize, usize)) {
     let Some(g) = gpu() else { return };
     let cpu = CpuBackend::new(2).expect("cpu");
     let file = vectors_file(&mut Rng(5), 97, 8);
@@ -729,41 +758,30 @@ fn attention_matches_cpu() {
         softcap: None,
         sinks: false,
         v_in_k: false,
+        kv,
     };
     let latent = AttnExtras { v_in_k: true, ..plain };
-    let cases = [
-        ((20, 20), plain),
-        ((64, 64), plain),
-        ((256, 256), plain),
-        ((48, 24), plain),
-        ((576, 512), plain),
+    let mut cases: Vec<_> = plain_widths.iter().map(|&hd| (hd, plain)).collect();
+    cases.extend([
         ((160, 128), latent),
         ((576, 512), latent),
         (
             (64, 64),
             AttnExtras {
                 softcap: Some(1.5),
-                sinks: false,
-                v_in_k: false,
+                ..plain
             },
         ),
+        ((64, 32), AttnExtras { sinks: true, ..plain }),
         (
-            (64, 32),
-            AttnExtras {
-                softcap: None,
-                sinks: true,
-                v_in_k: false,
-            },
-        ),
-        (
-            (20, 20),
+            small,
             AttnExtras {
                 softcap: Some(30.0),
                 sinks: true,
-                v_in_k: false,
+                ..plain
             },
         ),
-    ];
+    ]);
     for (hd, x) in cases {
         let want = attention_suite(&cpu, &file, 3, hd, x);
         for (how, be) in &variants {
@@ -782,6 +800,130 @@ fn attention_matches_cpu() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A q8_0 cache against the f16 one, on the CPU backend and on WebGPU: the same attention
+/// within the noise Q8_0 adds. Its bound: rounding to a step `d = max|x| / 127` leaves an error
+/// uniform in ±d/2, so a block's values carry a relative noise power of
+/// `(max|x| / rms(x))² / (12 · 127²)`, 1.5e-5 for the suite's uniform values (max/rms √3)
+/// and about 5e-5 for a block of Gaussian ones (max/rms about 2.5). V's noise reaches the output
+/// at that level (an average of noisy values, relative to an average of values), and the noise
+/// of q and K moves each logit by about `scale · Σ q·k` noise, which reweights V by the same
+/// relative amount: NMSE of a few 1e-5 in all. The bound, 2e-4, is 3 times the measured worst
+/// case (6.5e-5, printed) while the f16 cache's own noise is about 1e-7, so a broken block
+/// read (a wrong scale, a misplaced head: NMSE of order 1) fails it.
+#[test]
+fn q8_0_attention_is_f16_attention_within_quantization() {
+    const NMSE_Q8_0: f64 = 2e-4;
+    let cpu = CpuBackend::new(2).expect("cpu");
+    let file = vectors_file(&mut Rng(5), 97, 8);
+    let plain = AttnExtras {
+        softcap: None,
+        sinks: false,
+        v_in_k: false,
+        kv: KvType::F16,
+    };
+    let cases = [
+        ((64, 64), plain),
+        ((128, 128), plain),
+        ((256, 256), AttnExtras { sinks: true, ..plain }),
+        (
+            (64, 32),
+            AttnExtras {
+                softcap: Some(5.0),
+                ..plain
+            },
+        ),
+        ((576, 512), AttnExtras { v_in_k: true, ..plain }),
+    ];
+    let gpu = gpu();
+    let mut worst = 0f64;
+    let mut failures = Vec::new();
+    for (hd, x) in cases {
+        let q8 = AttnExtras { kv: KvType::Q8_0, ..x };
+        let f16 = attention_suite(&cpu, &file, 7, hd, x);
+        let mut runs = vec![("cpu", attention_suite(&cpu, &file, 7, hd, q8))];
+        if let Some(g) = &gpu {
+            runs.push(("webgpu", attention_suite(g, &file, 7, hd, q8)));
+        }
+        for (be, q8_out) in &runs {
+            for ((name, a), (_, b)) in q8_out.iter().zip(&f16) {
+                let e = nmse(a, &widen(b));
+                println!("[ops] {name} on {be}: NMSE q8_0 cache vs f16 cache {e:.1e}");
+                worst = worst.max(e);
+                if e.is_nan() || e > NMSE_Q8_0 || e == 0.0 {
+                    failures.push(format!("{name} on {be}: NMSE {e:.2e} (bound {NMSE_Q8_0:e})"));
+                }
+            }
+        }
+    }
+    println!("[ops] worst NMSE q8_0 vs f16 cache: {worst:.2e} (bound {NMSE_Q8_0:e})");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A q8_0 cache refuses what is not whole blocks, and caches of two formats, on every backend
+/// (the model checks first and names `--cache-type`, so these are the backends' own guards).
+#[test]
+fn q8_0_cache_shapes_are_errors() {
+    fn check<B: Backend>(be: &B) {
+        let q8 = KvType::Q8_0;
+        let Err(err) = be.alloc_kv(40, q8) else {
+            panic!("40 values allocated as q8_0 blocks")
+        };
+        let err = err.to_string();
+        assert!(err.contains("40") && err.contains("q8_0"), "{err}");
+        let mut kc = be.alloc_kv(4 * 96, q8).unwrap();
+        let src = be.alloc(2 * 48).unwrap();
+        let err = be.kv_store(&mut kc, &src, 0, 48, &[0, 1]).unwrap_err().to_string();
+        assert!(err.contains("48"), "{err}");
+        // Heads of 48 in rows of 96: whole blocks per row, not per head.
+        let p = AttnParams {
+            rows: 1,
+            pos0: 0,
+            n_head: 2,
+            n_head_kv: 2,
+            head_dim_k: 48,
+            head_dim_v: 48,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+            v_in_k: false,
+        };
+        let vc = be.alloc_kv(4 * 96, q8).unwrap();
+        let (q, mut out) = (be.alloc(96).unwrap(), be.alloc(96).unwrap());
+        let seq = [SeqAttn {
+            row0: 0,
+            p,
+            k_cache: &kc,
+            v_cache: &vc,
+        }];
+        let err = be.attention(&q, &seq, None, &mut out).unwrap_err().to_string();
+        assert!(err.contains("48") && err.contains("q8_0"), "{err}");
+        // A q8_0 K cache with an f16 V cache.
+        let p = AttnParams {
+            n_head_kv: 1,
+            head_dim_k: 64,
+            head_dim_v: 64,
+            ..p
+        };
+        let (kc, vc) = (
+            be.alloc_kv(4 * 64, q8).unwrap(),
+            be.alloc_kv(4 * 64, KvType::F16).unwrap(),
+        );
+        let (q, mut out) = (be.alloc(128).unwrap(), be.alloc(128).unwrap());
+        let seq = [SeqAttn {
+            row0: 0,
+            p,
+            k_cache: &kc,
+            v_cache: &vc,
+        }];
+        let err = be.attention(&q, &seq, None, &mut out).unwrap_err().to_string();
+        assert!(err.contains("f16") && err.contains("q8_0"), "{err}");
+    }
+    check(&CpuBackend::new(1).expect("cpu"));
+    if let Some(g) = gpu() {
+        check(&g);
+    }
 }
 
 /// Rope against an independent f64 evaluation of its angles (ggml's formulas: YaRN's ramp
@@ -895,8 +1037,8 @@ fn bad_shapes_are_errors() {
     // Positions past the cache, a head wider than any kernel, frequency factors without
     // llama3 scaling: errors on both backends.
     let cpu = CpuBackend::new(1).expect("cpu");
-    let mut kc_g = g.alloc_kv(4 * 8).unwrap();
-    let mut kc_c = cpu.alloc_kv(4 * 8).unwrap();
+    let mut kc_g = g.alloc_kv(4 * 8, KvType::F16).unwrap();
+    let mut kc_c = cpu.alloc_kv(4 * 8, KvType::F16).unwrap();
     assert!(g.kv_store(&mut kc_g, &g.alloc(8).unwrap(), 0, 8, &[4]).is_err());
     assert!(cpu.kv_store(&mut kc_c, &cpu.alloc(8).unwrap(), 0, 8, &[4]).is_err());
     let wide = AttnParams {
@@ -911,7 +1053,10 @@ fn bad_shapes_are_errors() {
         softcap: None,
         v_in_k: false,
     };
-    let (kc, vc) = (cpu.alloc_kv(600).unwrap(), cpu.alloc_kv(600).unwrap());
+    let (kc, vc) = (
+        cpu.alloc_kv(600, KvType::F16).unwrap(),
+        cpu.alloc_kv(600, KvType::F16).unwrap(),
+    );
     let seq = [SeqAttn {
         row0: 0,
         p: wide,

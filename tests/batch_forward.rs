@@ -14,7 +14,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use tinyllm::backend::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use tinyllm::backend::{
-    Backend, BackendError, Conv, DeltaNet, Form, MatId, MaybeSend, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+    Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, MaybeSend, Readback, Rope, Route, SeqAttn, SeqRows,
+    Strided,
 };
 use tinyllm::engine::{forward_batch, BatchItem, EngineError, Session, SessionConfig};
 use tinyllm::gguf::{GgufFile, TensorView};
@@ -37,6 +38,7 @@ fn session<B: Backend>(model: &Arc<Model<B>>) -> Session<B> {
             n_ctx: 256,
             n_batch: 64,
             n_logit_rows: 4,
+            ..SessionConfig::default()
         },
     )
     .expect("session")
@@ -241,8 +243,8 @@ impl Backend for OneAtATime {
     fn alloc(&self, len: usize) -> Result<CpuBuffer, BackendError> {
         self.0.alloc(len)
     }
-    fn alloc_kv(&self, len: usize) -> Result<CpuKv, BackendError> {
-        self.0.alloc_kv(len)
+    fn alloc_kv(&self, len: usize, ty: KvType) -> Result<CpuKv, BackendError> {
+        self.0.alloc_kv(len, ty)
     }
     fn write(&self, dst: &mut CpuBuffer, src: &[f32]) -> Result<(), BackendError> {
         self.0.write(dst, src)

@@ -13,10 +13,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::generation::{
-    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on, quantile, session, softmax,
-    teacher_forced, Case, Spread,
+    argmax, fixture_clear_gap, greedy_miss, kv_tolerance, load_cases, load_on, quantile, session, session_with,
+    softmax, teacher_forced, Case, Spread,
 };
 use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::KvType;
 use tinyllm::engine::{EngineError, Session, SessionConfig};
 use tinyllm::gguf::GgufFile;
 use tinyllm::model::Model;
@@ -105,30 +106,44 @@ fn report(file: &str, st: &Stats) {
 
 /// Teacher forcing for every quant of one fixture architecture.
 fn check_fixture_arch(arch: &str, quants: &[&str]) {
+    check_fixture_arch_with(arch, quants, KvType::F16);
+}
+
+/// [`check_fixture_arch`] with a KV cache of format `cache`, against llama.cpp's goldens (its
+/// f16 cache) and, where `scripts/kv-cache-goldens.py` wrote one, against its run with the
+/// same cache format (`<file>.kv_<cache>.golden.jsonl`), by [`kv_tolerance`].
+fn check_fixture_arch_with(arch: &str, quants: &[&str], cache: KvType) {
     let mut failed = Vec::new();
     for q in quants {
         let file = format!("{arch}.{q}");
         let dir = common::golden("fixtures");
         let model = load_model(&dir.join(format!("{file}.gguf")), 0);
-        let mut sess = session(&model, 512);
-        let mut st = Stats::default();
-        for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
-            let tol = fixture_tolerance(arch, q);
-            // Free-running greedy: the same tokens up to the first near-tie.
-            st.failures.extend(greedy_miss(&mut sess, &case, tol));
-            let logits = teacher_forced(&mut sess, &case);
-            compare(
-                &case,
-                &logits,
-                &Rule {
-                    tol,
-                    clear_gap: fixture_clear_gap(arch, q),
-                },
-                &mut st,
-            );
+        let mut sess = session_with(&model, 512, cache);
+        let rule = Rule {
+            tol: kv_tolerance(arch, q, cache),
+            clear_gap: fixture_clear_gap(arch, q),
+        };
+        let mut goldens = vec![(String::new(), dir.join(format!("{file}.golden.jsonl")))];
+        let same_cache = dir.join(format!("{file}.kv_{cache}.golden.jsonl"));
+        if cache != KvType::F16 && same_cache.is_file() {
+            goldens.push((format!(" vs llama.cpp's {cache} cache"), same_cache));
         }
-        report(&file, &st);
-        failed.extend(st.failures.iter().map(|f| format!("{file}: {f}")));
+        for (label, golden) in goldens {
+            let mut st = Stats::default();
+            for case in load_cases(&golden) {
+                // Free-running greedy: the same tokens up to the first near-tie.
+                st.failures.extend(greedy_miss(&mut sess, &case, rule.tol));
+                let logits = teacher_forced(&mut sess, &case);
+                compare(&case, &logits, &rule, &mut st);
+            }
+            let name = if cache == KvType::F16 {
+                file.clone()
+            } else {
+                format!("{file} {cache} cache{label}")
+            };
+            report(&name, &st);
+            failed.extend(st.failures.iter().map(|f| format!("{name}: {f}")));
+        }
     }
     assert!(failed.is_empty(), "{} mismatches:\n{}", failed.len(), failed.join("\n"));
 }
@@ -151,6 +166,35 @@ fn qwen3_fixtures_match_llama_cpp() {
 #[test]
 fn gemma3_fixtures_match_llama_cpp() {
     check_fixture_arch("gemma3", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+/// `--cache-type q8_0`: the fixtures with a Q8_0 KV cache, within the quantized tolerance
+/// ([`kv_tolerance`]) of llama.cpp's goldens and of its own q8_0-cache run.
+#[test]
+fn llama_fixtures_with_q8_0_cache_match_llama_cpp() {
+    check_fixture_arch_with("llama", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+}
+
+#[test]
+fn qwen2_fixtures_with_q8_0_cache_match_llama_cpp() {
+    check_fixture_arch_with("qwen2", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+}
+
+#[test]
+fn qwen3_fixtures_with_q8_0_cache_match_llama_cpp() {
+    check_fixture_arch_with("qwen3", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+}
+
+#[test]
+fn gemma3_fixtures_with_q8_0_cache_match_llama_cpp() {
+    check_fixture_arch_with("gemma3", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+}
+
+/// MLA's latent cache (576-wide rows in real models, 160 here: whole blocks) in Q8_0, values
+/// read from the first blocks of the keys.
+#[test]
+fn deepseek2_fixtures_with_q8_0_cache_match_llama_cpp() {
+    check_fixture_arch_with("deepseek2", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
 }
 
 #[test]
@@ -261,29 +305,36 @@ fn gemma3_270m_within_llama_cpp_spread() {
     check_real_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m");
 }
 
-/// Results must not depend on the thread count or on how the prompt is chunked.
+/// Results must not depend on the thread count or on how the prompt is chunked, with either
+/// KV cache.
 #[test]
 fn logits_do_not_depend_on_threads_or_chunking() {
     let path = common::golden("fixtures/gemma3.Q4_K_M.gguf");
     let case = &load_cases(&common::golden("fixtures/gemma3.Q4_K_M.golden.jsonl"))[1];
     let one = load_model(&path, 1);
     let three = load_model(&path, 3);
-    let run = |m: &Arc<Model<CpuBackend>>, n_batch: usize| {
-        let mut s = Session::new(
-            Arc::clone(m),
-            SessionConfig {
-                n_ctx: 512,
-                n_batch,
-                n_logit_rows: 5,
-            },
-        )
-        .unwrap();
-        s.forward_all(&case.prompt).unwrap()
-    };
-    let reference = run(&one, 512);
-    assert_eq!(reference.len(), case.prompt.len() * one.info().n_vocab);
-    assert!(reference == run(&three, 512), "3 threads differ from 1");
-    assert!(reference == run(&three, 7), "chunks of 7 differ from one chunk");
+    for (cache_type, _) in KvType::ALL {
+        let run = |m: &Arc<Model<CpuBackend>>, n_batch: usize| {
+            let mut s = Session::new(
+                Arc::clone(m),
+                SessionConfig {
+                    n_ctx: 512,
+                    n_batch,
+                    n_logit_rows: 5,
+                    cache_type,
+                },
+            )
+            .unwrap();
+            s.forward_all(&case.prompt).unwrap()
+        };
+        let reference = run(&one, 512);
+        assert_eq!(reference.len(), case.prompt.len() * one.info().n_vocab);
+        assert!(reference == run(&three, 512), "{cache_type}: 3 threads differ from 1");
+        assert!(
+            reference == run(&three, 7),
+            "{cache_type}: chunks of 7 differ from one chunk"
+        );
+    }
 }
 
 /// Prefix reuse computes only the new part and gives the same logits as a fresh run.
@@ -526,6 +577,14 @@ fn hyper_parameters_are_read_and_validated() {
         "{err}"
     );
 
+    // A q8_0 cache needs heads of whole blocks of 32 (these have 8 values): a clear error
+    // naming the cache type, no fallback.
+    let err = model.new_state(8, KvType::Q8_0).unwrap_err();
+    assert!(matches!(err, ModelError::CacheType { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("q8_0") && msg.contains("heads of 8 values"), "{msg}");
+    assert!(model.new_state(8, KvType::F16).is_ok());
+
     // V heads wider or narrower than K heads are a model llama can run.
     let mut w = tiny_writer("llama", 2, 16);
     w.kv_u32("llama.attention.value_length", 4);
@@ -577,10 +636,18 @@ fn greedy_check_catches_a_wrong_token() {
 fn mla_cache_holds_the_latent_only() {
     use tinyllm::model::KvCache;
     let model = load_model(&common::golden("fixtures/deepseek2.Q8_0.gguf"), 1);
-    let state = model.new_state(64).unwrap();
+    let state = model.new_state(64, tinyllm::backend::KvType::F16).unwrap();
     let kv = state.get::<KvCache<CpuBackend>>().expect("a positional cache");
     let per_layer = 128 + 32;
     assert_eq!(kv.values_per_token(), 2 * per_layer);
+    assert_eq!(kv.bytes_per_token(), 2 * 2 * per_layer);
+    // The same latent in Q8_0 blocks: 34 bytes per 32 values.
+    let q8 = model.new_state(64, KvType::Q8_0).unwrap();
+    let q8 = q8.get::<KvCache<CpuBackend>>().expect("a positional cache");
+    assert_eq!(
+        (q8.kv_type(), q8.bytes_per_token()),
+        (KvType::Q8_0, 2 * per_layer / 32 * 34)
+    );
     println!(
         "[mla] deepseek2 fixture: {} f16 values = {} bytes per token (full K+V heads would be {})",
         kv.values_per_token(),

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use tinyllm::backend::cpu::CpuBackend;
-use tinyllm::backend::Backend;
+use tinyllm::backend::{Backend, KvType};
 use tinyllm::engine::{generate, Flow, Generation, Prepared, Session, SessionConfig, Settings};
 use tinyllm::gguf::GgufFile;
 use tinyllm::model::hparams::Common;
@@ -134,7 +134,7 @@ impl Family<CpuBackend> for Echo {
         }
     }
 
-    fn new_state(&self, _be: &CpuBackend, n_ctx: usize) -> Result<SeqState<CpuBackend>, ModelError> {
+    fn new_state(&self, _be: &CpuBackend, n_ctx: usize, _cache: KvType) -> Result<SeqState<CpuBackend>, ModelError> {
         Ok(SeqState::new(Folded {
             n_ctx,
             folded: Vec::new(),
@@ -217,6 +217,7 @@ fn session(model: &Arc<Model<CpuBackend>>) -> Session<CpuBackend> {
             n_ctx: 64,
             n_batch: 3,
             n_logit_rows: 4,
+            ..SessionConfig::default()
         },
     )
     .unwrap()
@@ -265,7 +266,7 @@ fn a_shared_prefix_resumes_from_the_latest_checkpoint_before_it() {
 #[test]
 fn rewinding_between_checkpoints_is_refused() {
     let model = echo_model();
-    let mut st = model.new_state(64).unwrap();
+    let mut st = model.new_state(64, KvType::F16).unwrap();
     let mut s = session(&model);
     s.prefill(&[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
     // The session's own state: checkpoint at 6? Passes end at 3, 6, 8: only 8 is a multiple.
@@ -307,6 +308,7 @@ fn generation_counts_the_checkpoint_as_cached() {
             n_ctx: 64,
             n_batch: 4,
             n_logit_rows: 4,
+            ..SessionConfig::default()
         },
     )
     .unwrap();

@@ -14,12 +14,12 @@ mod common;
 
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::webgpu::{WebGpuBackend, WebGpuOptions};
-use tinyllm::backend::Backend;
+use tinyllm::backend::{Backend, KvType};
 use tinyllm::engine::Session;
 
 use common::generation::{
-    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on as load, session, softmax,
-    teacher_forced, Case, Spread, REAL_TOL,
+    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on as load, session, session_with,
+    softmax, teacher_forced, with_cache, Case, Spread, REAL_TOL,
 };
 
 fn gpu() -> Option<WebGpuBackend> {
@@ -106,14 +106,25 @@ fn check_fixtures(arch: &str, quants: &[&str]) {
 }
 
 fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
+    check_fixtures_with(g, arch, quants, KvType::F16);
+}
+
+/// [`check_fixtures_on`] with a KV cache of format `cache`, its tolerance widened by the
+/// cache's share (`common::generation::with_cache`).
+fn check_fixtures_with(g: WebGpuBackend, arch: &str, quants: &[&str], cache: KvType) {
     let mut failed = Vec::new();
     for q in quants {
         let file = format!("{arch}.{q}");
         let dir = common::golden("fixtures");
         let model = load(g.clone(), &dir.join(format!("{file}.gguf")));
-        let mut sess = session(&model, 512);
+        let mut sess = session_with(&model, 512, cache);
         let mut st = Stats::default();
-        let (tol, gap) = (gpu_tolerance(arch, q), fixture_clear_gap(arch, q));
+        let (tol, gap) = (with_cache(gpu_tolerance(arch, q), cache), fixture_clear_gap(arch, q));
+        let name = if cache == KvType::F16 {
+            file.clone()
+        } else {
+            format!("{file} {cache} cache")
+        };
         for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
             let logits = teacher_forced(&mut sess, &case);
             compare(&case, &logits, tol, false, gap, &mut st);
@@ -121,7 +132,7 @@ fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
             st.argmax_failures.extend(greedy_miss(&mut sess, &case, gap));
         }
         println!(
-            "[webgpu golden] {file}: {} steps, max|dp| top10 {:.2e}, top1 {:.2e}, argmax checked {}, {} beyond {tol}, {} argmax failures",
+            "[webgpu golden] {name}: {} steps, max|dp| top10 {:.2e}, top1 {:.2e}, argmax checked {}, {} beyond {tol:.3}, {} argmax failures",
             st.steps,
             st.max_top10,
             st.max_top1,
@@ -129,8 +140,8 @@ fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
             st.beyond.len(),
             st.argmax_failures.len()
         );
-        failed.extend(st.beyond.iter().map(|(_, m)| format!("{file}: {m}")));
-        failed.extend(st.argmax_failures.iter().map(|m| format!("{file}: {m}")));
+        failed.extend(st.beyond.iter().map(|(_, m)| format!("{name}: {m}")));
+        failed.extend(st.argmax_failures.iter().map(|m| format!("{name}: {m}")));
     }
     assert!(failed.is_empty(), "{} mismatches:\n{}", failed.len(), failed.join("\n"));
 }
@@ -153,6 +164,16 @@ fn qwen3_fixtures_match_llama_cpp_on_webgpu() {
 #[test]
 fn gemma3_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures("gemma3", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+/// `--cache-type q8_0` on WebGPU: the cache quantized by kv_store_q8_0.wgsl and read block by
+/// block by attention (kv_q8_0.wgsl), within the quantized tolerance of llama.cpp's goldens.
+#[test]
+fn fixtures_with_q8_0_cache_match_llama_cpp_on_webgpu() {
+    let Some(g) = gpu() else { return };
+    for arch in ["llama", "qwen2", "qwen3", "gemma3", "deepseek2"] {
+        check_fixtures_with(g.clone(), arch, &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+    }
 }
 
 #[test]

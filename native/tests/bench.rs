@@ -82,6 +82,45 @@ fn json_report_has_one_sane_row_per_prompt_length() {
     }
 }
 
+/// `--cache-type f16,q8_0`: each prompt length measured with both KV caches, the rows side by
+/// side, each with the cache's bytes per token. The fixture (llama: 2 layers, K and V rows of
+/// 2 heads of 64) keeps 2 · 2 · 128 values per token: 1024 bytes in f16, 544 in Q8_0 blocks
+/// (34 bytes per 32 values).
+#[test]
+fn cache_types_are_measured_side_by_side() {
+    let j = bench_json(&[
+        "--prompt-tokens",
+        "8,40",
+        "--decode-tokens",
+        "3",
+        "--cache-type",
+        "f16,q8_0",
+    ]);
+    assert_eq!(j["cache_types"], serde_json::json!(["f16", "q8_0"]));
+    let rows = j["results"].as_array().expect("results array");
+    let got: Vec<(u64, &str, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["prompt_tokens"].as_u64().unwrap(),
+                r["cache_type"].as_str().unwrap(),
+                r["kv_bytes_per_token"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(8, "f16", 1024), (8, "q8_0", 544), (40, "f16", 1024), (40, "q8_0", 544)]
+    );
+    for r in rows {
+        assert!(num(r, "decode_tok_s") > 0.0, "{r}");
+    }
+    // The default is the f16 cache alone.
+    let j = bench_json(&["--prompt-tokens", "8", "--decode-tokens", "2"]);
+    assert_eq!(j["results"][0]["cache_type"], "f16");
+    assert_eq!(j["results"].as_array().unwrap().len(), 1);
+}
+
 #[test]
 fn text_mode_prints_a_table() {
     let model = fixture();
@@ -116,6 +155,7 @@ fn bad_flags_exit_2_with_a_message() {
         // Longer than the model's trained context (2048).
         (&["--prompt-tokens", "4000", "--ctx", "0"], "context"),
         (&["--threads", "0"], "--threads"),
+        (&["--cache-type", "q4_0"], "--cache-type"),
     ];
     for (extra, needle) in cases {
         let mut args = vec!["bench", "-m", &model];

@@ -35,7 +35,7 @@ fn comparable_prefix(row: &Value, tol: f64) -> usize {
 /// Free-running greedy `run --prompt-ids ... --json` against llama.cpp's tokens. Returns how
 /// many prompts match up to the first near-tie (the golden README's rule), how many match in
 /// full, and the number of prompts.
-fn check_greedy(model: &str, rows: &[Value], tol: f64) -> (usize, usize, usize) {
+fn check_greedy(model: &str, rows: &[Value], tol: f64, extra: &[&str]) -> (usize, usize, usize) {
     let (mut matched, mut full) = (0, 0);
     for row in rows {
         let want: Vec<u64> = row["tokens"]
@@ -46,7 +46,7 @@ fn check_greedy(model: &str, rows: &[Value], tol: f64) -> (usize, usize, usize) 
             .collect();
         let n = want.len().to_string();
         let prompt = ids_arg(&row["prompt_ids"]);
-        let out = ok_stdout(&[
+        let mut args = vec![
             "run",
             "-m",
             model,
@@ -57,7 +57,9 @@ fn check_greedy(model: &str, rows: &[Value], tol: f64) -> (usize, usize, usize) 
             "--temperature",
             "0",
             "--json",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let out = ok_stdout(&args);
         let j: Value = serde_json::from_str(&out).unwrap();
         let got: Vec<u64> = j["tokens"]
             .as_array()
@@ -84,7 +86,23 @@ fn greedy_run_matches_llama_cpp_on_fixtures() {
     for file in ["llama.F16", "llama.Q8_0", "qwen2.Q8_0", "qwen3.Q4_K_M", "gemma3.F16"] {
         let model = golden(&format!("fixtures/{file}.gguf"));
         let rows = jsonl(&format!("fixtures/{file}.golden.jsonl"));
-        let (ok, _, total) = check_greedy(model.to_str().unwrap(), &rows, 0.01);
+        let (ok, _, total) = check_greedy(model.to_str().unwrap(), &rows, 0.01, &[]);
+        assert_eq!(
+            ok, total,
+            "{file}: {ok}/{total} prompts reproduce llama.cpp's greedy tokens"
+        );
+    }
+}
+
+/// `--cache-type q8_0` reaches the engine: greedy tokens of llama.cpp's f16-cache goldens up to
+/// the first step nearer than the quantized tolerance (5.5e-2, Q8_0 weights with a q8_0 cache:
+/// `kv_tolerance` in tests/common/generation.rs).
+#[test]
+fn greedy_run_with_q8_0_cache_matches_llama_cpp_on_fixtures() {
+    for file in ["llama.F16", "qwen3.F16", "gemma3.Q8_0"] {
+        let model = golden(&format!("fixtures/{file}.gguf"));
+        let rows = jsonl(&format!("fixtures/{file}.golden.jsonl"));
+        let (ok, _, total) = check_greedy(model.to_str().unwrap(), &rows, 0.055, &["--cache-type", "q8_0"]);
         assert_eq!(
             ok, total,
             "{file}: {ok}/{total} prompts reproduce llama.cpp's greedy tokens"
@@ -307,6 +325,13 @@ fn bad_run_input_exits_2() {
     assert!(e.contains("--threads"), "{e}");
     let e = input_error(&["run", "-m", m, "--raw", "hi", "--backend", "vulkan"]);
     assert!(e.contains("vulkan") && e.contains("cpu"), "{e}");
+    let e = input_error(&["run", "-m", m, "--raw", "hi", "--cache-type", "q4_0"]);
+    assert!(
+        e.contains("--cache-type") && e.contains("q4_0") && e.contains("f16") && e.contains("q8_0"),
+        "{e}"
+    );
+    let e = input_error(&["run", "-m", m, "--raw", "hi", "--cache-type", "f16,q8_0"]);
+    assert!(e.contains("--cache-type"), "{e}");
     let e = input_error(&["run", "-m", "/nonexistent/x.gguf", "hi"]);
     assert!(e.contains("/nonexistent/x.gguf"), "{e}");
 
@@ -335,7 +360,7 @@ fn greedy_run_matches_llama_cpp_on_real_models() {
         // 0.1 is the golden README's tolerance for the real Q4_K_M models: llama.cpp's own
         // flash-attention on/off runs disagree by up to 0.16 and flip greedy tokens at gaps
         // below it (gemma `code_py_200` even at a gap of 0.14).
-        let (ok, full, total) = check_greedy(path.to_str().unwrap(), &rows, 0.1);
+        let (ok, full, total) = check_greedy(path.to_str().unwrap(), &rows, 0.1, &[]);
         eprintln!("{golden_name}: {ok}/{total} prompts reproduce llama.cpp's greedy tokens up to the first near-tie, {full}/{total} in full");
         assert!(
             ok + 1 >= total,

@@ -14,7 +14,9 @@ use super::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use super::readback::MaybeSend;
 #[cfg(tinyllm_webgpu)]
 use super::webgpu::{WebGpuBackend, WebGpuBuffer, WebGpuKv, WebGpuWeight};
-use super::{Backend, BackendError, Conv, DeltaNet, Form, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided};
+use super::{
+    Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+};
 use crate::gguf::{GgufFile, TensorView};
 use crate::sample::Candidates;
 
@@ -213,8 +215,8 @@ impl Backend for AnyBackend {
         forward!("alloc", self, wrap AnyBuffer, |b| b.alloc(len))
     }
 
-    fn alloc_kv(&self, len: usize) -> Result<AnyKv, BackendError> {
-        forward!("alloc_kv", self, wrap AnyKv, |b| b.alloc_kv(len))
+    fn alloc_kv(&self, len: usize, ty: KvType) -> Result<AnyKv, BackendError> {
+        forward!("alloc_kv", self, wrap AnyKv, |b| b.alloc_kv(len, ty))
     }
 
     fn write(&self, dst: &mut AnyBuffer, src: &[f32]) -> Result<(), BackendError> {

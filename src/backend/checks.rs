@@ -4,7 +4,7 @@
 
 use super::attn::SeqAttn;
 use super::rope::Rope;
-use super::BackendError;
+use super::{BackendError, KvType};
 use crate::gguf::{TensorInfo, TensorView};
 use crate::quant::GgmlType;
 
@@ -108,7 +108,22 @@ pub fn rope(
 
 /// `kv_store` of `positions.len()` rows of `width` from row `row0` of `src` into the cache
 /// rows `positions`.
-pub fn kv_store(cache: usize, src: usize, row0: usize, width: usize, positions: &[u32]) -> Result<(), BackendError> {
+pub fn kv_store(
+    (cache, ty): (usize, KvType),
+    src: usize,
+    row0: usize,
+    width: usize,
+    positions: &[u32],
+) -> Result<(), BackendError> {
+    if !width.is_multiple_of(ty.block_values()) {
+        return Err(shape(
+            "kv_store",
+            format!(
+                "rows of {width} values are not whole {ty} blocks of {}",
+                ty.block_values()
+            ),
+        ));
+    }
     let rows = positions.len();
     need(
         "kv_store",
@@ -123,6 +138,17 @@ pub fn kv_store(cache: usize, src: usize, row0: usize, width: usize, positions: 
             cache,
             product("kv_store", last as usize + 1, width)?,
         )?;
+    }
+    Ok(())
+}
+
+/// KV storage of `len` values in format `ty`: whole blocks.
+pub fn alloc_kv(len: usize, ty: KvType) -> Result<(), BackendError> {
+    if !len.is_multiple_of(ty.block_values()) {
+        return Err(shape(
+            "alloc_kv",
+            format!("{len} values are not whole {ty} blocks of {}", ty.block_values()),
+        ));
     }
     Ok(())
 }
@@ -191,17 +217,27 @@ pub fn weight_matrix(
     Ok((n_in, n_out))
 }
 
-/// Check one attention call: every sequence's parameters and caches (their lengths given by
-/// `cache_len`), its rows inside `q` and `out`, and `sinks` (when given) one value per head.
+/// Check one attention call: every sequence's parameters and caches (their lengths in values
+/// and formats given by `cache`: K and V of one format, heads of whole blocks of it), its rows
+/// inside `q` and `out`, and `sinks` (when given) one value per head.
 pub fn attention<K>(
     q: usize,
     out: usize,
     seqs: &[SeqAttn<'_, K>],
-    cache_len: impl Fn(&K) -> usize,
+    cache: impl Fn(&K) -> (usize, KvType),
     sinks: Option<usize>,
 ) -> Result<(), BackendError> {
     for s in seqs {
-        s.p.check(cache_len(s.k_cache), cache_len(s.v_cache))?;
+        let ((k_len, k_ty), (v_len, v_ty)) = (cache(s.k_cache), cache(s.v_cache));
+        s.p.check(k_len, v_len)?;
+        if k_ty != v_ty {
+            return Err(shape("attention", format!("a {k_ty} K cache with a {v_ty} V cache")));
+        }
+        for (what, hd) in [("k", s.p.head_dim_k), ("v", s.p.head_dim_v)] {
+            if let Some(problem) = k_ty.head_problem(what, hd) {
+                return Err(shape("attention", problem));
+            }
+        }
         need("attention", "q", q, (s.row0 + s.p.rows) * s.p.q_dim())?;
         need("attention", "output", out, (s.row0 + s.p.rows) * s.p.out_dim())?;
         if let Some(n) = sinks {

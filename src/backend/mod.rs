@@ -11,16 +11,18 @@
 //! implement every op: nothing falls back silently to a slower generic path.
 //!
 //! Op parameters live here with the ops: [`rope`] (rope kinds and scalings), [`attn`]
-//! (attention of a batch of sequences), [`moe`] (routed experts), [`recurrent`] (the
-//! gated-delta-net layers' conv, gates, delta rule and gated norm), and [`checks`] (the argument checks every backend
-//! runs). Implementations: [`cpu`] (SIMD kernels chosen at run time beside scalar ones, a
-//! persistent thread pool) and [`webgpu`] (WGSL kernels through wgpu).
+//! (attention of a batch of sequences), [`kv`] (the KV cache formats), [`moe`] (routed
+//! experts), [`recurrent`] (the gated-delta-net layers' conv, gates, delta rule and gated
+//! norm), and [`checks`] (the argument checks every backend runs). Implementations: [`cpu`]
+//! (SIMD kernels chosen at run time beside scalar ones, a persistent thread pool) and
+//! [`webgpu`] (WGSL kernels through wgpu).
 
 pub mod any;
 pub mod attn;
 pub mod checks;
 pub mod cpu;
 pub mod gpu;
+pub mod kv;
 pub mod moe;
 pub mod readback;
 pub mod recurrent;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 
 pub use any::{AnyBackend, BackendKind};
 pub use attn::{AttnParams, SeqAttn, MAX_HEAD_DIM};
+pub use kv::KvType;
 pub use moe::{Gating, MatId, Route, Strided};
 pub use readback::{MaybeSend, Readback};
 pub use recurrent::{Conv, DeltaNet, Form, KeyHeads, SeqRows};
@@ -76,7 +79,8 @@ pub enum BackendError {
 pub trait Backend: Send + Sync + 'static {
     /// An f32 activation buffer.
     type Buffer: Send;
-    /// Storage for one layer's K (or V) cache: `n_ctx` rows of `n_head_kv` heads.
+    /// Storage for one layer's K (or V) cache: `n_ctx` rows of `n_head_kv` heads, in the
+    /// [`KvType`] it was allocated with.
     type Kv: Send;
     /// A weight tensor placed on the device.
     type Weight: Send + Sync;
@@ -102,8 +106,9 @@ pub trait Backend: Send + Sync + 'static {
     /// A zeroed buffer of `len` f32 values.
     fn alloc(&self, len: usize) -> Result<Self::Buffer, BackendError>;
 
-    /// Zeroed KV storage of `len` elements.
-    fn alloc_kv(&self, len: usize) -> Result<Self::Kv, BackendError>;
+    /// Zeroed KV storage of `len` elements in format `ty` (for a block format, `len` and every
+    /// row stored in it are whole blocks).
+    fn alloc_kv(&self, len: usize, ty: KvType) -> Result<Self::Kv, BackendError>;
 
     /// Copy `src` into the start of `dst`.
     fn write(&self, dst: &mut Self::Buffer, src: &[f32]) -> Result<(), BackendError>;
@@ -173,7 +178,7 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<(), BackendError>;
 
     /// Store rows `row0..row0 + positions.len()` of `src` (each `width` values) in `cache` at
-    /// rows `positions` (rounded to the cache's format).
+    /// rows `positions` (rounded or quantized to the cache's format).
     fn kv_store(
         &self,
         cache: &mut Self::Kv,
@@ -187,7 +192,8 @@ pub trait Backend: Send + Sync + 'static {
     /// for every sequence of a batch in one call: sequence `s` reads its query rows
     /// `s.row0..s.row0 + s.p.rows` of `q` (`n_head * head_dim_k` each), its own caches, and
     /// writes the same rows of `out` (`n_head * head_dim_v` each). `sinks` (one logit per query
-    /// head) join every softmax's denominator without weighting a value.
+    /// head) join every softmax's denominator without weighting a value. A sequence's K and V
+    /// caches share one [`KvType`]; a q8_0 cache is read block by block ([`kv`]).
     fn attention(
         &self,
         q: &Self::Buffer,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::generation::{Generation, Settings};
 use super::request::{tool_names, Prepared, Prompt};
 use super::{EngineError, Session, SessionConfig};
-use crate::backend::Backend;
+use crate::backend::{Backend, KvType};
 use crate::chat::router::{RouterConfig, ToolFormat};
 use crate::chat::tools::{forced_call_opening, ToolChoice};
 use crate::chat::{ChatTemplate, RenderRequest};
@@ -61,12 +61,19 @@ impl<B: Backend> Engine<B> {
         })
     }
 
-    /// A fresh session of `n_ctx` positions (0: the model's trained context).
+    /// A fresh session of `n_ctx` positions (0: the model's trained context) with an f16 KV
+    /// cache.
     pub fn session(&self, n_ctx: usize) -> Result<Session<B>, EngineError> {
+        self.session_with(n_ctx, KvType::F16)
+    }
+
+    /// [`Engine::session`] with a KV cache in format `cache_type`.
+    pub fn session_with(&self, n_ctx: usize, cache_type: KvType) -> Result<Session<B>, EngineError> {
         Session::new(
             Arc::clone(&self.model),
             SessionConfig {
                 n_ctx,
+                cache_type,
                 ..SessionConfig::default()
             },
         )

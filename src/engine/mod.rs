@@ -82,6 +82,7 @@ impl EngineError {
                 | Template(_)
                 | Sampler(_)
                 | Model(ModelError::Backend(BackendError::TokenOutOfRange { .. }))
+                | Model(ModelError::CacheType { .. })
         )
     }
 }

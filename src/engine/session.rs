@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::EngineError;
-use crate::backend::{Backend, Readback};
+use crate::backend::{Backend, KvType, Readback};
 use crate::model::{HeadResult, HeadWant, Model, Scratch, SeqChunk, SeqState};
 
 /// Session sizing.
@@ -23,6 +23,8 @@ pub struct SessionConfig {
     /// Most rows whose logits are computed at once (bounds the logits scratch to
     /// `n_logit_rows * n_vocab`).
     pub n_logit_rows: usize,
+    /// The KV cache's format (`--cache-type`; f16 by default).
+    pub cache_type: KvType,
 }
 
 impl Default for SessionConfig {
@@ -31,6 +33,7 @@ impl Default for SessionConfig {
             n_ctx: 4096,
             n_batch: 512,
             n_logit_rows: 32,
+            cache_type: KvType::F16,
         }
     }
 }
@@ -50,7 +53,7 @@ impl<B: Backend> Session<B> {
         let max = model.info().context_length;
         let n_ctx = if config.n_ctx == 0 { max } else { config.n_ctx.min(max) };
         let n_batch = config.n_batch.clamp(1, n_ctx.max(1));
-        let state = model.new_state(n_ctx)?;
+        let state = model.new_state(n_ctx, config.cache_type)?;
         let scratch = model.scratch(n_batch, config.n_logit_rows)?;
         Ok(Session {
             model,

@@ -10,10 +10,10 @@
 //! batched (`tests/batch_forward.rs`).
 
 use super::hparams::{Common, Heads};
-use super::state::{KvCache, SeqState};
+use super::state::{check_cache_heads, KvCache, SeqState};
 use super::tensors::Loader;
 use super::ModelError;
-use crate::backend::{AttnParams, Backend, Readback, Rope, SeqAttn};
+use crate::backend::{AttnParams, Backend, KvType, Readback, Rope, SeqAttn};
 use crate::sample::Candidates;
 
 /// One sequence's part of a pass.
@@ -119,10 +119,17 @@ impl ScratchDims {
     }
 }
 
-/// A positional KV cache for `n_layer` layers of `heads`, as a sequence state.
-pub fn kv_state<B: Backend>(be: &B, h: &Heads, n_layer: usize, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
+/// A positional KV cache in format `ty` for `n_layer` layers of `heads`, as a sequence state.
+pub fn kv_state<B: Backend>(
+    be: &B,
+    h: &Heads,
+    n_layer: usize,
+    n_ctx: usize,
+    ty: KvType,
+) -> Result<SeqState<B>, ModelError> {
+    check_cache_heads(ty, h.head_dim_k, h.head_dim_v)?;
     let widths = vec![(h.k_dim(), h.v_dim()); n_layer];
-    Ok(SeqState::new(KvCache::new(be, &widths, n_ctx)?))
+    Ok(SeqState::new(KvCache::new(be, &widths, n_ctx, ty)?))
 }
 
 /// Activation scratch of a forward pass, sized for passes of up to `rows` tokens.

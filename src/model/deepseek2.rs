@@ -15,10 +15,10 @@ use super::blocks::{self, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scrat
 use super::hparams::{self, bad, Common, Keys};
 use super::mla::{self, MlaDims, MlaLayer, MlaWeights};
 use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
-use super::state::{KvCache, SeqState};
+use super::state::{check_cache_heads, KvCache, SeqState};
 use super::tensors::Loader;
 use super::{Architecture, Family, ModelError, ModelInfo};
-use crate::backend::{Backend, Gating, Rope, RopeKind, RopeScaling};
+use crate::backend::{Backend, Gating, KvType, Rope, RopeKind, RopeScaling};
 use crate::gguf::GgufFile;
 
 /// The deepseek2 family's hyper-parameters.
@@ -174,10 +174,12 @@ impl<B: Backend> Family<B> for Deepseek2<B> {
         }
     }
 
-    fn new_state(&self, be: &B, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
-        // One latent row per token and layer: keys and values both read from it.
+    fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {
+        // One latent row per token and layer: keys and values both read from it (a value head
+        // is its first kv_lora values).
+        check_cache_heads(cache, self.hp.mla.k_width(), self.hp.mla.kv_lora)?;
         let widths = vec![(self.hp.mla.k_width(), 0); self.hp.common.n_layer];
-        Ok(SeqState::new(KvCache::new(be, &widths, n_ctx)?))
+        Ok(SeqState::new(KvCache::new(be, &widths, n_ctx, cache)?))
     }
 
     fn layers(&self, be: &B, batch: &mut Batch<'_, '_, B>, s: &mut Scratch<B>) -> Result<(), ModelError> {

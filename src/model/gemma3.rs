@@ -14,7 +14,7 @@ use super::hparams::{self, Common, Heads, Keys};
 use super::state::SeqState;
 use super::tensors::Loader;
 use super::{Architecture, Family, ModelError, ModelInfo};
-use crate::backend::{Backend, Rope, RopeKind};
+use crate::backend::{Backend, KvType, Rope, RopeKind};
 use crate::gguf::GgufFile;
 
 /// Gemma 3's hyper-parameters.
@@ -127,8 +127,8 @@ impl<B: Backend> Family<B> for Gemma3<B> {
         ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
     }
 
-    fn new_state(&self, be: &B, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
-        blocks::kv_state(be, &self.hp.heads, self.hp.common.n_layer, n_ctx)
+    fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {
+        blocks::kv_state(be, &self.hp.heads, self.hp.common.n_layer, n_ctx, cache)
     }
 
     fn layers(&self, be: &B, batch: &mut Batch<'_, '_, B>, s: &mut Scratch<B>) -> Result<(), ModelError> {

@@ -20,7 +20,7 @@ use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
 use super::state::SeqState;
 use super::tensors::Loader;
 use super::{Architecture, Family, ModelError, ModelInfo};
-use crate::backend::{Backend, Gating, Rope, RopeKind};
+use crate::backend::{Backend, Gating, KvType, Rope, RopeKind};
 use crate::gguf::GgufFile;
 
 /// The llama family's hyper-parameters.
@@ -164,8 +164,8 @@ impl<B: Backend> Family<B> for Llama<B> {
         }
     }
 
-    fn new_state(&self, be: &B, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
-        blocks::kv_state(be, &self.hp.heads, self.hp.common.n_layer, n_ctx)
+    fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {
+        blocks::kv_state(be, &self.hp.heads, self.hp.common.n_layer, n_ctx, cache)
     }
 
     fn layers(&self, be: &B, batch: &mut Batch<'_, '_, B>, s: &mut Scratch<B>) -> Result<(), ModelError> {

@@ -31,7 +31,7 @@ pub use blocks::{Batch, HeadResult, HeadWant, OutputHead, Scratch, ScratchDims, 
 pub use state::{KvCache, SeqState, SequenceMemory};
 pub use tensors::{Loader, Placed};
 
-use crate::backend::{Backend, BackendError, Readback};
+use crate::backend::{Backend, BackendError, KvType, Readback};
 use crate::gguf::{GgufError, GgufFile};
 
 /// Errors from reading a model's configuration or running its graph.
@@ -63,6 +63,9 @@ pub enum ModelError {
     BadRewind { to: usize, held: usize, why: String },
     #[error("a sequence state of another model kind")]
     ForeignState,
+    /// The KV cache format asked for cannot hold this model's cache.
+    #[error("KV cache type {ty} cannot be used with this model: {problem}")]
+    CacheType { ty: KvType, problem: String },
 }
 
 /// What the engine and front ends need to know about a loaded model.
@@ -99,8 +102,9 @@ pub trait Family<B: Backend>: Send + Sync {
     /// The widths of its activations.
     fn scratch_dims(&self) -> ScratchDims;
 
-    /// A fresh state for a sequence of up to `n_ctx` positions.
-    fn new_state(&self, be: &B, n_ctx: usize) -> Result<SeqState<B>, ModelError>;
+    /// A fresh state for a sequence of up to `n_ctx` positions, its KV cache (if any) in format
+    /// `cache` (an error, [`ModelError::CacheType`], where the model's heads cannot have it).
+    fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError>;
 
     /// The layers of one pass: from the batch's tokens to the residual stream in `s.x`
     /// (`[rows, n_embd]`), each sequence's state updated.
@@ -168,9 +172,9 @@ impl<B: Backend> Model<B> {
         &self.backend
     }
 
-    /// A fresh state for a sequence of up to `n_ctx` positions.
-    pub fn new_state(&self, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
-        self.family.new_state(&self.backend, n_ctx)
+    /// A fresh state for a sequence of up to `n_ctx` positions, its KV cache in format `cache`.
+    pub fn new_state(&self, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {
+        self.family.new_state(&self.backend, n_ctx, cache)
     }
 
     /// Scratch for passes of up to `rows` tokens in all, the output head running `logit_rows`

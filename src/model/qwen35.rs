@@ -27,7 +27,7 @@ use super::hybrid::{HybridState, RecurrentSizes};
 use super::state::{KvCache, SeqState};
 use super::tensors::Loader;
 use super::{Architecture, Family, ModelError, ModelInfo};
-use crate::backend::{AttnParams, Backend, Conv, DeltaNet, Form, KeyHeads, Rope, RopeKind, SeqRows, Strided};
+use crate::backend::{AttnParams, Backend, Conv, DeltaNet, Form, KeyHeads, KvType, Rope, RopeKind, SeqRows, Strided};
 use crate::gguf::{GgufFile, Value};
 
 /// Prefill chunks of at least twice this many tokens take the delta rule's chunked form
@@ -493,10 +493,10 @@ impl<B: Backend> Family<B> for Qwen35<B> {
         }
     }
 
-    fn new_state(&self, be: &B, n_ctx: usize) -> Result<SeqState<B>, ModelError> {
+    fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {
         let (h, ssm) = (&self.hp.heads, &self.hp.ssm);
         let n_attn = self.hp.recurrent.iter().filter(|&&r| !r).count();
-        let kv = KvCache::new(be, &vec![(h.k_dim(), h.v_dim()); n_attn], n_ctx)?;
+        let kv = KvCache::new(be, &vec![(h.k_dim(), h.v_dim()); n_attn], n_ctx, cache)?;
         let sizes = RecurrentSizes {
             conv: ssm.conv().state_len(),
             ssm: ssm.delta(0.0).state_len(),

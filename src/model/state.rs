@@ -16,7 +16,7 @@
 use std::any::Any;
 
 use super::ModelError;
-use crate::backend::Backend;
+use crate::backend::{Backend, KvType};
 
 /// The state of one kind of model, as its family implements it.
 pub trait SequenceMemory<B: Backend>: Send + 'static {
@@ -129,12 +129,37 @@ pub struct KvCache<B: Backend> {
     n_ctx: usize,
     /// Values stored per position, all layers' K and V together.
     per_token: usize,
+    ty: KvType,
+}
+
+/// Error unless heads of `hd_k` (K) and `hd_v` (V) values fit a cache of format `ty` (a block
+/// format needs heads of whole blocks). No fallback to another format: a user who asked for
+/// q8_0 learns that this model cannot have it.
+pub fn check_cache_heads(ty: KvType, hd_k: usize, hd_v: usize) -> Result<(), ModelError> {
+    for (what, hd) in [("K", hd_k), ("V", hd_v)] {
+        if let Some(problem) = ty.head_problem(what, hd) {
+            return Err(ModelError::CacheType { ty, problem });
+        }
+    }
+    Ok(())
 }
 
 impl<B: Backend> KvCache<B> {
-    /// Storage for `n_ctx` positions of layers whose K and V rows have the widths `widths`
-    /// (`(k, v)` per layer).
-    pub fn new(backend: &B, widths: &[(usize, usize)], n_ctx: usize) -> Result<Self, ModelError> {
+    /// Storage in format `ty` for `n_ctx` positions of layers whose K and V rows have the
+    /// widths `widths` (`(k, v)` per layer; rows of whole blocks of `ty`).
+    pub fn new(backend: &B, widths: &[(usize, usize)], n_ctx: usize, ty: KvType) -> Result<Self, ModelError> {
+        if let Some(&(kw, vw)) = widths
+            .iter()
+            .find(|(kw, vw)| !kw.is_multiple_of(ty.block_values()) || !vw.is_multiple_of(ty.block_values()))
+        {
+            return Err(ModelError::CacheType {
+                ty,
+                problem: format!(
+                    "K and V rows of {kw} and {vw} values are not whole {ty} blocks of {}",
+                    ty.block_values()
+                ),
+            });
+        }
         let mut k = Vec::with_capacity(widths.len());
         let mut v = Vec::with_capacity(widths.len());
         for &(kw, vw) in widths {
@@ -144,17 +169,34 @@ impl<B: Backend> KvCache<B> {
                     problem: format!("{n_ctx} positions of {w} values overflow"),
                 })
             };
-            k.push(backend.alloc_kv(len(kw)?)?);
-            v.push(backend.alloc_kv(len(vw)?)?);
+            k.push(backend.alloc_kv(len(kw)?, ty)?);
+            v.push(backend.alloc_kv(len(vw)?, ty)?);
         }
         let per_token = widths.iter().map(|&(kw, vw)| kw + vw).sum();
-        Ok(KvCache { k, v, n_ctx, per_token })
+        Ok(KvCache {
+            k,
+            v,
+            n_ctx,
+            per_token,
+            ty,
+        })
     }
 
-    /// Values the cache stores per token, over all layers (f16 each): MLA's latent cache holds
+    /// Values the cache stores per token, over all layers: MLA's latent cache holds
     /// `kv_lora_rank + rope` per layer, a plain one `k_dim + v_dim`.
     pub fn values_per_token(&self) -> usize {
         self.per_token
+    }
+
+    /// Its format.
+    pub fn kv_type(&self) -> KvType {
+        self.ty
+    }
+
+    /// Bytes per token in its format ([`KvType::bytes`]: 2 per value for f16, 34 per 32 for
+    /// q8_0), over all layers.
+    pub fn bytes_per_token(&self) -> usize {
+        self.ty.bytes(self.per_token)
     }
 
     /// K and V of layer `il`.

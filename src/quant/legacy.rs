@@ -293,20 +293,37 @@ pub(crate) fn quantize_q8_0(src: &[f32], dst: &mut Vec<u8>) {
     quantize_q8_0_with(src, dst, id, f32::round_ties_even);
 }
 
+/// [`quantize_q8_0`] into blocks in place: `src` holds `dst.len()` whole blocks of 32 values
+/// (the rule llama.cpp's KV cache is stored with on x86, so the q8_0 KV cache uses it).
+pub fn quantize_q8_0_blocks(src: &[f32], dst: &mut [BlockQ8_0]) {
+    for (x, block) in src.chunks_exact(QK).zip(dst) {
+        *block = q8_0_block(
+            x,
+            |amax| if amax != 0.0 { 127.0 / amax } else { 0.0 },
+            f32::round_ties_even,
+        );
+    }
+}
+
 /// Q8_0 blocks with `d = amax / 127` (stored as f16), `q = round(x · id(amax))`.
 fn quantize_q8_0_with(src: &[f32], dst: &mut Vec<u8>, id: impl Fn(f32) -> f32, round: fn(f32) -> f32) {
     dst.reserve(src.len() / QK * size_of::<BlockQ8_0>());
     for x in src.chunks_exact(QK) {
-        let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let id = id(amax);
-        let mut block = BlockQ8_0 {
-            d: f16::from_f32(amax / 127.0),
-            qs: [0; QK],
-        };
-        for (q, &v) in block.qs.iter_mut().zip(x) {
-            // |v * id| <= 127 up to rounding; `as` saturates, so nothing can wrap.
-            *q = round(v * id) as i8;
-        }
-        dst.extend_from_slice(bytemuck::bytes_of(&block));
+        dst.extend_from_slice(bytemuck::bytes_of(&q8_0_block(x, &id, round)));
     }
+}
+
+/// One block of 32 values `x`: `d = amax / 127` (stored as f16), `q = round(x · id(amax))`.
+fn q8_0_block(x: &[f32], id: impl Fn(f32) -> f32, round: fn(f32) -> f32) -> BlockQ8_0 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let id = id(amax);
+    let mut block = BlockQ8_0 {
+        d: f16::from_f32(amax / 127.0),
+        qs: [0; QK],
+    };
+    for (q, &v) in block.qs.iter_mut().zip(x) {
+        // |v * id| <= 127 up to rounding; `as` saturates, so nothing can wrap.
+        *q = round(v * id) as i8;
+    }
+    block
 }

@@ -1,14 +1,18 @@
 //! `bench`: prefill and decode speed of one model, measured the way llama-bench does (a
 //! synthetic prompt of exactly N tokens, then greedy single-token steps), so the numbers can
-//! be set side by side with llama.cpp's `pp`/`tg` results.
+//! be set side by side with llama.cpp's `pp`/`tg` results. Decode after an N-token prompt is
+//! decode at context position N (`--prompt-tokens 4096`: at a 4k context). With several
+//! `--cache-type`s (`f16,q8_0`) each prompt length is measured once per KV cache format, the
+//! rows side by side, each with the cache's bytes per token.
 
 use super::load::{load, Loaded, ModelArgs};
 use super::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
-use tinyllm::backend::{AnyBackend, Backend};
+use tinyllm::backend::{AnyBackend, Backend, KvType};
 use tinyllm::engine::{Session, SessionConfig};
+use tinyllm::model::KvCache;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -49,10 +53,14 @@ impl Bound {
     }
 }
 
-/// One prompt length's measurements.
+/// One prompt length's measurements with one KV cache format.
 #[derive(Debug, Clone, PartialEq)]
 struct BenchResult {
     prompt_tokens: usize,
+    cache_type: KvType,
+    /// The KV cache's bytes per token over all layers (`None`: the model keeps no positional
+    /// cache).
+    kv_bytes_per_token: Option<usize>,
     /// Prefill plus picking the first token, seconds (median over runs).
     ttft_s: f64,
     prefill_tok_s: f64,
@@ -103,29 +111,44 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let mut session = Session::new(
-        loaded.engine.model.clone(),
-        SessionConfig {
-            n_ctx: longest + decode,
-            ..SessionConfig::default()
-        },
-    )?;
     let ids = prompt_ids(&loaded, longest)?;
-
-    if !a.no_warmup {
-        let n = longest.min(16);
-        eprintln!("[bench] warmup: {n} prompt tokens, 2 decode steps");
-        measure(&mut session, &ids[..n], 2)?;
-    }
-    let mut results = Vec::with_capacity(prompts.len());
-    for &p in &prompts {
-        let mut runs = Vec::with_capacity(reps);
-        for r in 0..reps {
-            eprintln!("[bench] prompt {p} tokens, decode {decode}: run {}/{reps}", r + 1);
-            runs.push(measure(&mut session, &ids[..p], decode)?);
+    let cache_types = a.model.cache_types();
+    let mut results = Vec::with_capacity(prompts.len() * cache_types.len());
+    for &cache_type in &cache_types {
+        let mut session = Session::new(
+            loaded.engine.model.clone(),
+            SessionConfig {
+                n_ctx: longest + decode,
+                cache_type,
+                ..SessionConfig::default()
+            },
+        )?;
+        let kv_bytes = session
+            .state()
+            .get::<KvCache<AnyBackend>>()
+            .map(KvCache::bytes_per_token);
+        if !a.no_warmup {
+            let n = longest.min(16);
+            eprintln!("[bench] {cache_type} KV cache: warmup: {n} prompt tokens, 2 decode steps");
+            measure(&mut session, &ids[..n], 2)?;
         }
-        results.push(summarize(p, decode, &runs));
+        for &p in &prompts {
+            let mut runs = Vec::with_capacity(reps);
+            for r in 0..reps {
+                eprintln!(
+                    "[bench] {cache_type} KV cache: prompt {p} tokens, decode {decode}: run {}/{reps}",
+                    r + 1
+                );
+                runs.push(measure(&mut session, &ids[..p], decode)?);
+            }
+            results.push(summarize(p, cache_type, kv_bytes, decode, &runs));
+        }
     }
+    // Side by side: each prompt length's rows together, in the order the types were given.
+    results.sort_by_key(|r| {
+        let prompt = prompts.iter().position(|&p| p == r.prompt_tokens);
+        (prompt, cache_types.iter().position(|&t| t == r.cache_type))
+    });
 
     let bound = if a.bandwidth {
         eprintln!("[bench] read bandwidth with {} threads", loaded.threads);
@@ -145,6 +168,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .map(|r| {
                 json!({
                     "prompt_tokens": r.prompt_tokens,
+                    "cache_type": r.cache_type.name(),
+                    "kv_bytes_per_token": r.kv_bytes_per_token,
                     "decode_tokens": decode,
                     "ttft_s": r.ttft_s,
                     "prefill_tok_s": r.prefill_tok_s,
@@ -164,6 +189,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "backend": backend,
             "kernels": kernels,
             "repetitions": reps,
+            "cache_types": cache_types.iter().map(|t| t.name()).collect::<Vec<_>>(),
             "read_gb_s": bound.map(|b| b.read_bytes_s / 1e9),
             "weight_bytes_per_token": bound.map(|b| b.weight_bytes),
             "decode_bound_tok_s": bound.map(|b| b.tok_s()),
@@ -178,14 +204,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         )?;
         writeln!(
             out,
-            "{:>8} {:>10} {:>14} {:>13} {:>9} {:>9}",
-            "prompt", "ttft s", "prefill tok/s", "decode tok/s", "p50 ms", "p95 ms"
+            "{:>8} {:>6} {:>9} {:>10} {:>14} {:>13} {:>9} {:>9}",
+            "prompt", "cache", "KV B/tok", "ttft s", "prefill tok/s", "decode tok/s", "p50 ms", "p95 ms"
         )?;
         for r in &results {
+            let kv = r.kv_bytes_per_token.map_or("-".to_string(), |b| b.to_string());
             writeln!(
                 out,
-                "{:>8} {:>10.3} {:>14.1} {:>13.2} {:>9.2} {:>9.2}",
-                r.prompt_tokens, r.ttft_s, r.prefill_tok_s, r.decode_tok_s, r.decode_p50_ms, r.decode_p95_ms
+                "{:>8} {:>6} {:>9} {:>10.3} {:>14.1} {:>13.2} {:>9.2} {:>9.2}",
+                r.prompt_tokens,
+                r.cache_type.name(),
+                kv,
+                r.ttft_s,
+                r.prefill_tok_s,
+                r.decode_tok_s,
+                r.decode_p50_ms,
+                r.decode_p95_ms
             )?;
         }
         if let Some(b) = bound {
@@ -199,8 +233,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             for r in &results {
                 writeln!(
                     out,
-                    "prompt {}: decode at {:.0}% of that bound",
+                    "prompt {} ({} cache): decode at {:.0}% of that bound",
                     r.prompt_tokens,
+                    r.cache_type,
                     100.0 * r.decode_tok_s / b.tok_s()
                 )?;
             }
@@ -209,8 +244,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             if let Some(p) = r.per_token {
                 writeln!(
                     out,
-                    "prompt {}: {:.2} submissions, {:.2} readbacks and {:.2} new bind groups per decoded token",
-                    r.prompt_tokens, p.submissions, p.readbacks, p.bind_groups
+                    "prompt {} ({} cache): {:.2} submissions, {:.2} readbacks and {:.2} new bind groups per decoded token",
+                    r.prompt_tokens, r.cache_type, p.submissions, p.readbacks, p.bind_groups
                 )?;
             }
         }
@@ -251,7 +286,13 @@ fn measure(session: &mut Session<AnyBackend>, prompt: &[u32], decode: usize) -> 
     })
 }
 
-fn summarize(prompt_tokens: usize, decode: usize, runs: &[RunTimes]) -> BenchResult {
+fn summarize(
+    prompt_tokens: usize,
+    cache_type: KvType,
+    kv_bytes_per_token: Option<usize>,
+    decode: usize,
+    runs: &[RunTimes],
+) -> BenchResult {
     // Medians of times, turned into rates afterwards: the same rank of each, so a run's
     // prefill (which its TTFT includes) can never come out longer than the reported TTFT.
     let ttft: Vec<f64> = runs.iter().map(|r| r.ttft_s).collect();
@@ -261,6 +302,8 @@ fn summarize(prompt_tokens: usize, decode: usize, runs: &[RunTimes]) -> BenchRes
     steps.sort_by(f64::total_cmp);
     BenchResult {
         prompt_tokens,
+        cache_type,
+        kv_bytes_per_token,
         ttft_s: median(ttft),
         prefill_tok_s: rate(prompt_tokens, median(prefill)),
         decode_tok_s: rate(decode, median(dec)),

@@ -107,6 +107,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Err(InputError("-n must be at least 1".into()).into());
     }
     let sampler = a.sampler.config()?;
+    a.model.cache_type()?;
     // A wrong model name or file is reported before anything is typed.
     let opened = open(&a.model)?;
     let model_args = a.model.clone();
@@ -159,7 +160,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 let l = handle
                     .join()
                     .map_err(|_| anyhow::anyhow!("loading the model failed unexpectedly"))??;
-                let session = l.engine.session(a.model.ctx)?;
+                let session = a.model.session(&l.engine)?;
                 loaded = Some((l, session));
             }
         }

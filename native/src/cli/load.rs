@@ -1,11 +1,11 @@
-//! What `run`, `chat`, `serve` and `bench` share: the model/backend/threads/context flags, the
-//! sampler flags, and loading a model with its tokenizer and chat template into the library's
+//! What `run`, `chat`, `serve` and `bench` share: the model/backend/threads/context/KV cache
+//! flags, the sampler flags, and loading a model with its tokenizer and chat template into the library's
 //! [`Engine`] on the library's [`AnyBackend`] (the backend `--backend` picks).
 
 use super::InputError;
 use std::sync::Arc;
-use tinyllm::backend::{AnyBackend, BackendKind};
-use tinyllm::engine::Engine;
+use tinyllm::backend::{AnyBackend, BackendKind, KvType};
+use tinyllm::engine::{Engine, Session};
 use tinyllm::gguf::GgufFile;
 use tinyllm::sample::SamplerConfig;
 
@@ -14,6 +14,23 @@ use tinyllm::sample::SamplerConfig;
 pub enum BackendArg {
     Cpu,
     Webgpu,
+}
+
+/// `--cache-type`: the KV cache's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CacheTypeArg {
+    F16,
+    #[value(name = "q8_0")]
+    Q8_0,
+}
+
+impl CacheTypeArg {
+    pub fn kv_type(self) -> KvType {
+        match self {
+            CacheTypeArg::F16 => KvType::F16,
+            CacheTypeArg::Q8_0 => KvType::Q8_0,
+        }
+    }
 }
 
 impl BackendArg {
@@ -39,6 +56,36 @@ pub struct ModelArgs {
     /// Context size in tokens (capped by the model's trained context; 0 = the model's).
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
+    /// KV cache format: f16, or q8_0 (ggml's Q8_0 blocks, 47% smaller; heads must be multiples
+    /// of 32 values). `bench` takes a comma-separated list and measures each side by side.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1, default_value = "f16")]
+    pub cache_type: Vec<CacheTypeArg>,
+}
+
+impl ModelArgs {
+    /// The one `--cache-type` of a command that runs one cache (all but `bench`).
+    pub fn cache_type(&self) -> Result<KvType, InputError> {
+        match self.cache_type.as_slice() {
+            [one] => Ok(one.kv_type()),
+            _ => Err(InputError("--cache-type takes one type here (f16 or q8_0)".into())),
+        }
+    }
+
+    /// Every `--cache-type` given, in order, without repeats.
+    pub fn cache_types(&self) -> Vec<KvType> {
+        let mut v: Vec<KvType> = Vec::new();
+        for t in &self.cache_type {
+            if !v.contains(&t.kv_type()) {
+                v.push(t.kv_type());
+            }
+        }
+        v
+    }
+
+    /// A session of `--ctx` positions with the KV cache of `--cache-type`.
+    pub fn session(&self, engine: &Engine<AnyBackend>) -> anyhow::Result<Session<AnyBackend>> {
+        Ok(engine.session_with(self.ctx, self.cache_type()?)?)
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -130,6 +177,14 @@ pub fn load_opened(args: &ModelArgs, opened: Opened) -> anyhow::Result<Loaded> {
         .map_err(|e| InputError(format!("--backend {}: {e}", args.backend.kind().name())))?;
     let path = opened.path.display();
     let engine = Engine::load(backend, opened.file).map_err(|e| InputError(format!("{path}: {e}")))?;
+    // A cache type the model's heads cannot have is the user's flag to change: say so now,
+    // naming it, rather than at the first session.
+    for ty in args.cache_types() {
+        engine
+            .model
+            .new_state(1, ty)
+            .map_err(|e| InputError(format!("--cache-type {ty}: {e}")))?;
+    }
     Ok(Loaded { engine, threads })
 }
 

@@ -46,6 +46,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Err(InputError(format!("-n must be at least 1, got {}", a.n_predict)).into());
     }
     let sampler = a.sampler.config()?;
+    a.model.cache_type()?;
     let loaded = load(&a.model)?;
     let engine = &loaded.engine;
     let prompt = match &a.prompt_ids {
@@ -67,7 +68,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         tinyllm::engine::EngineError::TokenOutOfRange { .. } => InputError(format!("--prompt-ids: {e}")).into(),
         e => anyhow::Error::from(e),
     })?;
-    let mut session = engine.session(a.model.ctx)?;
+    let mut session = a.model.session(engine)?;
     if prepared.prompt.len() >= session.n_ctx() {
         return Err(InputError(format!(
             "the prompt has {} tokens but the context holds {} with room for at least one generated token \

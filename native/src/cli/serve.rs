@@ -57,10 +57,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             _ => a.model.model.clone(),
         }
     });
+    let cache_type = a.model.cache_type()?;
     let loaded = load(&a.model)?;
     let backend = loaded.engine.model.backend();
     eprintln!(
-        "model {model_name}: backend {} ({}), {} threads",
+        "model {model_name}: backend {} ({}), {} threads, {cache_type} KV cache",
         backend.name(),
         backend.detail(),
         loaded.threads
@@ -74,6 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             queue: a.queue,
             prefill_chunk: a.prefill_chunk,
             checkpoints: a.checkpoints,
+            cache_type,
             api_key: a.api_key,
             cors_origins: a.cors_origin,
             max_body_bytes: a.max_body_bytes,

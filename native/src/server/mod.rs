@@ -22,9 +22,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use errors::ApiError;
 use metrics::Metrics;
-use scheduler::Scheduler;
+use scheduler::{Scheduler, SlotConfig};
 use std::sync::Arc;
-use tinyllm::backend::AnyBackend;
+use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::Engine;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
@@ -38,6 +38,8 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Recurrent-state checkpoints per slot (hybrid models).
     pub checkpoints: usize,
+    /// Each slot's KV cache format (`--cache-type`).
+    pub cache_type: KvType,
     pub api_key: Option<String>,
     /// Allowed browser origins; empty or `*` allows any.
     pub cors_origins: Vec<String>,
@@ -66,15 +68,15 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<Router> 
     let n_vocab = engine.model.info().n_vocab;
     let n_ctx = engine.n_ctx(opts.n_ctx);
     eprintln!("{} slots of {n_ctx} tokens, queue of {}", opts.parallel, opts.queue);
-    let scheduler = Scheduler::start(
-        engine.clone(),
-        opts.parallel,
+    let slots = SlotConfig {
+        slots: opts.parallel,
         n_ctx,
-        opts.queue,
-        opts.prefill_chunk,
-        opts.checkpoints,
-        metrics.clone(),
-    )?;
+        queue: opts.queue,
+        prefill_chunk: opts.prefill_chunk,
+        checkpoints: opts.checkpoints,
+        cache_type: opts.cache_type,
+    };
+    let scheduler = Scheduler::start(engine.clone(), slots, metrics.clone())?;
     let state = Arc::new(AppState {
         scheduler,
         engine,

@@ -18,7 +18,7 @@ use super::metrics::Metrics;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tinyllm::backend::AnyBackend;
+use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::{
     forward_batch, head_of, BatchItem, Engine, Finish, Generation, Head, Prepared, Session, SessionConfig, Settings,
     Step, Usage, Want,
@@ -57,18 +57,35 @@ pub struct Scheduler {
     next_id: AtomicU64,
 }
 
+/// How the scheduler sizes its slots and queue.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotConfig {
+    /// Sequences generated at the same time.
+    pub slots: usize,
+    /// Context per slot, in tokens.
+    pub n_ctx: usize,
+    /// Jobs that may wait for a slot.
+    pub queue: usize,
+    /// Most prompt tokens per engine pass.
+    pub prefill_chunk: usize,
+    /// Recurrent-state checkpoints per slot (hybrid models).
+    pub checkpoints: usize,
+    /// Each slot's KV cache format.
+    pub cache_type: KvType,
+}
+
 impl Scheduler {
     /// Allocate the slots' sessions (so a context too big for memory fails at startup) and
     /// start the engine thread.
-    pub fn start(
-        engine: Engine<AnyBackend>,
-        slots: usize,
-        n_ctx: usize,
-        queue: usize,
-        prefill_chunk: usize,
-        checkpoints: usize,
-        metrics: Arc<Metrics>,
-    ) -> anyhow::Result<Scheduler> {
+    pub fn start(engine: Engine<AnyBackend>, c: SlotConfig, metrics: Arc<Metrics>) -> anyhow::Result<Scheduler> {
+        let SlotConfig {
+            slots,
+            n_ctx,
+            queue,
+            prefill_chunk,
+            checkpoints,
+            cache_type,
+        } = c;
         let mut sessions = Vec::with_capacity(slots);
         for _ in 0..slots {
             // Every pass goes through the shared batch scratch below, so the session's own
@@ -79,6 +96,7 @@ impl Scheduler {
                     n_ctx,
                     n_batch: 1,
                     n_logit_rows: 1,
+                    cache_type,
                 },
             )?;
             session.set_checkpoint_limit(checkpoints);

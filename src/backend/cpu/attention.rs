@@ -37,7 +37,7 @@ const LANES: usize = 8;
 const MAX_BLOCK_ROWS: usize = 32;
 
 /// Query heads whose q·k products run together against one K row.
-const HEAD_TILE: usize = 4;
+pub(super) const HEAD_TILE: usize = 4;
 
 thread_local! {
     /// A task's widened K/V rows, rounded queries and scores, kept per worker thread so that
@@ -50,6 +50,16 @@ thread_local! {
 /// Run `f` on this thread's kept output scratch of `len` values (contents unspecified).
 pub fn with_out_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     OUT_SCRATCH.with_borrow_mut(|s| {
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
+/// Run `f` on this thread's kept task scratch of `len` values (contents unspecified).
+pub(super) fn with_task_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    TASK_SCRATCH.with_borrow_mut(|s| {
         if s.len() < len {
             s.resize(len, 0.0);
         }
@@ -161,7 +171,7 @@ impl Plan {
 }
 
 /// First key visible from position `pos`: key `j` is masked when `pos - j >= window`.
-fn first_visible(pos: usize, window: Option<usize>) -> usize {
+pub(super) fn first_visible(pos: usize, window: Option<usize>) -> usize {
     window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
@@ -188,12 +198,7 @@ pub fn attend_block(
         return;
     }
     let n = p.pos0 + b.row0 + b.rows - first_visible(p.pos0 + b.row0, p.window);
-    let len = scratch_len(p, b.heads, n);
-    TASK_SCRATCH.with_borrow_mut(|scratch| {
-        if scratch.len() < len {
-            scratch.resize(len, 0.0);
-        }
-        let scratch = &mut scratch[..len];
+    with_task_scratch(scratch_len(p, b.heads, n), |scratch| {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
             // SAFETY: the features `attend_block_avx2` enables were just detected.
@@ -335,16 +340,7 @@ fn block_rows<const F16C: bool>(
             }
             g0 += nt;
         }
-        for (g, inv) in inv.iter_mut().enumerate() {
-            let s = &mut scores[g * n..g * n + m];
-            if let Some(cap) = p.softcap {
-                s.iter_mut().for_each(|x| *x = soft_cap(*x, cap) * p.scale);
-            }
-            let sink = sinks.map(|k| k[g]);
-            let max = s.iter().fold(sink.unwrap_or(f32::NEG_INFINITY), |a, &x| a.max(x));
-            let sum = exp_shifted(s, max) + sink.map_or(0.0, |k| f64::from(exp(k - max)));
-            *inv = (1.0 / sum) as f32;
-        }
+        softmax_heads(p, sinks, scores, n, m, inv);
         // Head by head: the probabilities (rounded to f16) weigh the V rows in key order, so
         // each output value is the same sum as key by key over all heads, while one head's
         // output stays in registers.
@@ -362,6 +358,23 @@ fn block_rows<const F16C: bool>(
                 _ => weigh_any(probs, vrows, og),
             }
         }
+    }
+}
+
+/// The softmax numerators of each head's first `m` scores in place (`scores`: `[heads][n]`,
+/// capped and scaled first when `p.softcap`), with the head's sink logit in the max and the
+/// sum, and `inv[g]`, one over head `g`'s sum.
+#[inline(always)]
+pub(super) fn softmax_heads(p: &AttnParams, sinks: Sinks<'_>, scores: &mut [f32], n: usize, m: usize, inv: &mut [f32]) {
+    for (g, inv) in inv.iter_mut().enumerate() {
+        let s = &mut scores[g * n..g * n + m];
+        if let Some(cap) = p.softcap {
+            s.iter_mut().for_each(|x| *x = soft_cap(*x, cap) * p.scale);
+        }
+        let sink = sinks.map(|k| k[g]);
+        let max = s.iter().fold(sink.unwrap_or(f32::NEG_INFINITY), |a, &x| a.max(x));
+        let sum = exp_shifted(s, max) + sink.map_or(0.0, |k| f64::from(exp(k - max)));
+        *inv = (1.0 / sum) as f32;
     }
 }
 

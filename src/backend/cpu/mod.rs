@@ -1,11 +1,13 @@
 //! The CPU backend: weights read in place from the GGUF mapping (or interleaved into 8-row
 //! tiles at load for the SIMD kernels), activations in `Vec<f32>`, the KV cache in f16 (as
-//! llama.cpp stores it), work split across output rows on a persistent [`pool::Pool`]. Matmuls
+//! llama.cpp stores it) or in Q8_0 blocks (`--cache-type q8_0`), work split across output rows on a persistent [`pool::Pool`]. Matmuls
 //! use the tile kernels of [`kernels::Kernels`]: the SIMD sets in `simd/` where the CPU has
 //! them (AVX2, VNNI), else the portable set, with the scalar oracle beside them for the tests.
-//! Attention runs every sequence of a batch in one dispatch (`attention.rs`).
+//! Attention runs every sequence of a batch in one dispatch (`attention.rs`; over a Q8_0 cache
+//! `attention_q8.rs`, which reads the blocks directly).
 
 mod attention;
+mod attention_q8;
 mod experts;
 pub mod interleave;
 pub mod kernels;
@@ -23,8 +25,11 @@ use half::f16;
 
 use super::checks::{self, shape, weight_matrix};
 use super::readback::MaybeSend;
-use super::{Backend, BackendError, Conv, DeltaNet, Form, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided};
+use super::{
+    Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+};
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
+use crate::quant::legacy::{quantize_q8_0_blocks, BlockQ8_0, QK};
 use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
 use kernels::{Kernels, Layout, TileOut};
@@ -123,7 +128,7 @@ impl CpuBackend {
         sinks: attention::Sinks<'_>,
         out: &mut [f32],
     ) -> Result<(), BackendError> {
-        checks::attention(q.len(), out.len(), seqs, |c: &CpuKv| c.0.len(), sinks.map(<[f32]>::len))?;
+        checks::attention(q.len(), out.len(), seqs, CpuKv::shape, sinks.map(<[f32]>::len))?;
         let mut plans = Vec::with_capacity(seqs.len());
         let (mut tasks, mut slot) = (0, 0);
         for s in seqs {
@@ -145,15 +150,13 @@ impl CpuBackend {
                 let i = owner(t);
                 let ((first, plan), s) = (&plans[i], &seqs[i]);
                 let b = plan.block(t - first, s.p.rows);
-                attention::attend_block(
-                    &q[q_span(s)],
-                    &s.k_cache.0,
-                    &s.v_cache.0,
-                    &s.p,
-                    sinks,
-                    &b,
-                    &mut o[..plan.chunk()],
-                );
+                let (q, o) = (&q[q_span(s)], &mut o[..plan.chunk()]);
+                match (&s.k_cache.0, &s.v_cache.0) {
+                    (KvData::F16(k), KvData::F16(v)) => attention::attend_block(q, k, v, &s.p, sinks, &b, o),
+                    (KvData::Q8_0(k), KvData::Q8_0(v)) => attention_q8::attend_block(q, k, v, &s.p, sinks, &b, o),
+                    // `checks::attention` refused caches of two formats.
+                    _ => {}
+                }
             });
             for ((first, plan), s) in plans.iter().zip(seqs) {
                 plan.scatter(&scratch[first * slot..], slot, s.p.rows, &mut out[out_span(s)]);
@@ -257,9 +260,27 @@ impl CpuBuffer {
     }
 }
 
-/// One layer's K or V cache in f16.
+/// One layer's K or V cache.
 #[derive(Debug, Clone)]
-pub struct CpuKv(Vec<f16>);
+pub struct CpuKv(KvData);
+
+#[derive(Debug, Clone)]
+enum KvData {
+    /// Values rounded to f16.
+    F16(Vec<f16>),
+    /// Q8_0 blocks, rows of whole blocks.
+    Q8_0(Vec<BlockQ8_0>),
+}
+
+impl CpuKv {
+    /// Its length in values and its format.
+    fn shape(&self) -> (usize, KvType) {
+        match &self.0 {
+            KvData::F16(v) => (v.len(), KvType::F16),
+            KvData::Q8_0(b) => (b.len() * QK, KvType::Q8_0),
+        }
+    }
+}
 
 /// A weight on the CPU.
 #[derive(Debug)]
@@ -360,10 +381,14 @@ impl Backend for CpuBackend {
         Ok(CpuBuffer(vec![0.0; len]))
     }
 
-    fn alloc_kv(&self, len: usize) -> Result<CpuKv, BackendError> {
+    fn alloc_kv(&self, len: usize, ty: KvType) -> Result<CpuKv, BackendError> {
+        checks::alloc_kv(len, ty)?;
         // Zeroed by the allocator, so pages the context never reaches cost no memory
         // (`vec![f16::ZERO; len]` would write every one).
-        Ok(CpuKv(bytemuck::zeroed_vec(len)))
+        Ok(CpuKv(match ty {
+            KvType::F16 => KvData::F16(bytemuck::zeroed_vec(len)),
+            KvType::Q8_0 => KvData::Q8_0(bytemuck::zeroed_vec(len / QK)),
+        }))
     }
 
     fn write(&self, dst: &mut CpuBuffer, src: &[f32]) -> Result<(), BackendError> {
@@ -519,13 +544,17 @@ impl Backend for CpuBackend {
         width: usize,
         positions: &[u32],
     ) -> Result<(), BackendError> {
-        checks::kv_store(cache.0.len(), src.0.len(), row0, width, positions)?;
+        checks::kv_store(cache.shape(), src.0.len(), row0, width, positions)?;
         for (i, &pos) in positions.iter().enumerate() {
             let (dst, from) = (pos as usize * width, (row0 + i) * width);
-            cache.0[dst..dst + width]
-                .iter_mut()
-                .zip(&src.0[from..from + width])
-                .for_each(|(d, &s)| *d = f16::from_f32(s));
+            let row = &src.0[from..from + width];
+            match &mut cache.0 {
+                KvData::F16(c) => c[dst..dst + width]
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(d, &s)| *d = f16::from_f32(s)),
+                KvData::Q8_0(c) => quantize_q8_0_blocks(row, &mut c[dst / QK..(dst + width) / QK]),
+            }
         }
         Ok(())
     }

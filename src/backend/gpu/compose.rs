@@ -20,8 +20,9 @@ pub const X_WIDTHS: [u8; 2] = [1, 4];
 
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
 /// the elementwise ops, the in-place and gated rmsnorms and the expert ops (moe.wgsl), which
-/// share one, and the wide attention, which is attention with registers for the widest heads).
-pub const PLAIN: [&str; 21] = [
+/// share one, and the attention variants: attention.wgsl over an f16 or (`_q8_0`) a q8_0 cache,
+/// the wide ones with registers for the widest heads).
+pub const PLAIN: [&str; 24] = [
     "add",
     "add_bias",
     "scale",
@@ -32,8 +33,11 @@ pub const PLAIN: [&str; 21] = [
     "rmsnorm_inplace",
     "rope",
     "kv_store",
+    "kv_store_q8_0",
     "attention",
     "attention_wide",
+    "attention_q8_0",
+    "attention_wide_q8_0",
     "argmax",
     "select",
     "route",
@@ -96,7 +100,7 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
         "add" | "add_bias" | "scale" | "swiglu" | "geglu" | "sigmoid_mul" => "elementwise.wgsl".to_string(),
         "rmsnorm_inplace" | "rmsnorm_gated" => "rmsnorm.wgsl".to_string(),
         "moe_combine" | "swiglu_oai" => "moe.wgsl".to_string(),
-        "attention_wide" => "attention.wgsl".to_string(),
+        "attention_wide" | "attention_q8_0" | "attention_wide_q8_0" => "attention.wgsl".to_string(),
         "embed_tex" => "embed.wgsl".to_string(),
         k => format!("{k}.wgsl"),
     };
@@ -135,7 +139,16 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
             src.replace("//INCLUDE REDUCE", &read("reduce_workgroup.wgsl"))
         };
     }
-    if kind == "attention_wide" {
+    if kind.starts_with("attention") {
+        // The cache format's reads.
+        let kv = if kind.ends_with("_q8_0") {
+            "kv_q8_0.wgsl"
+        } else {
+            "kv_f16.wgsl"
+        };
+        src = src.replace("//INCLUDE KV", &read(kv));
+    }
+    if kind.starts_with("attention_wide") {
         // Heads up to MLA's 576 values (backend::MAX_HEAD_DIM).
         src = src.replace("const MAX_HD: u32 = 256u;", "const MAX_HD: u32 = 576u;");
     }

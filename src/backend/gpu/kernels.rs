@@ -5,6 +5,7 @@
 //! and for compiling the fixed kernels at startup.
 
 use super::compose;
+use crate::backend::KvType;
 use crate::quant::GgmlType;
 
 /// The passes of attention.wgsl: whole rows in one workgroup each (`Main`), or split across
@@ -57,11 +58,12 @@ pub enum Kernel {
     RmsNorm,
     RmsNormInplace,
     Rope,
-    KvStore,
+    /// Rows into a KV cache of the format.
+    KvStore(KvType),
     /// A pass of attention, for heads of up to 256 values or (`.1`) up to
     /// [`crate::backend::MAX_HEAD_DIM`] (registers sized for the widest heads slow down the
-    /// common ones).
-    Attention(AttnPass, bool),
+    /// common ones), over a KV cache of the format `.2`.
+    Attention(AttnPass, bool, KvType),
     Argmax,
     /// A sampler's candidates: top k and gathered values (select.wgsl).
     Select,
@@ -120,9 +122,9 @@ impl Kernel {
             Kernel::MoeCombine => "combine",
             Kernel::SwigluOai => "swiglu_oai",
             Kernel::RmsNormGated => "gated",
-            Kernel::Attention(AttnPass::Stats, _) => "stats",
-            Kernel::Attention(AttnPass::Weigh, _) => "weigh",
-            Kernel::Attention(AttnPass::Merge, _) => "merge",
+            Kernel::Attention(AttnPass::Stats, ..) => "stats",
+            Kernel::Attention(AttnPass::Weigh, ..) => "weigh",
+            Kernel::Attention(AttnPass::Merge, ..) => "merge",
             _ => "main",
         }
     }
@@ -136,7 +138,7 @@ impl Kernel {
     /// A name for labels and messages.
     pub fn label(self) -> String {
         match self {
-            Kernel::Attention(pass, _) if pass != AttnPass::Main => format!("{}_{}", self.variant(), self.entry()),
+            Kernel::Attention(pass, ..) if pass != AttnPass::Main => format!("{}_{}", self.variant(), self.entry()),
             k => k.variant(),
         }
     }
@@ -165,9 +167,16 @@ impl Kernel {
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::RmsNormInplace => "rmsnorm_inplace".into(),
             Kernel::Rope => "rope".into(),
-            Kernel::KvStore => "kv_store".into(),
-            Kernel::Attention(_, false) => "attention".into(),
-            Kernel::Attention(_, true) => "attention_wide".into(),
+            Kernel::KvStore(KvType::F16) => "kv_store".into(),
+            Kernel::KvStore(KvType::Q8_0) => "kv_store_q8_0".into(),
+            Kernel::Attention(_, wide, kv) => format!(
+                "attention{}{}",
+                if wide { "_wide" } else { "" },
+                match kv {
+                    KvType::F16 => "",
+                    KvType::Q8_0 => "_q8_0",
+                }
+            ),
             Kernel::Argmax => "argmax".into(),
             Kernel::Select => "select".into(),
             Kernel::Route => "route".into(),
@@ -223,7 +232,8 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::RmsNorm,
         Kernel::RmsNormInplace,
         Kernel::Rope,
-        Kernel::KvStore,
+        Kernel::KvStore(KvType::F16),
+        Kernel::KvStore(KvType::Q8_0),
         Kernel::Argmax,
         Kernel::Select,
         Kernel::Route,
@@ -234,9 +244,11 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::DeltaNet,
         Kernel::RmsNormGated,
     ]);
-    for wide in [false, true] {
-        for pass in [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge] {
-            v.push(Kernel::Attention(pass, wide));
+    for (kv, _) in KvType::ALL {
+        for wide in [false, true] {
+            for pass in [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge] {
+                v.push(Kernel::Attention(pass, wide, kv));
+            }
         }
     }
     v

@@ -8,7 +8,7 @@ use super::{grid, u, words, AttnPass, Dispatch, Kernel, Strategy, MATMUL_ROWS, M
 use super::{MatmulVariant, DELTA_COLUMNS, DELTA_MAX_DK, SPLIT_MAX_ROWS, X_WINDOW_BYTES};
 use crate::backend::checks::shape;
 use crate::backend::{
-    AttnParams, BackendError, Conv, DeltaNet, Gating, KeyHeads, MatId, Rope, RopeKind, Route, SeqRows,
+    AttnParams, BackendError, Conv, DeltaNet, Gating, KeyHeads, KvType, MatId, Rope, RopeKind, Route, SeqRows,
 };
 use crate::quant::GgmlType;
 
@@ -217,9 +217,16 @@ pub fn rope(
     }))
 }
 
-/// Store rows `row0..` of a source (`width` each) at the cache rows `positions`. Binds the
-/// source at 1, the positions at 2, the cache at 3.
-pub fn kv_store(row0: usize, width: usize, positions: &[u32]) -> Result<Option<Dispatch>, BackendError> {
+/// Store rows `row0..` of a source (`width` each) at the cache rows `positions` of a cache in
+/// format `kv` (a q8_0 cache's scale words from word `scales`: [`kv_words`]). Binds the source
+/// at 1, the positions at 2, the cache at 3.
+pub fn kv_store(
+    row0: usize,
+    width: usize,
+    positions: &[u32],
+    kv: KvType,
+    scales: usize,
+) -> Result<Option<Dispatch>, BackendError> {
     let n = positions.len() * width;
     if n == 0 {
         return Ok(None);
@@ -228,14 +235,37 @@ pub fn kv_store(row0: usize, width: usize, positions: &[u32]) -> Result<Option<D
     // The largest index the kernel forms, so none of them wraps.
     let last = positions.iter().max().map_or(0, |&p| p as usize + 1) * width;
     k(last.max((row0 + positions.len()) * width))?;
-    let (gx, gy) = grid(n.div_ceil(256));
-    let params = words(&[k(positions.len())?, k(width)?, k(row0)?, gx]);
+    let (per_group, invocations) = match kv {
+        KvType::F16 => (256, n),
+        // One invocation per block.
+        KvType::Q8_0 => (64, n / kv.block_values()),
+    };
+    let (gx, gy) = grid(invocations.div_ceil(per_group));
+    let mut w = vec![k(positions.len())?, k(width)?, k(row0)?, gx];
+    if kv == KvType::Q8_0 {
+        w.extend([k(scales)?, 0, 0, 0]);
+    }
+    let params = words(&w);
     Ok(Some(Dispatch {
-        kernel: Kernel::KvStore,
+        kernel: Kernel::KvStore(kv),
         params,
         extra: Some((2, bytemuck::cast_slice(positions).to_vec())),
         groups: (gx, gy, 1),
     }))
+}
+
+/// The 32-bit words a GPU KV cache of `len` values in format `kv` takes, and the first word of
+/// its block scales. f16: one f32 per value (rounded to f16), no scales. q8_0: the int8 values,
+/// four per word, then the f16 scales, two per word (kv_store_q8_0.wgsl): 34 bytes per 32
+/// values, as ggml's blocks.
+pub fn kv_words(len: usize, kv: KvType) -> (usize, usize) {
+    match kv {
+        KvType::F16 => (len, 0),
+        KvType::Q8_0 => {
+            let blocks = len / kv.block_values();
+            (len / 4 + blocks.div_ceil(2), len / 4)
+        }
+    }
 }
 
 /// The dispatches of one sequence's attention: one pass, or three split across the KV length
@@ -255,6 +285,7 @@ pub enum AttnPlan {
 }
 
 /// The parameter block of attention.wgsl.
+#[allow(clippy::too_many_arguments)]
 fn attn_params(
     p: &AttnParams,
     row0: usize,
@@ -263,6 +294,7 @@ fn attn_params(
     n_split: usize,
     chunk: usize,
     acc_off: usize,
+    (k_scales, v_scales): (usize, usize),
 ) -> Result<Vec<u8>, BackendError> {
     let a = |v: usize| u("attention", v);
     let (v_pos, v_head) = p.v_layout();
@@ -284,15 +316,23 @@ fn attn_params(
         u32::from(sinks),
         a(v_pos)?,
         a(v_head)?,
-        0,
-        0,
+        a(k_scales)?,
+        a(v_scales)?,
         0,
     ]))
 }
 
 /// Attention of one sequence whose rows start at row `row0` of the batch (`p` checked by
-/// [`AttnParams::check`]).
-pub fn attention(st: &Strategy, p: &AttnParams, row0: usize, sinks: bool) -> Result<Option<AttnPlan>, BackendError> {
+/// [`AttnParams::check`]) over caches in format `kv`, whose scales (a block format's) start at
+/// the words `scales` ([`kv_words`]).
+pub fn attention(
+    st: &Strategy,
+    p: &AttnParams,
+    row0: usize,
+    sinks: bool,
+    kv: KvType,
+    scales: (usize, usize),
+) -> Result<Option<AttnPlan>, BackendError> {
     if p.rows == 0 {
         return Ok(None);
     }
@@ -301,13 +341,13 @@ pub fn attention(st: &Strategy, p: &AttnParams, row0: usize, sinks: bool) -> Res
     u("attention", positions * p.n_head_kv * p.head_dim_k.max(p.head_dim_v))?;
     u("attention", (row0 + p.rows) * p.n_head * p.head_dim_k.max(p.head_dim_v))?;
     let wide = p.head_dim_k.max(p.head_dim_v) > NARROW_HEAD_DIM;
-    let kernel = |pass| Kernel::Attention(pass, wide);
+    let kernel = |pass| Kernel::Attention(pass, wide, kv);
     let split = st
         .kv_chunk
         .filter(|&c| c > 0 && positions > c && (st.split_any_rows || p.rows <= SPLIT_MAX_ROWS));
     let Some(chunk) = split else {
         let (gx, gy) = grid(p.rows * p.n_head);
-        let params = attn_params(p, row0, sinks, gx, 1, 0, 0)?;
+        let params = attn_params(p, row0, sinks, gx, 1, 0, 0, scales)?;
         return Ok(Some(AttnPlan::Whole(dispatch(
             kernel(AttnPass::Main),
             params,
@@ -325,9 +365,9 @@ pub fn attention(st: &Strategy, p: &AttnParams, row0: usize, sinks: bool) -> Res
         ));
     }
     let (gx, gy) = grid(parts);
-    let params = attn_params(p, row0, sinks, gx, n_split, chunk, acc_off)?;
+    let params = attn_params(p, row0, sinks, gx, n_split, chunk, acc_off, scales)?;
     let (mx, my) = grid(p.rows * p.n_head);
-    let merge_params = attn_params(p, row0, sinks, mx, n_split, chunk, acc_off)?;
+    let merge_params = attn_params(p, row0, sinks, mx, n_split, chunk, acc_off, scales)?;
     Ok(Some(AttnPlan::Split {
         stats: dispatch(kernel(AttnPass::Stats), params.clone(), (gx, gy, 1)),
         weigh: dispatch(kernel(AttnPass::Weigh), params, (gx, gy, 1)),

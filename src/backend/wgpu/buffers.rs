@@ -6,7 +6,7 @@ use std::sync::{Mutex, Weak};
 use super::recorder::Recorder;
 use crate::backend::checks::shape;
 use crate::backend::gpu::plan::{MatShape, PartRows};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvType};
 use crate::quant::GgmlType;
 
 /// An f32 activation buffer on the device.
@@ -34,9 +34,17 @@ pub(super) fn forget(cache: &Weak<Mutex<Recorder>>, bufs: &[&wgpu::Buffer], view
     }
 }
 
-/// One layer's K or V cache: f32 values rounded to f16.
+/// One layer's K or V cache: f32 values rounded to f16, or q8_0 blocks
+/// ([`crate::backend::gpu::plan::kv_words`]).
 #[derive(Debug)]
-pub struct WebGpuKv(pub(super) WebGpuBuffer);
+pub struct WebGpuKv {
+    pub(super) buf: WebGpuBuffer,
+    /// Values it holds.
+    pub(super) len: usize,
+    pub(super) ty: KvType,
+    /// A block format's first scale word.
+    pub(super) scales: usize,
+}
 
 /// One buffer or texture of a weight matrix: rows `row0..row0 + rows`, raw GGUF blocks.
 #[derive(Debug)]

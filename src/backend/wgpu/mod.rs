@@ -16,7 +16,9 @@
 //! Activations and the KV cache are f32 buffers in device memory; the cache holds values
 //! rounded to f16 and attention rounds q and the probabilities to f16, as the CPU backend (and
 //! ggml) do, but matmuls multiply f32 activations (the CPU quantizes them to Q8 first), so the
-//! two backends agree to within activation quantization.
+//! two backends agree to within activation quantization. A q8_0 cache holds ggml's blocks
+//! (int8 values, then the f16 scales: [`plan::kv_words`]), quantized on the device and read
+//! directly by attention, with the CPU backend's arithmetic.
 //!
 //! Ops are recorded into one pending command encoder ([`recorder`]) and submitted when data
 //! must come back ([`Backend::read`], [`Backend::argmax`], [`Backend::top_k`]) or
@@ -52,7 +54,7 @@ use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_
 use super::readback::MaybeSend;
 use super::recurrent::{self, MAX_CONV_KERNEL};
 use super::{
-    moe, Backend, BackendError, Conv, DeltaNet, Form, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+    moe, Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
 };
 use crate::gguf::{GgufFile, TensorView};
 use crate::quant::GgmlType;
@@ -558,10 +560,12 @@ impl WebGpuBackend {
         sinks: Option<&wgpu::Buffer>,
         out: &WebGpuBuffer,
     ) -> Result<(), BackendError> {
-        let Some(p) = plan::attention(&self.strategy, &s.p, s.row0, sinks.is_some())? else {
+        let (k, v) = (s.k_cache, s.v_cache);
+        let scales = (k.scales, v.scales);
+        let Some(p) = plan::attention(&self.strategy, &s.p, s.row0, sinks.is_some(), k.ty, scales)? else {
             return Ok(());
         };
-        let (kc, vc) = (&s.k_cache.0.buf, &s.v_cache.0.buf);
+        let (kc, vc) = (&k.buf.buf, &v.buf.buf);
         let sinks = sinks.unwrap_or(&self.dummy);
         match p {
             AttnPlan::Whole(d) => self.record(
@@ -708,8 +712,15 @@ impl Backend for WebGpuBackend {
         })
     }
 
-    fn alloc_kv(&self, len: usize) -> Result<WebGpuKv, BackendError> {
-        Ok(WebGpuKv(self.alloc(len)?))
+    fn alloc_kv(&self, len: usize, ty: KvType) -> Result<WebGpuKv, BackendError> {
+        checks::alloc_kv(len, ty)?;
+        let (words, scales) = plan::kv_words(len, ty);
+        Ok(WebGpuKv {
+            buf: self.alloc(words)?,
+            len,
+            ty,
+            scales,
+        })
     }
 
     fn write(&self, dst: &mut WebGpuBuffer, src: &[f32]) -> Result<(), BackendError> {
@@ -862,9 +873,9 @@ impl Backend for WebGpuBackend {
         width: usize,
         positions: &[u32],
     ) -> Result<(), BackendError> {
-        checks::kv_store(cache.0.len, src.len, row0, width, positions)?;
-        if let Some(d) = plan::kv_store(row0, width, positions)? {
-            self.record("kv_store", &d, &[(1, &src.buf), (3, &cache.0.buf)])?;
+        checks::kv_store((cache.len, cache.ty), src.len, row0, width, positions)?;
+        if let Some(d) = plan::kv_store(row0, width, positions, cache.ty, cache.scales)? {
+            self.record("kv_store", &d, &[(1, &src.buf), (3, &cache.buf.buf)])?;
         }
         Ok(())
     }
@@ -877,7 +888,13 @@ impl Backend for WebGpuBackend {
         out: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
         let sinks_buf = sinks.map(|w| w.dense("attention")).transpose()?;
-        checks::attention(q.len, out.len, seqs, |c: &WebGpuKv| c.0.len, sinks.map(|w| w.n_in))?;
+        checks::attention(
+            q.len,
+            out.len,
+            seqs,
+            |c: &WebGpuKv| (c.len, c.ty),
+            sinks.map(|w| w.n_in),
+        )?;
         for s in seqs {
             self.attend(q, s, sinks_buf, out)?;
         }
