@@ -14,7 +14,7 @@ prompts, greedy with the top-10 probabilities, and:
   reproduces them) and `-fa on` (which separates the flash-attention path from the
   quantization).
 
-    scripts/kv-cache-goldens.py [ARCH ...]    (default: llama qwen2 qwen3 gemma3 deepseek2)
+    scripts/kv-cache-goldens.py [ARCH ...]    (default: llama qwen2 qwen3 gemma3 deepseek2 qwen35)
 
 Every run is deterministic (the same bytes on a rerun). `--no-repack` keeps llama.cpp off its
 AMX kernels for Q8_0 weights, which the package's native build uses where the CPU reports AMX
@@ -38,6 +38,9 @@ are laid out for the matmuls, not what a q8_0 cache does. Measured on an AVX-512
     deepseek2.F16                  6.99e-04           1.59e-03     1.75e-02
     deepseek2.Q8_0                 7.28e-03           2.29e-02     2.93e-02
     deepseek2.Q4_K_M               2.36e-02           1.42e-01     1.42e-01
+    qwen35.F16                     3.81e-04           6.56e-04     1.54e-02
+    qwen35.Q8_0                    2.15e-02           2.15e-02     3.39e-02
+    qwen35.Q4_K_M                  2.62e-02           2.50e-02     2.62e-02
 """
 
 import json
@@ -139,7 +142,7 @@ def spread(golden, other):
 
 
 def main():
-    archs = sys.argv[1:] or ["llama", "qwen2", "qwen3", "gemma3", "deepseek2"]
+    archs = sys.argv[1:] or ["llama", "qwen2", "qwen3", "gemma3", "deepseek2", "qwen35"]
     print(f"{'file':<20} {'f16 cache, fa off':>18} {'f16 cache, fa on':>18} {'q8_0 cache':>12}")
     for arch in archs:
         for q in QUANTS:

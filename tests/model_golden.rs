@@ -197,6 +197,12 @@ fn deepseek2_fixtures_with_q8_0_cache_match_llama_cpp() {
     check_fixture_arch_with("deepseek2", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
 }
 
+/// The hybrid's attention layers with a Q8_0 cache (its recurrent state stays f32).
+#[test]
+fn qwen35_fixtures_with_q8_0_cache_match_llama_cpp() {
+    check_fixture_arch_with("qwen35", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+}
+
 #[test]
 fn qwen3moe_fixtures_match_llama_cpp() {
     check_fixture_arch("qwen3moe", &["F16", "Q8_0", "Q4_K_M"]);
