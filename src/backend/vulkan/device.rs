@@ -80,8 +80,8 @@ impl fmt::Display for DeviceType {
     }
 }
 
-/// A Vulkan version (`VK_MAKE_API_VERSION` without the variant).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// A Vulkan version (`VK_MAKE_API_VERSION` without the variant); serialized as "1.3.230".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ApiVersion {
     pub major: u32,
     pub minor: u32,
@@ -100,6 +100,12 @@ impl ApiVersion {
     /// At least `major.minor`.
     pub fn at_least(self, major: u32, minor: u32) -> bool {
         (self.major, self.minor) >= (major, minor)
+    }
+}
+
+impl Serialize for ApiVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
