@@ -1,6 +1,10 @@
 //! Generates the WGSL kernel variants into `OUT_DIR/wgsl/` (one file per template × block
 //! format × specialization, composed by `src/backend/gpu/compose.rs`) and
-//! `OUT_DIR/wgsl_variants.rs`, the table that embeds them in the library.
+//! `OUT_DIR/wgsl_variants.rs`, the table that embeds them in the library. For native targets
+//! it also compiles each variant to SPIR-V with naga (`OUT_DIR/spirv/NAME.spv`) for the Vulkan
+//! backend, with `OUT_DIR/spirv_variants.rs`, the table that embeds those with each module's
+//! entry points and resource bindings (read from naga's module, so the Vulkan device layer
+//! builds its descriptor set layouts without parsing WGSL at run time).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,6 +12,8 @@ use std::path::{Path, PathBuf};
 #[path = "src/backend/gpu/compose.rs"]
 #[allow(dead_code)]
 mod compose;
+#[path = "build/spirv.rs"]
+mod spirv;
 #[path = "src/quant/support.rs"]
 #[allow(dead_code)]
 mod support;
@@ -30,6 +36,7 @@ fn main() {
     println!("cargo:rerun-if-changed=shaders");
     println!("cargo:rerun-if-changed=src/backend/gpu/compose.rs");
     println!("cargo:rerun-if-changed=src/quant/support.rs");
+    println!("cargo:rerun-if-changed=build/spirv.rs");
     let read = |rel: &str| -> String {
         let path = shaders.join(rel);
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
@@ -54,6 +61,10 @@ fn main() {
     }
     table.push_str("];\n");
     write_if_changed(&out.join("wgsl_variants.rs"), &table);
+    // The Vulkan backend (ash) exists on native targets only.
+    if arch != "wasm32" {
+        spirv::generate(&out, &variants);
+    }
 }
 
 /// Write only when the content differs, so unchanged variants keep their timestamps.

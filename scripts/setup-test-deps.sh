@@ -19,8 +19,11 @@ python3 -c "import openai" 2>/dev/null || python3 -m pip install -q openai
 # The browser test drives the chat page in Debian's Chromium with playwright-core (npm).
 # playwright-core wants Node >= 20 (the image has it; Debian 12's own nodejs is 18).
 [ -x /usr/bin/chromium ] || apt_install chromium
-# The WebGPU backend's tests run on Mesa lavapipe (Vulkan on the CPU) through wgpu.
+# The WebGPU backend's tests run on Mesa lavapipe (Vulkan on the CPU) through wgpu, and the
+# Vulkan device layer's (tests/vulkan_device.rs, `inspect --gpus`) on it directly; the package
+# brings the loader, libvulkan1, which the Vulkan backend opens at run time.
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || apt_install mesa-vulkan-drivers
+ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1 ' >/dev/null || apt_install libvulkan1
 command -v npm >/dev/null || apt_install nodejs npm
 [ -d native/tests/browser/node_modules/playwright-core ] || (cd native/tests/browser && npm ci --no-audit --no-fund)
 # The npm package's tests: playwright-core, wasm-opt (binaryen) and @wllama/wllama (the speed

@@ -206,3 +206,102 @@ fn bad_input_exits_2_with_a_message() {
     ]);
     assert!(e.contains("--kwargs"), "{e}");
 }
+
+/// `inspect --gpus` lists the Vulkan devices with their driver, subgroup sizes and the
+/// specializations the Vulkan backend uses, in text and JSON; lavapipe (CI) as the CPU device
+/// it is. Skips where this machine has no Vulkan device.
+#[test]
+fn inspect_gpus_lists_vulkan_devices() {
+    let j: Value = serde_json::from_str(&ok_stdout(&["inspect", "--gpus", "--json"])).unwrap();
+    let vk = &j["vulkan"];
+    let Some(devices) = common::device_or_skip(|| match vk["devices"].as_array() {
+        Some(d) if !d.is_empty() => Ok(d.clone()),
+        _ => Err(format!("no Vulkan devices: {}", vk["reason"])),
+    }) else {
+        return;
+    };
+    assert_eq!(vk["available"], true);
+    assert!(j["adapters"].is_array(), "the WebGPU adapters are still listed");
+    assert_eq!(devices.iter().filter(|d| d["default"] == true).count(), 1);
+    for d in &devices {
+        let g = &d["subgroups"];
+        assert!(g["min_size"].as_u64() <= g["size"].as_u64() && g["size"].as_u64() <= g["max_size"].as_u64());
+        let s = &d["specializations"];
+        for key in [
+            "subgroup_operations",
+            "subgroup_size_control",
+            "integer_dot_product",
+            "cooperative_matrix",
+            "shader_float16",
+            "storage_16bit",
+        ] {
+            let state = s[key]["state"].as_str().unwrap_or_else(|| panic!("{key}: {s}"));
+            assert!(["used", "not_used", "not_available"].contains(&state), "{key}: {state}");
+        }
+        assert!(s["subgroup_size"]["size"].as_u64().unwrap() > 0);
+    }
+    let text = ok_stdout(&["inspect", "--gpus"]);
+    assert!(text.contains("Vulkan devices (instance API 1."), "{text}");
+    assert!(text.contains("(the Vulkan backend's default)"), "{text}");
+    for line in [
+        "  subgroup size          ",
+        "  kernels' subgroup size ",
+        "    subgroup size control  ",
+        "    integer dot product    ",
+        "    cooperative matrix     ",
+        "    shader float16         ",
+        "    16-bit storage         ",
+    ] {
+        assert!(text.contains(line), "no '{line}' in:\n{text}");
+    }
+    let Some(lvp) = devices.iter().find(|d| d["driver"]["name"] == "llvmpipe") else {
+        return;
+    };
+    assert_eq!(lvp["device_type"], "cpu");
+    assert_eq!(lvp["vendor"], "Mesa (software)");
+    let size = lvp["subgroups"]["size"].as_u64().unwrap();
+    assert_eq!(lvp["subgroups"]["min_size"].as_u64(), Some(size));
+    assert_eq!(lvp["subgroups"]["max_size"].as_u64(), Some(size));
+    assert_eq!(lvp["specializations"]["subgroup_size"]["required"], false);
+    assert_eq!(lvp["specializations"]["subgroup_size_control"]["state"], "not_used");
+    let name = lvp["name"].as_str().unwrap();
+    assert!(text.contains(&format!("] {name}")), "{text}");
+    assert!(text.contains("  driver                 llvmpipe (Mesa "), "{text}");
+    assert!(
+        text.contains(&format!("  subgroup size          {size} (range {size}..{size})")),
+        "{text}"
+    );
+    assert!(
+        text.contains("    subgroup size control  not used (the device has one subgroup size)"),
+        "{text}"
+    );
+}
+
+/// With a Vulkan loader that finds no driver (or no loader at all) `inspect --gpus` says so
+/// and exits 0: having no GPU is an answer, not an error.
+#[test]
+fn inspect_gpus_without_a_vulkan_driver_says_so_and_exits_0() {
+    let run = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tinyllm-native"));
+        cmd.args(["inspect", "--gpus"]);
+        if json {
+            cmd.arg("--json");
+        }
+        // The loader's driver lists (old and new names), pointing at nothing.
+        let out = cmd
+            .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+            .env("VK_DRIVER_FILES", "/nonexistent/icd.json")
+            .output()
+            .expect("run tinyllm-native");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(false);
+    assert!(text.contains("Vulkan devices\n  none: "), "{text}");
+    let j: Value = serde_json::from_str(&run(true)).unwrap();
+    assert_eq!(j["vulkan"]["available"], false);
+    assert_eq!(j["vulkan"]["devices"], serde_json::json!([]));
+    assert!(!j["vulkan"]["reason"].as_str().unwrap().is_empty());
+}

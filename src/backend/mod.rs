@@ -15,7 +15,8 @@
 //! experts), [`recurrent`] (the gated-delta-net layers' conv, gates, delta rule and gated
 //! norm), and [`checks`] (the argument checks every backend runs). Implementations: [`cpu`]
 //! (SIMD kernels chosen at run time beside scalar ones, a persistent thread pool) and
-//! [`webgpu`] (WGSL kernels through wgpu).
+//! [`webgpu`] (WGSL kernels through wgpu); natively, `vulkan` holds the device layer of a
+//! Vulkan backend through ash (devices, SPIR-V kernels, pipelines; not yet a [`Backend`]).
 
 pub mod any;
 pub mod attn;
@@ -27,6 +28,8 @@ pub mod moe;
 pub mod readback;
 pub mod recurrent;
 pub mod rope;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod vulkan;
 #[cfg(tinyllm_webgpu)]
 #[path = "wgpu/mod.rs"]
 pub mod webgpu;

@@ -1,6 +1,6 @@
 //! `inspect`: what is in a GGUF file (architecture, hyper-parameters, quant mix, tensors),
 //! and `--tensor NAME --dequant OUT.f32` to dump one tensor as little-endian f32; `--gpus`
-//! lists the WebGPU adapters with the features and limits the backend depends on.
+//! lists the GPUs instead ([`super::gpus`]: WebGPU adapters and Vulkan devices).
 
 use super::{open_model, InputError};
 use std::collections::BTreeMap;
@@ -13,7 +13,10 @@ pub struct Args {
     /// Model path or alias.
     #[arg(required_unless_present = "gpus")]
     model: Option<String>,
-    /// List the WebGPU adapters (features, limits) instead of inspecting a model.
+    /// List the GPUs instead of inspecting a model: the WebGPU adapters (features, limits) and
+    /// the Vulkan devices (driver, subgroup sizes, which specializations the Vulkan backend
+    /// uses). No Vulkan loader, driver or device is reported as such and exits 0; a Vulkan
+    /// call that fails exits 1.
     #[arg(long, conflicts_with_all = ["tensor", "dequant"])]
     gpus: bool,
     /// Print one JSON object instead of text.
@@ -80,7 +83,7 @@ fn summarize(file: &GgufFile) -> Summary {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     if a.gpus {
-        return print_gpus(a.json);
+        return super::gpus::print(a.json);
     }
     let Some(model) = &a.model else {
         return Err(InputError("a model path or alias is required".into()).into());
@@ -204,34 +207,5 @@ fn dump_f32(file: &GgufFile, t: &TensorInfo, out: &std::path::Path) -> anyhow::R
         t.ty,
         out.display()
     );
-    Ok(())
-}
-
-/// `--gpus`: every adapter wgpu finds, in the order the WebGPU backend prefers them.
-fn print_gpus(json: bool) -> anyhow::Result<()> {
-    let adapters = tinyllm::backend::webgpu::list_adapters();
-    if json {
-        let list: Vec<serde_json::Value> = adapters
-            .iter()
-            .map(|a| {
-                serde_json::json!({
-                    "name": a.name,
-                    "backend": a.backend,
-                    "device_type": a.device_type,
-                    "driver": a.driver,
-                    "features": a.features,
-                    "limits": a.limits.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::json!({ "adapters": list }));
-        return Ok(());
-    }
-    if adapters.is_empty() {
-        println!("no WebGPU adapters (on Linux install a Vulkan driver, e.g. apt-get install mesa-vulkan-drivers)");
-    }
-    for (i, a) in adapters.iter().enumerate() {
-        print!("[{i}] {a}");
-    }
     Ok(())
 }

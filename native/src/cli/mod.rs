@@ -3,6 +3,7 @@
 mod bandwidth;
 mod bench;
 mod chat;
+mod gpus;
 mod inspect;
 pub(crate) mod load;
 mod pull;
