@@ -153,15 +153,18 @@ impl<B: Backend> HybridState<B> {
         (self.saved.len() + self.spare.len()) * self.sizes.bytes()
     }
 
+    /// Drop the oldest saved copies beyond `n`, keeping their buffers as spares.
+    fn keep_newest(&mut self, n: usize) {
+        let excess = self.saved.len().saturating_sub(n);
+        self.spare.extend(self.saved.drain(..excess).map(|c| c.layers));
+    }
+
     fn save(&mut self, be: &B, pos: usize) -> Result<(), ModelError> {
         if self.limit == 0 {
             return Ok(());
         }
         self.saved.retain(|c| c.pos < pos);
-        while self.saved.len() >= self.limit {
-            let old = self.saved.remove(0);
-            self.spare.push(old.layers);
-        }
+        self.keep_newest(self.limit - 1);
         let mut layers = match self.spare.pop() {
             Some(l) => l,
             None => alloc_layers(be, self.sizes)?,
@@ -269,10 +272,7 @@ impl<B: Backend> SequenceMemory<B> for HybridState<B> {
 
     fn set_checkpoint_limit(&mut self, n: usize) {
         self.limit = n;
-        while self.saved.len() > n {
-            let old = self.saved.remove(0);
-            self.spare.push(old.layers);
-        }
+        self.keep_newest(n);
         self.spare.clear();
     }
 

@@ -68,14 +68,15 @@ impl Ssm {
             d_v: d_inner / n_v_heads,
         };
         // The op checks head counts and widths; do it at load for an error naming the keys.
-        s.delta(1e-6)
+        let delta = s.delta(1e-6);
+        delta
             .check(
                 SeqRows { row0: 0, rows: 0 },
                 Form::Recurrent,
                 0,
                 0,
                 0,
-                s.delta(1e-6).state_len(),
+                delta.state_len(),
                 0,
             )
             .map_err(|e| bad(k.key("ssm"), e.to_string()))?;
