@@ -130,7 +130,7 @@ fn devices_are_described_as_the_driver_reports_them() {
 
 /// Whether the driver test builds `name`: every kernel without a weight format, every
 /// variant of one format (each template and specialization), and for every other format its
-/// decoders from buffers and from textures. All 273 variants would take lavapipe about 30 s of
+/// decoders from buffers and from textures. All 274 variants would take lavapipe about 30 s of
 /// LLVM on the CI machine.
 fn sampled(name: &str) -> bool {
     let formats: Vec<String> = kernels::quant_types().iter().map(|t| t.name().to_lowercase()).collect();

@@ -22,7 +22,7 @@ pub const X_WIDTHS: [u8; 2] = [1, 4];
 /// the elementwise ops, the in-place and gated rmsnorms and the expert ops (moe.wgsl), which
 /// share one, and the attention variants: attention.wgsl over an f16 or (`_q8_0`) a q8_0 cache,
 /// the wide ones with registers for the widest heads).
-pub const PLAIN: [&str; 24] = [
+pub const PLAIN: [&str; 25] = [
     "add",
     "add_bias",
     "scale",
@@ -47,6 +47,7 @@ pub const PLAIN: [&str; 24] = [
     "delta_gates",
     "delta_net",
     "rmsnorm_gated",
+    "quantize_act",
 ];
 
 /// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label. `tile` is

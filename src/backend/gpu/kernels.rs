@@ -81,6 +81,9 @@ pub enum Kernel {
     DeltaNet,
     /// RMS norm in place times SiLU of a gate (rmsnorm.wgsl's `gated`).
     RmsNormGated,
+    /// Activations rounded as the CPU hands them to a matmul over a weight format
+    /// (quantize_act.wgsl; [`super::plan::act_rounding`]).
+    QuantizeAct,
 }
 
 include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
@@ -186,6 +189,7 @@ impl Kernel {
             Kernel::DeltaGates => "delta_gates".into(),
             Kernel::DeltaNet => "delta_net".into(),
             Kernel::RmsNormGated => "rmsnorm_gated".into(),
+            Kernel::QuantizeAct => "quantize_act".into(),
         }
     }
 }
@@ -243,6 +247,7 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::DeltaGates,
         Kernel::DeltaNet,
         Kernel::RmsNormGated,
+        Kernel::QuantizeAct,
     ]);
     for (kv, _) in KvType::ALL {
         for wide in [false, true] {

@@ -38,6 +38,43 @@ pub fn elementwise(
     Ok(Some(dispatch(kernel, params, (gx, gy, 1))))
 }
 
+/// How the CPU backend rounds activations before a matmul over weights of type `ty` (its
+/// `vec_dot_type`): quantize_act.wgsl's mode and the values per block, `None` for f32 weights.
+/// The GPU matmuls then multiply the same values the CPU's (and llama.cpp's) do.
+pub fn act_rounding(ty: GgmlType) -> Option<(u32, usize)> {
+    match (ty, ty.vec_dot_type()) {
+        (_, GgmlType::Q8_0) => Some((0, 32)),
+        (_, GgmlType::Q8_K) => Some((1, 256)),
+        (GgmlType::F16, _) => Some((2, 1)),
+        (GgmlType::BF16, _) => Some((3, 1)),
+        _ => None,
+    }
+}
+
+/// Round `len` activations for a matmul over weights of type `ty` ([`act_rounding`]). Binds
+/// the activations at 1, the rounded copy at 2. `None` when `ty` takes them as they are or
+/// there are none; an error when `len` is not whole blocks.
+pub fn quantize_act(ty: GgmlType, len: usize) -> Result<Option<Dispatch>, BackendError> {
+    let Some((mode, block)) = act_rounding(ty) else {
+        return Ok(None);
+    };
+    if len == 0 {
+        return Ok(None);
+    }
+    if !len.is_multiple_of(block) {
+        return Err(shape(
+            "matmul",
+            format!(
+                "{len} activations are not whole blocks of {block} ({} weights)",
+                ty.name()
+            ),
+        ));
+    }
+    let (gx, gy) = grid((len / block).div_ceil(64));
+    let params = words(&[u("quantize_act", len)?, u("quantize_act", block)?, mode, gx]);
+    Ok(Some(dispatch(Kernel::QuantizeAct, params, (gx, gy, 1))))
+}
+
 /// RMS norm of `groups` groups of `g`. Binds x at 1, the weight at 2, the output at 3 (in
 /// place: at 4).
 pub fn norm(kernel: Kernel, g: usize, groups: usize, eps: f32) -> Result<Option<Dispatch>, BackendError> {

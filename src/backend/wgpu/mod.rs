@@ -15,8 +15,9 @@
 //!
 //! Activations and the KV cache are f32 buffers in device memory; the cache holds values
 //! rounded to f16 and attention rounds q and the probabilities to f16, as the CPU backend (and
-//! ggml) do, but matmuls multiply f32 activations (the CPU quantizes them to Q8 first), so the
-//! two backends agree to within activation quantization. A q8_0 cache holds ggml's blocks
+//! ggml) do, and a matmul's activations are first rounded the way the CPU rounds them for the
+//! weight format (Q8_0 or Q8_K blocks, f16: [`plan::quantize_act`]), so the two backends
+//! multiply the same values and differ only in f32 summation order. A q8_0 cache holds ggml's blocks
 //! (int8 values, then the f16 scales: [`plan::kv_words`]), quantized on the device and read
 //! directly by attention, with the CPU backend's arithmetic.
 //!
@@ -122,6 +123,9 @@ pub struct WebGpuBackend {
 struct ResultBuffers {
     argmax: Option<wgpu::Buffer>,
     select: Option<wgpu::Buffer>,
+    /// A matmul's activations rounded as the CPU rounds them ([`plan::quantize_act`]), `[rows,
+    /// n_in]`; reused by every matmul (dispatches run in order).
+    activations: Option<wgpu::Buffer>,
 }
 
 impl std::fmt::Debug for WebGpuBackend {
@@ -514,6 +518,22 @@ impl WebGpuBackend {
         Ok(self.read_back(op, &buf, bytes))
     }
 
+    /// The activations a matmul over weights of type `ty` multiplies: the first `len` values
+    /// of `x` rounded as the CPU backend rounds them for that format (Q8_0/Q8_K blocks, f16),
+    /// in the shared scratch buffer, or `x` itself for f32 weights.
+    fn matmul_input(&self, ty: GgmlType, x: &WebGpuBuffer, len: usize) -> Result<wgpu::Buffer, BackendError> {
+        let Some(d) = plan::quantize_act(ty, len)? else {
+            return Ok(x.buf.clone());
+        };
+        let buf = {
+            let mut results = lock(&self.results);
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+            self.grown(&mut results.activations, "activations", (len * 4) as u64, usage)
+        };
+        self.record("quantize_act", &d, &[(1, &x.buf), (2, &buf)])?;
+        Ok(buf)
+    }
+
     /// [`Backend::matmul`] over texture parts (matmul_tex.wgsl): the activation rows pass
     /// through the uniform window in tiles of up to 8 rows (fewer when rows are long); each tile
     /// is copied there, then met by every part. Shapes are checked by the caller.
@@ -525,9 +545,10 @@ impl WebGpuBackend {
         out: &mut WebGpuBuffer,
     ) -> Result<(), BackendError> {
         let m = w.matrix("matmul")?;
+        let x = self.matmul_input(w.ty, x, rows * w.n_in)?;
         for (r0, n) in plan::tex_tiles(w.n_in, rows) {
             self.recorder().encoder(&self.ctx.device).copy_buffer_to_buffer(
-                &x.buf,
+                &x,
                 (r0 * w.n_in * 4) as u64,
                 &self.x_window,
                 0,
@@ -781,12 +802,13 @@ impl Backend for WebGpuBackend {
         if matches!(w.parts[0].store, Store::Texture(..)) {
             return self.matmul_tex(w, x, rows, out);
         }
+        let x = self.matmul_input(w.ty, x, rows * w.n_in)?;
         for part in &w.parts {
             let Store::Buffer(buf) = &part.store else {
                 return Err(shape("matmul", format!("'{}' mixes buffer and texture parts", w.name)));
             };
             let d = plan::matmul(&self.strategy, m, part.rows, rows, w.row_bytes)?;
-            self.record("matmul", &d, &[(1, buf), (2, &x.buf), (3, &out.buf)])?;
+            self.record("matmul", &d, &[(1, buf), (2, &x), (3, &out.buf)])?;
         }
         Ok(())
     }
@@ -989,6 +1011,7 @@ impl Backend for WebGpuBackend {
             ids.len,
             out.len,
         )?;
+        let x = self.matmul_input(w.ty, x, m.inputs() * mat.n_in)?;
         for part in &w.parts {
             let Store::Buffer(buf) = &part.store else {
                 return Err(shape("matmul_id", format!("'{}' is held in a texture", w.name)));
@@ -996,7 +1019,7 @@ impl Backend for WebGpuBackend {
             if let Some(d) = plan::matmul_id(mat, n_mat, part.rows, w.row_bytes, m, b.is_some())? {
                 let binds = [
                     (1, buf),
-                    (2, &x.buf),
+                    (2, &x),
                     (3, &out.buf),
                     (4, &ids.buf),
                     (5, b.unwrap_or(&self.dummy)),
