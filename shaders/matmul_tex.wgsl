@@ -8,12 +8,8 @@
 // else x_lane.wgsl). One invocation per weight row; it decodes each chunk once and meets it
 // with R activation rows (R is set per variant: 1, 2, 4 or 8). No workgroup memory, no
 // barriers, and every invocation runs to the end (surplus ones redo the last row and store
-// nothing), as subgroup operations need. Arithmetic in f32 and in the order of
-// matmul_rows.wgsl (its storage-buffer twin): a chunk's 32 products summed one by one, then
-// added to the row's sum, so the two give the same bits (tests/backend_ops.rs). Summing a
-// chunk as four vec4 lanes instead was about 20% faster in prefill on lavapipe, but that other
-// order alone moved one step of the deepseek2 Q4_K_M fixture 0.15 from llama.cpp (a router
-// near-tie), where this order and the CPU stay within 0.07.
+// nothing), as subgroup operations need. Arithmetic in f32, as matmul_rows.wgsl (its
+// storage-buffer twin).
 
 //INCLUDE matmul_params.wgsl
 // rows x n_in activations, row-major (n_in is a multiple of 4).
@@ -44,13 +40,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             if (r < P.rows) {
                 let xb = r * n4 + c * 8u;
                 let own = x_own(xb, lane);
-                var s = 0.0;
+                var s = vec4<f32>(0.0);
                 for (var i = 0u; i < 8u; i++) {
                     let w = vec4<f32>(wv[4u * i], wv[4u * i + 1u], wv[4u * i + 2u], wv[4u * i + 3u]);
-                    let p = select(vec4<f32>(0.0), w * x_get(xb, i, own), vec4<bool>(4u * i < lim));
-                    s = (((s + p.x) + p.y) + p.z) + p.w;
+                    s += select(vec4<f32>(0.0), w * x_get(xb, i, own), vec4<bool>(4u * i < lim));
                 }
-                acc[r] += s;
+                acc[r] += (s.x + s.y) + (s.z + s.w);
             }
         }
     }

@@ -11,6 +11,7 @@
 //      iscale = -127 / m, q = min(round(iscale · x), 127), d = 1 / iscale in f32; value q · d.
 //   2  F16 (one value per block): x rounded to f16.
 //   3  BF16: x rounded to bf16 (nearest, ties to even).
+// A value rounded to zero is +0, as ggml's int8 0 times its scale is.
 
 struct Params {
     len: u32,
@@ -25,6 +26,10 @@ struct Params {
 
 fn to_f16(v: f32) -> f32 {
     return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
+}
+
+fn plus_zero(q: f32) -> f32 {
+    return select(q, 0.0, q == 0.0);
 }
 
 fn to_bf16(v: f32) -> f32 {
@@ -66,13 +71,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let id = 127.0 / amax;
         let d = to_f16(amax / 127.0);
         for (var j = 0u; j < P.block; j++) {
-            Y[b0 + j] = round(X[b0 + j] * id) * d;
+            Y[b0 + j] = plus_zero(round(X[b0 + j] * id)) * d;
         }
     } else {
         let iscale = -127.0 / m;
         let d = 1.0 / iscale;
         for (var j = 0u; j < P.block; j++) {
-            Y[b0 + j] = min(round(iscale * X[b0 + j]), 127.0) * d;
+            Y[b0 + j] = plus_zero(min(round(iscale * X[b0 + j]), 127.0)) * d;
         }
     }
 }

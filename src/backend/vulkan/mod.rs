@@ -14,14 +14,21 @@
 //! - [`pipeline`]: a compute pipeline (shader module, descriptor set layouts, pipeline layout)
 //!   for one entry point of one variant, with the subgroup size it requires.
 //!
-//! To come, in their own files: `memory.rs` (buffers sub-allocated from a few large device
-//! allocations), `dispatch.rs` (descriptor sets, push constants, one command buffer per pass,
-//! timestamp queries), a pipeline cache on disk, and the [`super::Backend`] implementation.
+//! - [`memory`]: buffers sub-allocated from a few large device allocations, device-local and
+//!   host-visible, with the staging path for memory the host cannot see;
+//! - [`dispatch`]: the shared GPU layer's dispatches recorded into one command buffer per
+//!   pass (parameter and per-call data rings, descriptor sets, barriers), pipelines made on
+//!   first use.
+//!
+//! To come: timestamp queries, a pipeline cache on disk, texture-held weights, and the
+//! [`super::Backend`] implementation over these.
 //!
 //! The Vulkan loader is opened at run time, so a machine without it gets
 //! [`VulkanError::NoLoader`] (and [`super::BackendError::Unavailable`]), never a link error.
 
 pub mod device;
+pub mod dispatch;
+pub mod memory;
 pub mod pipeline;
 pub mod spirv;
 

@@ -1,0 +1,454 @@
+//! Recording the shared GPU layer's dispatches ([`Dispatch`]) into one Vulkan command buffer
+//! per pass, and submitting it once.
+//!
+//! A pass is everything between two waits for the device: a forward pass records all its
+//! dispatches (and the copies of uploads and readbacks) into one command buffer, which
+//! [`Recorder::submit`] submits with one fence. Each dispatch's parameter block goes into a
+//! uniform ring buffer and its small per-call data (token ids, cache positions: the
+//! dispatch's `extra`) into a storage ring, both host-visible and reset after every pass; its
+//! descriptor set comes from a pool reset the same way. A global memory barrier follows every
+//! dispatch and copy, so each sees what the previous ones wrote, as in WebGPU.
+//!
+//! Pipelines are made on first use per kernel variant ([`Pipelines`]), requiring the
+//! device's chosen subgroup size where the kernel uses subgroup operations.
+
+use std::collections::HashMap;
+
+use ash::vk;
+
+use super::device::Device;
+use super::memory::{Buffer, Location, Memory};
+use super::pipeline::ComputePipeline;
+use super::spirv::{self, BindingKind};
+use super::VulkanError;
+use crate::backend::gpu::{Dispatch, Kernel};
+
+/// Bytes of the parameter ring; a pass with more dispatches than fit is split.
+const UNIFORM_RING: u64 = 2 << 20;
+/// Bytes of the ring for the dispatches' `extra` data.
+const EXTRA_RING: u64 = 2 << 20;
+/// The largest alignment Vulkan allows for uniform and storage buffer offsets: using it
+/// everywhere needs no device query.
+const OFFSET_ALIGN: u64 = 256;
+/// Descriptor sets per pass before the pass is split.
+const MAX_SETS: u32 = 8192;
+/// Storage buffer descriptors per set (the kernels bind at most 6).
+const STORAGE_PER_SET: u32 = 8;
+
+/// What passes cost, for tests and `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PassStats {
+    /// `vkQueueSubmit` calls.
+    pub submissions: u64,
+    pub dispatches: u64,
+    /// Bytes that went through staging buffers (uploads and readbacks of memory the host
+    /// cannot see).
+    pub staged_bytes: u64,
+}
+
+/// The compute pipelines of one device, made on first use.
+pub struct Pipelines<'d> {
+    device: &'d Device,
+    made: HashMap<(String, &'static str), ComputePipeline<'d>>,
+}
+
+impl<'d> Pipelines<'d> {
+    pub fn new(device: &'d Device) -> Self {
+        Self {
+            device,
+            made: HashMap::new(),
+        }
+    }
+
+    /// The pipeline of `kernel`.
+    pub fn get(&mut self, kernel: Kernel) -> Result<&ComputePipeline<'d>, VulkanError> {
+        let key = (kernel.variant(), kernel.entry());
+        if !self.made.contains_key(&key) {
+            let spv = spirv::kernel(&key.0).ok_or_else(|| VulkanError::Unsupported {
+                kernel: key.0.clone(),
+                problem: "no SPIR-V was built for this variant".into(),
+            })?;
+            let choice = self.device.specializations().subgroup_size;
+            let size = (choice.required && spv.uses_subgroups()).then_some(choice.size);
+            let p = ComputePipeline::new(self.device, spv, key.1, size)?;
+            self.made.insert(key.clone(), p);
+        }
+        Ok(&self.made[&key])
+    }
+
+    pub fn len(&self) -> usize {
+        self.made.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.made.is_empty()
+    }
+}
+
+/// One command buffer being recorded, its rings and descriptor pool.
+pub struct Recorder<'d, 'm> {
+    memory: &'m Memory<'d>,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    descriptors: vk::DescriptorPool,
+    uniforms: Option<Buffer>,
+    extras: Option<Buffer>,
+    uniform_used: u64,
+    extra_used: u64,
+    sets_used: u32,
+    recording: bool,
+    /// Staging buffers of this pass's uploads, freed after the submission.
+    staging: Vec<Buffer>,
+    stats: PassStats,
+}
+
+impl<'d, 'm> Recorder<'d, 'm> {
+    pub fn new(memory: &'m Memory<'d>) -> Result<Self, VulkanError> {
+        let device = memory.device();
+        let raw = device.raw();
+        let mut r = Self {
+            memory,
+            pool: vk::CommandPool::null(),
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+            descriptors: vk::DescriptorPool::null(),
+            uniforms: None,
+            extras: None,
+            uniform_used: 0,
+            extra_used: 0,
+            sets_used: 0,
+            recording: false,
+            staging: Vec::new(),
+            stats: PassStats::default(),
+        };
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(device.queue_family())
+            .flags(vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY (this block): create infos live across their calls; the device is live; on
+        // an early return Drop destroys what was made (null handles are no-ops).
+        unsafe {
+            r.pool = raw
+                .create_command_pool(&info, None)
+                .map_err(|e| VulkanError::failed("vkCreateCommandPool", e))?;
+            let alloc = vk::CommandBufferAllocateInfo::default()
+                .command_pool(r.pool)
+                .level(vk::CommandBufferLevel::PRIMARY)
+                .command_buffer_count(1);
+            r.cmd = raw
+                .allocate_command_buffers(&alloc)
+                .map_err(|e| VulkanError::failed("vkAllocateCommandBuffers", e))?[0];
+            r.fence = raw
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .map_err(|e| VulkanError::failed("vkCreateFence", e))?;
+            let sizes = [
+                vk::DescriptorPoolSize::default()
+                    .ty(vk::DescriptorType::UNIFORM_BUFFER)
+                    .descriptor_count(MAX_SETS),
+                vk::DescriptorPoolSize::default()
+                    .ty(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(MAX_SETS * STORAGE_PER_SET),
+            ];
+            let info = vk::DescriptorPoolCreateInfo::default()
+                .max_sets(MAX_SETS)
+                .pool_sizes(&sizes);
+            r.descriptors = raw
+                .create_descriptor_pool(&info, None)
+                .map_err(|e| VulkanError::failed("vkCreateDescriptorPool", e))?;
+        }
+        r.uniforms = Some(memory.alloc(UNIFORM_RING, vk::BufferUsageFlags::UNIFORM_BUFFER, Location::Host)?);
+        r.extras = Some(memory.alloc(EXTRA_RING, vk::BufferUsageFlags::STORAGE_BUFFER, Location::Host)?);
+        Ok(r)
+    }
+
+    pub fn stats(&self) -> PassStats {
+        self.stats
+    }
+
+    fn begin(&mut self) -> Result<(), VulkanError> {
+        if !self.recording {
+            let info = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            // SAFETY: the command buffer is not recording and not in use (the last submission
+            // was waited for and its pool reset).
+            unsafe { self.memory.device().raw().begin_command_buffer(self.cmd, &info) }
+                .map_err(|e| VulkanError::failed("vkBeginCommandBuffer", e))?;
+            self.recording = true;
+        }
+        Ok(())
+    }
+
+    /// Everything before waits for everything written before it (dispatches and copies), and
+    /// the host sees it after the pass.
+    fn barrier(&self) {
+        let access = vk::AccessFlags::SHADER_READ
+            | vk::AccessFlags::SHADER_WRITE
+            | vk::AccessFlags::TRANSFER_READ
+            | vk::AccessFlags::TRANSFER_WRITE
+            | vk::AccessFlags::HOST_READ;
+        let b = vk::MemoryBarrier::default()
+            .src_access_mask(access)
+            .dst_access_mask(access);
+        let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+        // SAFETY: the command buffer is recording (callers begin first).
+        unsafe {
+            self.memory.device().raw().cmd_pipeline_barrier(
+                self.cmd,
+                stages,
+                stages | vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[b],
+                &[],
+                &[],
+            )
+        };
+    }
+
+    /// Record `d` with `binds` (binding number, buffer) for its storage bindings; the
+    /// parameter block (binding 0) and the `extra` data are bound here. Every binding the
+    /// kernel declares must be given.
+    pub fn dispatch(
+        &mut self,
+        pipelines: &mut Pipelines<'d>,
+        d: &Dispatch,
+        binds: &[(u32, &Buffer)],
+    ) -> Result<(), VulkanError> {
+        let params_span = (d.params.len() as u64).max(16).div_ceil(16) * 16;
+        let extra_span = d.extra.as_ref().map_or(0, |(_, e)| (e.len() as u64).max(4));
+        if self.uniform_used + params_span > UNIFORM_RING
+            || self.extra_used + extra_span > EXTRA_RING
+            || self.sets_used >= MAX_SETS
+        {
+            // The rings or the pool are full: finish this part of the pass first.
+            self.submit()?;
+        }
+        if extra_span > EXTRA_RING {
+            return Err(VulkanError::Unsupported {
+                kernel: d.kernel.variant(),
+                problem: format!("{extra_span} bytes of per-call data exceed the {EXTRA_RING}-byte ring"),
+            });
+        }
+        self.begin()?;
+        let pipeline = pipelines.get(d.kernel)?;
+        let spv = spirv::kernel(&d.kernel.variant()).ok_or_else(|| VulkanError::Unsupported {
+            kernel: d.kernel.variant(),
+            problem: "no SPIR-V".into(),
+        })?;
+        let (uniforms, extras) = (
+            self.uniforms.as_ref().expect("ring"),
+            self.extras.as_ref().expect("ring"),
+        );
+        let u_off = self.uniform_used;
+        uniforms.write(u_off, &d.params)?;
+        self.uniform_used += params_span.div_ceil(OFFSET_ALIGN) * OFFSET_ALIGN;
+        let e_off = self.extra_used;
+        if let Some((_, data)) = &d.extra {
+            extras.write(e_off, data)?;
+            self.extra_used += extra_span.div_ceil(OFFSET_ALIGN) * OFFSET_ALIGN;
+        }
+        let raw = self.memory.device().raw();
+        let alloc = vk::DescriptorSetAllocateInfo::default()
+            .descriptor_pool(self.descriptors)
+            .set_layouts(pipeline.set_layouts());
+        // SAFETY: the pool and layouts are live; the pool has room (counted above).
+        let sets = unsafe { raw.allocate_descriptor_sets(&alloc) }
+            .map_err(|e| VulkanError::failed("vkAllocateDescriptorSets", e))?;
+        self.sets_used += sets.len() as u32;
+        let mut infos: Vec<(u32, u32, vk::DescriptorType, vk::DescriptorBufferInfo)> = Vec::new();
+        for b in spv.bindings {
+            let (ty, info) = match (b.kind, b.binding) {
+                (BindingKind::Uniform, 0) => (
+                    vk::DescriptorType::UNIFORM_BUFFER,
+                    vk::DescriptorBufferInfo::default()
+                        .buffer(uniforms.raw)
+                        .offset(u_off)
+                        .range(params_span),
+                ),
+                (BindingKind::Storage | BindingKind::StorageRead, n) => {
+                    let info = match &d.extra {
+                        Some((at, _)) if *at == n => vk::DescriptorBufferInfo::default()
+                            .buffer(extras.raw)
+                            .offset(e_off)
+                            .range(extra_span),
+                        _ => {
+                            let buf = binds.iter().find(|(at, _)| *at == n).map(|(_, b)| *b).ok_or_else(|| {
+                                VulkanError::Unsupported {
+                                    kernel: d.kernel.variant(),
+                                    problem: format!("binding {n} is not bound"),
+                                }
+                            })?;
+                            vk::DescriptorBufferInfo::default()
+                                .buffer(buf.raw)
+                                .offset(0)
+                                .range(vk::WHOLE_SIZE)
+                        }
+                    };
+                    (vk::DescriptorType::STORAGE_BUFFER, info)
+                }
+                (kind, n) => {
+                    return Err(VulkanError::Unsupported {
+                        kernel: d.kernel.variant(),
+                        problem: format!("binding {n} is a {kind:?}, which this device layer does not bind yet"),
+                    })
+                }
+            };
+            infos.push((b.group, b.binding, ty, info));
+        }
+        let buffer_infos: Vec<[vk::DescriptorBufferInfo; 1]> = infos.iter().map(|i| [i.3]).collect();
+        let writes: Vec<vk::WriteDescriptorSet> = infos
+            .iter()
+            .zip(&buffer_infos)
+            .map(|(&(group, binding, ty, _), bi)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(sets[group as usize])
+                    .dst_binding(binding)
+                    .descriptor_type(ty)
+                    .buffer_info(bi)
+            })
+            .collect();
+        let (gx, gy, gz) = d.groups;
+        // SAFETY: the writes point at live buffers and sets; the command buffer is recording;
+        // the pipeline's layout matches the sets it was allocated with.
+        unsafe {
+            raw.update_descriptor_sets(&writes, &[]);
+            raw.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw());
+            raw.cmd_bind_descriptor_sets(
+                self.cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                pipeline.layout(),
+                0,
+                &sets,
+                &[],
+            );
+            raw.cmd_dispatch(self.cmd, gx, gy, gz);
+        }
+        self.barrier();
+        self.stats.dispatches += 1;
+        Ok(())
+    }
+
+    /// Record a copy of `len` bytes from `src` at `src_off` to `dst` at `dst_off`.
+    pub fn copy(
+        &mut self,
+        src: &Buffer,
+        src_off: u64,
+        dst: &Buffer,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<(), VulkanError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.begin()?;
+        let region = vk::BufferCopy::default()
+            .src_offset(src_off)
+            .dst_offset(dst_off)
+            .size(len);
+        // SAFETY: recording; both buffers are live and were created with transfer usage by
+        // the callers that copy them.
+        unsafe {
+            self.memory
+                .device()
+                .raw()
+                .cmd_copy_buffer(self.cmd, src.raw, dst.raw, &[region])
+        };
+        self.barrier();
+        Ok(())
+    }
+
+    /// Put `data` into `dst` at byte `offset`: directly where the host sees its memory (only
+    /// between passes: nothing recorded may use it), else through a staging buffer copied in
+    /// this pass.
+    pub fn upload(&mut self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), VulkanError> {
+        if dst.mapped().is_some() {
+            dst.write(offset, data)?;
+            return Ok(());
+        }
+        let staging = self
+            .memory
+            .alloc(data.len() as u64, vk::BufferUsageFlags::TRANSFER_SRC, Location::Host)?;
+        staging.write(0, data)?;
+        self.copy(&staging, 0, dst, offset, data.len() as u64)?;
+        self.stats.staged_bytes += data.len() as u64;
+        self.staging.push(staging);
+        Ok(())
+    }
+
+    /// Submit what was recorded and wait for it (ends the pass).
+    pub fn submit(&mut self) -> Result<(), VulkanError> {
+        if !self.recording {
+            return Ok(());
+        }
+        let device = self.memory.device();
+        let raw = device.raw();
+        let cmds = [self.cmd];
+        let submit = vk::SubmitInfo::default().command_buffers(&cmds);
+        // SAFETY: the command buffer was recording and is ended here; one submitter uses the
+        // queue (the recorder is `&mut`); the fence is unsignaled (reset after every wait).
+        unsafe {
+            raw.end_command_buffer(self.cmd)
+                .map_err(|e| VulkanError::failed("vkEndCommandBuffer", e))?;
+            self.recording = false;
+            raw.queue_submit(device.queue(), &[submit], self.fence)
+                .map_err(|e| VulkanError::failed("vkQueueSubmit", e))?;
+            self.stats.submissions += 1;
+            raw.wait_for_fences(&[self.fence], true, u64::MAX)
+                .map_err(|e| VulkanError::failed("vkWaitForFences", e))?;
+            raw.reset_fences(&[self.fence])
+                .map_err(|e| VulkanError::failed("vkResetFences", e))?;
+            raw.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
+                .map_err(|e| VulkanError::failed("vkResetCommandPool", e))?;
+            raw.reset_descriptor_pool(self.descriptors, vk::DescriptorPoolResetFlags::empty())
+                .map_err(|e| VulkanError::failed("vkResetDescriptorPool", e))?;
+        }
+        self.uniform_used = 0;
+        self.extra_used = 0;
+        self.sets_used = 0;
+        for s in self.staging.drain(..) {
+            self.memory.free(s);
+        }
+        Ok(())
+    }
+
+    /// End the pass and read `len` bytes of `src` from byte `offset` (through a staging
+    /// buffer where the host cannot see `src`: one more copy in the same submission).
+    pub fn read(&mut self, src: &Buffer, offset: u64, len: usize) -> Result<Vec<u8>, VulkanError> {
+        let mut out = vec![0u8; len];
+        if src.mapped().is_some() {
+            self.submit()?;
+            src.read(offset, &mut out)?;
+            return Ok(out);
+        }
+        let staging = self
+            .memory
+            .alloc(len as u64, vk::BufferUsageFlags::TRANSFER_DST, Location::Host)?;
+        let result = self
+            .copy(src, offset, &staging, 0, len as u64)
+            .and_then(|()| self.submit())
+            .and_then(|()| staging.read(0, &mut out));
+        self.stats.staged_bytes += len as u64;
+        self.memory.free(staging);
+        result.map(|_| out)
+    }
+}
+
+impl Drop for Recorder<'_, '_> {
+    fn drop(&mut self) {
+        let raw = self.memory.device().raw();
+        // SAFETY: waiting for idle first means nothing recorded here still runs; the handles
+        // were made on this device (null ones are no-ops).
+        unsafe {
+            let _ = raw.device_wait_idle();
+            raw.destroy_descriptor_pool(self.descriptors, None);
+            raw.destroy_fence(self.fence, None);
+            raw.destroy_command_pool(self.pool, None);
+        }
+        for b in self
+            .staging
+            .drain(..)
+            .chain(self.uniforms.take())
+            .chain(self.extras.take())
+        {
+            self.memory.free(b);
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The Vulkan backend's memory and dispatch layers on a real driver (Mesa lavapipe in CI):
+//! the shared GPU layer's dispatches recorded through ash compute what the same kernels
+//! compute through wgpu, bit for bit, and what the CPU's scalar rules say; one pass is one
+//! submission; memory the host cannot see goes through staging buffers (forced on lavapipe,
+//! whose memory the host sees); freed ranges are reused. Without a Vulkan device these tests
+//! skip (`common::device_or_skip`; with `TINYLLM_REQUIRE_GPU=1` they fail instead).
+
+mod common;
+#[path = "common/rounding.rs"]
+mod rounding;
+
+use tinyllm::backend::gpu::plan::{self, MatShape, PartRows};
+use tinyllm::backend::gpu::{MatmulVariant, Strategy};
+use tinyllm::backend::vulkan::ash::vk;
+use tinyllm::backend::vulkan::dispatch::{Pipelines, Recorder};
+use tinyllm::backend::vulkan::memory::{Buffer, Location, Memory};
+use tinyllm::backend::vulkan::Device;
+use tinyllm::quant::GgmlType;
+
+use common::rng::Rng;
+
+fn device_or_skip() -> Option<Device> {
+    common::device_or_skip(|| Device::open(None))
+}
+
+const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::STORAGE_BUFFER.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw(),
+);
+
+fn upload(mem: &Memory<'_>, rec: &mut Recorder<'_, '_>, data: &[u8]) -> Buffer {
+    let b = mem.alloc(data.len() as u64, USAGE, Location::Device).expect("alloc");
+    rec.upload(&b, 0, data).expect("upload");
+    b
+}
+
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Activations with the cases the rounding rules single out: a zero block, a block whose
+/// largest magnitude is negative, and values exactly halfway between two steps (ties go to
+/// even in ggml's x86 rules).
+fn activations(rng: &mut Rng, blocks_of_256: usize) -> Vec<f32> {
+    let mut x = rng.vec(256 * blocks_of_256, 3.0);
+    x[..256].fill(0.0);
+    x[256] = -7.5;
+    // amax 127 makes the Q8_0 step 1: 0.5, 1.5, 2.5 are ties.
+    x[512] = 127.0;
+    for (i, v) in x[513..544].iter_mut().enumerate() {
+        *v = i as f32 * 0.5 - 7.5;
+    }
+    x
+}
+
+#[test]
+fn quantize_act_rounds_as_the_cpu_bit_for_bit_with_and_without_staging() {
+    let Some(dev) = device_or_skip() else { return };
+    for staging in [false, true] {
+        let mem = Memory::new(&dev).force_staging(staging);
+        let mut rec = Recorder::new(&mem).expect("recorder");
+        let mut pipes = Pipelines::new(&dev);
+        let x = activations(&mut Rng(0x5eed), 6);
+        let xb = upload(&mem, &mut rec, bytemuck::cast_slice(&x));
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::F16, GgmlType::BF16] {
+            let before = rec.stats();
+            let yb = mem.alloc((x.len() * 4) as u64, USAGE, Location::Device).expect("alloc");
+            let d = plan::quantize_act(ty, x.len()).expect("plan").expect("a rounding");
+            rec.dispatch(&mut pipes, &d, &[(1, &xb), (2, &yb)]).expect("dispatch");
+            let got = floats(&rec.read(&yb, 0, x.len() * 4).expect("read"));
+            let want = rounding::rounded_activations(ty, &x);
+            let wrong: Vec<usize> = (0..x.len())
+                .filter(|&i| got[i].to_bits() != want[i].to_bits())
+                .collect();
+            assert!(
+                wrong.is_empty(),
+                "{ty} (staging {staging}): {} of {} values differ, first at {}: {} vs {} (x {})",
+                wrong.len(),
+                x.len(),
+                wrong[0],
+                got[wrong[0]],
+                want[wrong[0]],
+                x[wrong[0]]
+            );
+            let after = rec.stats();
+            assert_eq!(after.submissions - before.submissions, 1, "one pass, one submission");
+            assert_eq!(
+                after.staged_bytes > before.staged_bytes,
+                staging,
+                "staging only where forced"
+            );
+            mem.free(yb);
+        }
+        mem.free(xb);
+    }
+}
+
+/// Rows-variant matmuls of the llama fixture's weights (every format it stores) through ash
+/// equal the same dispatches through wgpu, bit for bit, for several activation row counts,
+/// in one pass and one submission each.
+#[test]
+fn rows_matmuls_equal_webgpus_bit_for_bit() {
+    use tinyllm::backend::webgpu::{WebGpuBackend, WebGpuOptions};
+    use tinyllm::backend::Backend;
+    let Some(dev) = device_or_skip() else { return };
+    let Some(g) = common::device_or_skip(|| {
+        WebGpuBackend::with_options(WebGpuOptions {
+            matmul: Some(MatmulVariant::Rows),
+            round_activations: Some(true),
+            ..Default::default()
+        })
+    }) else {
+        return;
+    };
+    let mem = Memory::new(&dev);
+    let mut rec = Recorder::new(&mem).expect("recorder");
+    let mut pipes = Pipelines::new(&dev);
+    let st = Strategy {
+        matmul: MatmulVariant::Rows,
+        tex_subgroups: false,
+        reduce_subgroups: false,
+        f16_matmul: false,
+        kv_chunk: None,
+        split_any_rows: false,
+        max_storage: u64::from(u32::MAX),
+    };
+    let mut rng = Rng(0xfeed);
+    let mut seen = Vec::new();
+    for quant in ["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS"] {
+        let path = common::golden(&format!("fixtures/llama.{quant}.gguf"));
+        let file = std::sync::Arc::new(tinyllm::gguf::GgufFile::open(&path).expect("fixture"));
+        let names: Vec<String> = file
+            .tensors()
+            .iter()
+            .filter(|t| t.shape.len() == 2 && t.name.starts_with("blk.0.") && !seen.contains(&t.ty))
+            .map(|t| t.name.clone())
+            .collect();
+        for name in names {
+            let t = file.tensor(&name).expect("tensor");
+            let (ty, n_in, n_out) = (t.info.ty, t.info.shape[0] as usize, t.info.shape[1] as usize);
+            seen.push(ty);
+            let wb = upload(&mem, &mut rec, t.data);
+            let w = g.load_weight(&file, &name).expect("webgpu weight");
+            for rows in [1usize, 3, 9] {
+                let x = rng.vec(rows * n_in, 1.0);
+                let xb = upload(&mem, &mut rec, bytemuck::cast_slice(&x));
+                let yb = mem
+                    .alloc((rows * n_out * 4) as u64, USAGE, Location::Device)
+                    .expect("alloc");
+                let xq = mem
+                    .alloc((rows * n_in * 4) as u64, USAGE, Location::Device)
+                    .expect("alloc");
+                let before = rec.stats();
+                let input = match plan::quantize_act(ty, rows * n_in).expect("plan") {
+                    Some(d) => {
+                        rec.dispatch(&mut pipes, &d, &[(1, &xb), (2, &xq)]).expect("round");
+                        &xq
+                    }
+                    None => &xb,
+                };
+                let m = MatShape { ty, n_in, n_out };
+                let part = PartRows { row0: 0, rows: n_out };
+                let row_bytes = t.data.len() / n_out;
+                let d = plan::matmul(&st, m, part, rows, row_bytes).expect("plan");
+                rec.dispatch(&mut pipes, &d, &[(1, &wb), (2, input), (3, &yb)])
+                    .expect("matmul");
+                let ours = floats(&rec.read(&yb, 0, rows * n_out * 4).expect("read"));
+                assert_eq!(rec.stats().submissions - before.submissions, 1);
+                let mut xg = g.alloc(x.len()).expect("alloc");
+                g.write(&mut xg, &x).expect("write");
+                let mut yg = g.alloc(rows * n_out).expect("alloc");
+                g.matmul(&w, &xg, rows, &mut yg).expect("webgpu matmul");
+                let theirs = g.read(&yg, rows * n_out).expect("read").wait().expect("readback");
+                println!("[vulkan] matmul {name} ({ty}) {n_out}x{n_in}, {rows} rows");
+                assert_eq!(
+                    bits(&ours),
+                    bits(&theirs),
+                    "{name} ({ty}) with {rows} rows: ash and wgpu differ"
+                );
+                for b in [xb, yb, xq] {
+                    mem.free(b);
+                }
+            }
+            mem.free(wb);
+        }
+    }
+    assert!(seen.len() >= 6, "formats covered: {seen:?}");
+}
+
+/// Buffers take ranges of shared blocks, a freed range is reused, an emptied block goes back,
+/// and a buffer larger than a block gets one of its own.
+#[test]
+fn buffers_share_blocks_and_give_them_back() {
+    let Some(dev) = device_or_skip() else { return };
+    let block = 1 << 20;
+    let mem = Memory::with_block_bytes(&dev, block);
+    let a = mem.alloc(1000, USAGE, Location::Device).expect("a");
+    let b = mem.alloc(1000, USAGE, Location::Device).expect("b");
+    assert_eq!(mem.stats().blocks, 1, "two small buffers share a block");
+    mem.free(a);
+    let c = mem.alloc(500, USAGE, Location::Device).expect("c");
+    assert_eq!(mem.stats().blocks, 1, "the freed range is reused");
+    let big = mem.alloc(3 * block, USAGE, Location::Device).expect("big");
+    let s = mem.stats();
+    assert_eq!(s.blocks, 2, "a buffer larger than a block gets its own");
+    assert!(s.allocated >= block + 3 * block);
+    mem.free(big);
+    assert_eq!(mem.stats().blocks, 1, "an emptied block goes back to the driver");
+    mem.free(b);
+    mem.free(c);
+    assert_eq!(mem.stats(), Default::default());
+    // Data survives a round trip through a device buffer the host cannot see.
+    let mem = Memory::with_block_bytes(&dev, block).force_staging(true);
+    let mut rec = Recorder::new(&mem).expect("recorder");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    let buf = upload(&mem, &mut rec, &data);
+    assert!(buf.mapped().is_none());
+    assert_eq!(rec.read(&buf, 100, 3000).expect("read"), data[100..3100].to_vec());
+    assert_eq!(rec.stats().submissions, 1, "upload and readback in one submission");
+    mem.free(buf);
+}
