@@ -8,8 +8,15 @@
 // else x_lane.wgsl). One invocation per weight row; it decodes each chunk once and meets it
 // with R activation rows (R is set per variant: 1, 2, 4 or 8). No workgroup memory, no
 // barriers, and every invocation runs to the end (surplus ones redo the last row and store
-// nothing), as subgroup operations need. Arithmetic in f32, as matmul_rows.wgsl (its
-// storage-buffer twin).
+// nothing), as subgroup operations need. Arithmetic in f32, each row's products summed in
+// order with Kahan compensation, as matmul_rows.wgsl (its storage-buffer twin) sums them, so the
+// two give the same bits (tests/backend_ops.rs). Why compensated: with the activations rounded
+// as ggml rounds them (quantize_act.wgsl), ggml sums each block's integer products exactly, and
+// a plain f32 sum in one order or another moved single steps of the chaotic models past their
+// bounds (one of 32 deepseek2 Q4_K_M steps to 0.153 in one order, one more gemma-3-270m miss in
+// another); the compensated sum, nearly exact, kept both where the CPU backend lands. It costs
+// about half of lavapipe's prefill speed (qwen2.5-coder, 64-token prompt: 3.6 against 7.1 tok/s
+// with f32 activations and plain sums; decode unchanged within noise).
 
 //INCLUDE matmul_params.wgsl
 // rows x n_in activations, row-major (n_in is a multiple of 4).
@@ -30,6 +37,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     let o = min(id, P.n_out - 1u);
     let n4 = P.n_in / 4u;
     var acc: array<f32, R>;
+    // Kahan compensation of each row's sum.
+    var comp: array<f32, R>;
     for (var c = 0u; c < P.n_chunks; c++) {
         load_chunk(o * P.row_bytes, c, P.n_in);
         // Values past the row end (F32/F16 rows that end inside a chunk) are masked out.
@@ -40,12 +49,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             if (r < P.rows) {
                 let xb = r * n4 + c * 8u;
                 let own = x_own(xb, lane);
-                var s = vec4<f32>(0.0);
                 for (var i = 0u; i < 8u; i++) {
                     let w = vec4<f32>(wv[4u * i], wv[4u * i + 1u], wv[4u * i + 2u], wv[4u * i + 3u]);
-                    s += select(vec4<f32>(0.0), w * x_get(xb, i, own), vec4<bool>(4u * i < lim));
+                    let p = select(vec4<f32>(0.0), w * x_get(xb, i, own), vec4<bool>(4u * i < lim));
+                    for (var k = 0u; k < 4u; k++) {
+                        let y = p[k] - comp[r];
+                        let t = acc[r] + y;
+                        comp[r] = (t - acc[r]) - y;
+                        acc[r] = t;
+                    }
                 }
-                acc[r] += (s.x + s.y) + (s.z + s.w);
             }
         }
     }

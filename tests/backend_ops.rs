@@ -30,10 +30,7 @@ const NMSE_F16: f64 = 1e-5;
 
 /// The WebGPU backend, or `None` (with the reason printed) when there is no adapter and
 /// `TINYLLM_REQUIRE_GPU` is not `1`.
-/// A WebGPU backend with `opts`, rounding matmul activations as the CPU does unless `opts`
-/// says otherwise (the oracle rounds them: [`reference_matmul`]).
-fn gpu_with(mut opts: WebGpuOptions) -> Option<WebGpuBackend> {
-    opts.round_activations.get_or_insert(true);
+fn gpu_with(opts: WebGpuOptions) -> Option<WebGpuBackend> {
     common::device_or_skip(|| WebGpuBackend::with_options(opts))
 }
 
@@ -242,6 +239,13 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
         return;
     };
     let has_f16 = g_f16.adapter().features.iter().any(|f| f == "shader_f16");
+    // Activations multiplied as they are (`round_activations` off).
+    let Some(g_unrounded) = gpu_with(WebGpuOptions {
+        round_activations: Some(false),
+        ..Default::default()
+    }) else {
+        return;
+    };
     // The texture kernel without subgroups (the same as g_tex where the device has none).
     let Some(g_lane) = gpu_with(WebGpuOptions {
         matmul: Some(MatmulVariant::Texture),
@@ -276,6 +280,19 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
             let y_rows = run_matmul(&g_rows, &file, name, &x, rows, n_out);
             let y_tex = run_matmul(&g_tex, &file, name, &x, rows, n_out);
             let y_lane = run_matmul(&g_lane, &file, name, &x, rows, n_out);
+            // The texture variant sums in the rows variant's order: the same bits.
+            let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            if bits(&y_tex) != bits(&y_rows) || bits(&y_lane) != bits(&y_rows) {
+                failures.push(format!("matmul {name} rows {rows}: texture and rows variants differ"));
+            }
+            // Without the rounding, against the oracle over the unrounded activations.
+            let e_unrounded = nmse(
+                &run_matmul(&g_unrounded, &file, name, &x, rows, n_out),
+                &reference_matmul(GgmlType::F32, &wd, &x, rows, n_out, k),
+            );
+            if e_unrounded.is_nan() || e_unrounded > NMSE_F32 {
+                failures.push(format!("matmul {name} rows {rows} unrounded: NMSE {e_unrounded:.2e}"));
+            }
             let (e_rows, e_tex, e_lane) = (nmse(&y_rows, &want), nmse(&y_tex, &want), nmse(&y_lane, &want));
             let e_plain = nmse(&run_matmul(&g_wg_plain, &file, name, &x, rows, n_out), &want);
             let e_f16 = nmse(&run_matmul(&g_f16, &file, name, &x, rows, n_out), &want);

@@ -114,7 +114,6 @@ fn rows_matmuls_equal_webgpus_bit_for_bit() {
     let Some(g) = common::device_or_skip(|| {
         WebGpuBackend::with_options(WebGpuOptions {
             matmul: Some(MatmulVariant::Rows),
-            round_activations: Some(true),
             ..Default::default()
         })
     }) else {
