@@ -226,3 +226,98 @@ fn buffers_share_blocks_and_give_them_back() {
     assert_eq!(rec.stats().submissions, 1, "upload and readback in one submission");
     mem.free(buf);
 }
+
+/// A sample of kernel variants for the cache tests: plain kernels and one format's matmuls.
+fn some_kernels() -> Vec<tinyllm::backend::gpu::Kernel> {
+    use tinyllm::backend::gpu::Kernel;
+    vec![
+        Kernel::Add,
+        Kernel::Swiglu,
+        Kernel::RmsNorm,
+        Kernel::Rope,
+        Kernel::QuantizeAct,
+        Kernel::Argmax,
+        Kernel::Route,
+        Kernel::MoeCombine,
+        Kernel::MatmulRows(GgmlType::Q4_K),
+        Kernel::Embed(GgmlType::Q4_K),
+    ]
+}
+
+/// The pipeline cache: a cold start writes its file (named by device and driver, with the
+/// header Vulkan defines), the next start is seeded from it; a file made for another device or
+/// garbage is ignored (a cold start, no error); a cache that cannot be written is an error
+/// naming the path.
+#[test]
+fn pipeline_cache_is_saved_and_seeds_the_next_start() {
+    use tinyllm::backend::vulkan::cache::{file_name, header_matches, PipelineCache};
+    let Some(dev) = device_or_skip() else { return };
+    let dir = std::env::temp_dir().join(format!("tinyllm-pipelines-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let kernels = some_kernels();
+    let cold = PipelineCache::open(&dev, Some(&dir)).expect("open");
+    assert_eq!(cold.loaded(), 0, "no file yet");
+    let mut pipes = Pipelines::with_cache(&dev, Some(cold));
+    pipes.prepare(&kernels).expect("prepare");
+    assert_eq!(pipes.len(), kernels.len());
+    let written = pipes.cache().expect("cache").save().expect("save");
+    let file = dir.join(file_name(dev.info()));
+    let data = std::fs::read(&file).expect("the cache file");
+    assert_eq!(data.len(), written);
+    assert!(
+        header_matches(&data, dev.info()),
+        "the file starts with this device's header"
+    );
+    drop(pipes);
+    let warm = PipelineCache::open(&dev, Some(&dir)).expect("open");
+    assert_eq!(warm.loaded(), written, "the next start is seeded from the file");
+    let mut pipes = Pipelines::with_cache(&dev, Some(warm));
+    pipes.prepare(&kernels).expect("prepare from the cache");
+    drop(pipes);
+    // Another device's header, then garbage: ignored.
+    let mut foreign = data.clone();
+    foreign[16] ^= 0xff;
+    for bad in [foreign, b"not a pipeline cache".to_vec()] {
+        std::fs::write(&file, &bad).expect("write");
+        let c = PipelineCache::open(&dev, Some(&dir)).expect("a bad file is not an error");
+        assert_eq!(c.loaded(), 0);
+    }
+    // A directory path that is a file: saving fails and says where.
+    let blocked = dir.join("blocked");
+    std::fs::write(&blocked, b"x").expect("write");
+    let c = PipelineCache::open(&dev, Some(&blocked)).expect("open");
+    let err = c.save().expect_err("cannot save under a file").to_string();
+    assert!(err.contains("blocked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Startup with and without the pipeline cache (a measurement, not a test): every kernel
+/// variant's pipeline made cold (empty cache), then warm (seeded from the file the cold start
+/// saved). `cargo test --release --test vulkan_dispatch -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement: run with --ignored --nocapture"]
+fn measure_pipeline_startup_cold_and_warm() {
+    use tinyllm::backend::gpu::kernels;
+    use tinyllm::backend::vulkan::cache::PipelineCache;
+    let Some(dev) = device_or_skip() else { return };
+    let dir = std::env::temp_dir().join(format!("tinyllm-pipelines-measure-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let all = kernels::all_variants();
+    let mut times = Vec::new();
+    for run in ["cold", "warm"] {
+        let t = std::time::Instant::now();
+        let cache = PipelineCache::open(&dev, Some(&dir)).expect("open");
+        let loaded = cache.loaded();
+        let mut pipes = Pipelines::with_cache(&dev, Some(cache));
+        pipes.prepare(&all).expect("prepare");
+        let secs = t.elapsed().as_secs_f64();
+        let saved = pipes.cache().expect("cache").save().expect("save");
+        println!(
+            "[vulkan] {run} start: {} pipelines in {secs:.2} s (cache read {loaded} bytes, saved {saved})",
+            pipes.len()
+        );
+        times.push(secs);
+    }
+    println!("[vulkan] warm start {:.1}x faster than cold", times[0] / times[1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

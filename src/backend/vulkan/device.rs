@@ -234,6 +234,11 @@ pub struct DeviceInfo {
     pub vendor_id: u32,
     pub vendor: &'static str,
     pub device_id: u32,
+    /// The driver's version number, as it encodes it.
+    pub driver_version: u32,
+    /// `pipelineCacheUUID`: pipeline cache data from a device and driver with another UUID
+    /// is of no use here (the on-disk cache is keyed by it).
+    pub pipeline_cache_uuid: [u8; 16],
     pub device_type: DeviceType,
     /// The device's own Vulkan version (the backend uses at most 1.3).
     pub api_version: ApiVersion,
@@ -694,6 +699,8 @@ impl Instance {
             vendor_id: props.vendor_id,
             vendor: vendor_name(props.vendor_id),
             device_id: props.device_id,
+            driver_version: props.driver_version,
+            pipeline_cache_uuid: props.pipeline_cache_uuid,
             device_type: DeviceType::from_vk(props.device_type),
             api_version: ApiVersion::from_vk(props.api_version),
             driver,
@@ -1014,6 +1021,8 @@ mod tests {
             vendor_id: vendor,
             vendor: vendor_name(vendor),
             device_id: 0,
+            driver_version: 0,
+            pipeline_cache_uuid: [0; 16],
             device_type: ty,
             api_version: ApiVersion {
                 major: 1,

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use ash::vk;
 
+use super::cache::PipelineCache;
 use super::device::Device;
 use super::memory::{Buffer, Location, Memory};
 use super::pipeline::ComputePipeline;
@@ -46,34 +47,102 @@ pub struct PassStats {
     pub staged_bytes: u64,
 }
 
-/// The compute pipelines of one device, made on first use.
+/// The compute pipelines of one device, made on first use or ahead of it ([`Pipelines::prepare`]),
+/// through a pipeline cache where one is given.
 pub struct Pipelines<'d> {
     device: &'d Device,
+    cache: Option<PipelineCache<'d>>,
     made: HashMap<(String, &'static str), ComputePipeline<'d>>,
 }
 
 impl<'d> Pipelines<'d> {
     pub fn new(device: &'d Device) -> Self {
+        Self::with_cache(device, None)
+    }
+
+    /// Pipelines made through `cache` ([`PipelineCache`]: the driver's compiled code, kept on
+    /// disk between runs).
+    pub fn with_cache(device: &'d Device, cache: Option<PipelineCache<'d>>) -> Self {
         Self {
             device,
+            cache,
             made: HashMap::new(),
         }
     }
 
+    pub fn cache(&self) -> Option<&PipelineCache<'d>> {
+        self.cache.as_ref()
+    }
+
+    fn key(kernel: Kernel) -> (String, &'static str) {
+        (kernel.variant(), kernel.entry())
+    }
+
+    /// Make the pipeline of `kernel` (the device's subgroup size where it uses subgroups).
+    fn make(device: &'d Device, cache: vk::PipelineCache, kernel: Kernel) -> Result<ComputePipeline<'d>, VulkanError> {
+        let (variant, entry) = Self::key(kernel);
+        let spv = spirv::kernel(&variant).ok_or_else(|| VulkanError::Unsupported {
+            kernel: variant.clone(),
+            problem: "no SPIR-V was built for this variant".into(),
+        })?;
+        let choice = device.specializations().subgroup_size;
+        let size = (choice.required && spv.uses_subgroups()).then_some(choice.size);
+        ComputePipeline::with_cache(device, spv, entry, size, cache)
+    }
+
+    fn raw_cache(&self) -> vk::PipelineCache {
+        self.cache
+            .as_ref()
+            .map_or(vk::PipelineCache::null(), PipelineCache::raw)
+    }
+
     /// The pipeline of `kernel`.
     pub fn get(&mut self, kernel: Kernel) -> Result<&ComputePipeline<'d>, VulkanError> {
-        let key = (kernel.variant(), kernel.entry());
+        let key = Self::key(kernel);
         if !self.made.contains_key(&key) {
-            let spv = spirv::kernel(&key.0).ok_or_else(|| VulkanError::Unsupported {
-                kernel: key.0.clone(),
-                problem: "no SPIR-V was built for this variant".into(),
-            })?;
-            let choice = self.device.specializations().subgroup_size;
-            let size = (choice.required && spv.uses_subgroups()).then_some(choice.size);
-            let p = ComputePipeline::new(self.device, spv, key.1, size)?;
+            let p = Self::make(self.device, self.raw_cache(), kernel)?;
             self.made.insert(key.clone(), p);
         }
         Ok(&self.made[&key])
+    }
+
+    /// Make the pipelines of `kernels` now, on all cores (drivers compile pipelines of one
+    /// cache concurrently), so the first pass does not wait for them. The first error is
+    /// returned after every thread has finished.
+    pub fn prepare(&mut self, kernels: &[Kernel]) -> Result<(), VulkanError> {
+        let todo: Vec<Kernel> = kernels
+            .iter()
+            .copied()
+            .filter(|&k| !self.made.contains_key(&Self::key(k)))
+            .collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
+        let chunk = todo.len().div_ceil(threads).max(1);
+        let (device, cache) = (self.device, self.raw_cache());
+        let results: Vec<(Kernel, Result<ComputePipeline<'d>, VulkanError>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = todo
+                .chunks(chunk)
+                .map(|part| {
+                    s.spawn(move || {
+                        part.iter()
+                            .map(|&k| (k, Self::make(device, cache, k)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        });
+        let mut first_error = None;
+        for (k, r) in results {
+            match r {
+                Ok(p) => {
+                    self.made.insert(Self::key(k), p);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     pub fn len(&self) -> usize {

@@ -20,12 +20,15 @@
 //!   pass (parameter and per-call data rings, descriptor sets, barriers), pipelines made on
 //!   first use.
 //!
-//! To come: timestamp queries, a pipeline cache on disk, texture-held weights, and the
+//! - [`cache`]: the pipeline cache on disk, one file per device and driver.
+//!
+//! To come: timestamp queries, texture-held weights, and the
 //! [`super::Backend`] implementation over these.
 //!
 //! The Vulkan loader is opened at run time, so a machine without it gets
 //! [`VulkanError::NoLoader`] (and [`super::BackendError::Unavailable`]), never a link error.
 
+pub mod cache;
 pub mod device;
 pub mod dispatch;
 pub mod memory;

@@ -32,6 +32,17 @@ impl<'d> ComputePipeline<'d> {
         entry: &str,
         required_subgroup_size: Option<u32>,
     ) -> Result<Self, VulkanError> {
+        Self::with_cache(device, kernel, entry, required_subgroup_size, vk::PipelineCache::null())
+    }
+
+    /// [`ComputePipeline::new`] through a pipeline cache (`cache`, or null for none).
+    pub fn with_cache(
+        device: &'d Device,
+        kernel: &SpirvKernel,
+        entry: &str,
+        required_subgroup_size: Option<u32>,
+        cache: vk::PipelineCache,
+    ) -> Result<Self, VulkanError> {
         let unsupported = |problem: String| VulkanError::Unsupported {
             kernel: kernel.name.to_string(),
             problem,
@@ -102,7 +113,7 @@ impl<'d> ComputePipeline<'d> {
         // required-size struct is chained only after `check_subgroup_size` found the size
         // valid and the device was opened with subgroup size control; everything the create
         // info points to lives across the call.
-        let pipelines = unsafe { raw.create_compute_pipelines(vk::PipelineCache::null(), &[info], None) }
+        let pipelines = unsafe { raw.create_compute_pipelines(cache, &[info], None) }
             .map_err(|(_, e)| VulkanError::failed("vkCreateComputePipelines", e))?;
         p.pipeline = pipelines.first().copied().unwrap_or_default();
         Ok(p)
