@@ -321,3 +321,45 @@ fn measure_pipeline_startup_cold_and_warm() {
     println!("[vulkan] warm start {:.1}x faster than cold", times[0] / times[1]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With profiling on, every dispatch is timed and the profile adds them up per kernel: the
+/// calls counted, and a kernel over a million values taking measurable device time.
+#[test]
+fn profile_times_each_kernel() {
+    use tinyllm::backend::gpu::Kernel;
+    let Some(dev) = device_or_skip() else { return };
+    if dev.info().timestamp_valid_bits == 0 {
+        eprintln!("skipping: no timestamps on {}", dev.info().name);
+        return;
+    }
+    let mem = Memory::new(&dev);
+    let mut rec = Recorder::new(&mem).expect("recorder");
+    let mut pipes = Pipelines::new(&dev);
+    rec.enable_profile().expect("profile");
+    let n = 1 << 20;
+    let x = Rng(3).vec(n, 2.0);
+    let xb = upload(&mem, &mut rec, bytemuck::cast_slice(&x));
+    let yb = mem.alloc((n * 4) as u64, USAGE, Location::Device).expect("alloc");
+    let round = plan::quantize_act(GgmlType::Q4_K, n)
+        .expect("plan")
+        .expect("a rounding");
+    let add = plan::elementwise("add", Kernel::Add, n, 0, 0.0)
+        .expect("plan")
+        .expect("work");
+    for _ in 0..2 {
+        rec.dispatch(&mut pipes, &round, &[(1, &xb), (2, &yb)])
+            .expect("dispatch");
+    }
+    rec.dispatch(&mut pipes, &add, &[(1, &yb), (2, &xb)]).expect("dispatch");
+    rec.submit().expect("submit");
+    let profile = rec.profile();
+    println!("[vulkan] profile: {profile:?}");
+    let calls = |label: &str| profile.iter().find(|k| k.label == label).map(|k| (k.calls, k.ns));
+    let (round_calls, round_ns) = calls("quantize_act").expect("quantize_act timed");
+    assert_eq!(round_calls, 2);
+    assert!(round_ns > 0.0, "a million values take device time");
+    assert_eq!(calls("add").map(|c| c.0), Some(1));
+    assert_eq!(rec.stats().submissions, 1, "one pass, one submission, timed or not");
+    mem.free(xb);
+    mem.free(yb);
+}

@@ -10,7 +10,9 @@
 //! dispatch and copy, so each sees what the previous ones wrote, as in WebGPU.
 //!
 //! Pipelines are made on first use per kernel variant ([`Pipelines`]), requiring the
-//! device's chosen subgroup size where the kernel uses subgroup operations.
+//! device's chosen subgroup size where the kernel uses subgroup operations. With
+//! [`Recorder::enable_profile`], timestamp queries around each dispatch give device time per
+//! kernel ([`Recorder::profile`]).
 
 use std::collections::HashMap;
 
@@ -35,6 +37,30 @@ const OFFSET_ALIGN: u64 = 256;
 const MAX_SETS: u32 = 8192;
 /// Storage buffer descriptors per set (the kernels bind at most 6).
 const STORAGE_PER_SET: u32 = 8;
+
+/// Timestamp pairs per pass when profiling; dispatches beyond them go unmeasured.
+const MAX_TIMED: u32 = 4096;
+
+/// One kernel's share of the profiled passes ([`Recorder::profile`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// The kernel's label ([`Kernel::label`]).
+    pub label: String,
+    pub calls: u64,
+    /// Device time between the timestamps around its dispatches, summed.
+    pub ns: f64,
+}
+
+/// Timestamp queries around every dispatch, and what they added up to.
+struct Profiler {
+    pool: vk::QueryPool,
+    /// Labels of this pass's timed dispatches, in order.
+    pending: Vec<String>,
+    period_ns: f64,
+    /// Bits of a timestamp that count (the rest wrap).
+    mask: u64,
+    totals: HashMap<String, (u64, f64)>,
+}
 
 /// What passes cost, for tests and `bench`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -170,6 +196,7 @@ pub struct Recorder<'d, 'm> {
     /// Staging buffers of this pass's uploads, freed after the submission.
     staging: Vec<Buffer>,
     stats: PassStats,
+    profiler: Option<Profiler>,
 }
 
 impl<'d, 'm> Recorder<'d, 'm> {
@@ -190,6 +217,7 @@ impl<'d, 'm> Recorder<'d, 'm> {
             recording: false,
             staging: Vec::new(),
             stats: PassStats::default(),
+            profiler: None,
         };
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(device.queue_family())
@@ -234,6 +262,95 @@ impl<'d, 'm> Recorder<'d, 'm> {
         self.stats
     }
 
+    /// Time every dispatch from now on with timestamp queries (`bench --profile`); an error
+    /// where the compute queue has no timestamps.
+    pub fn enable_profile(&mut self) -> Result<(), VulkanError> {
+        if self.profiler.is_some() {
+            return Ok(());
+        }
+        let info = self.memory.device().info();
+        if info.timestamp_valid_bits == 0 {
+            return Err(VulkanError::Unsupported {
+                kernel: "profile".into(),
+                problem: format!("{}'s compute queue has no timestamps", info.name),
+            });
+        }
+        // Finish what was recorded untimed, so the pool is reset at the next pass's start.
+        self.submit()?;
+        let create = vk::QueryPoolCreateInfo::default()
+            .query_type(vk::QueryType::TIMESTAMP)
+            .query_count(2 * MAX_TIMED);
+        // SAFETY: `create` lives across the call; the device is live.
+        let pool = unsafe { self.memory.device().raw().create_query_pool(&create, None) }
+            .map_err(|e| VulkanError::failed("vkCreateQueryPool", e))?;
+        let bits = info.timestamp_valid_bits.min(64);
+        self.profiler = Some(Profiler {
+            pool,
+            pending: Vec::new(),
+            period_ns: f64::from(info.limits.timestamp_period_ns),
+            mask: if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 },
+            totals: HashMap::new(),
+        });
+        Ok(())
+    }
+
+    /// Device time per kernel over the profiled passes, most first.
+    pub fn profile(&self) -> Vec<KernelTime> {
+        let mut v: Vec<KernelTime> = self
+            .profiler
+            .iter()
+            .flat_map(|p| p.totals.iter())
+            .map(|(label, &(calls, ns))| KernelTime {
+                label: label.clone(),
+                calls,
+                ns,
+            })
+            .collect();
+        v.sort_by(|a, b| b.ns.total_cmp(&a.ns).then_with(|| a.label.cmp(&b.label)));
+        v
+    }
+
+    /// Write timestamp `query` of the profiler's pool, if profiling.
+    fn timestamp(&self, query: u32, stage: vk::PipelineStageFlags) {
+        if let Some(p) = &self.profiler {
+            // SAFETY: recording; the query index is below the pool's count (checked by callers)
+            // and was reset at this pass's start.
+            unsafe {
+                self.memory
+                    .device()
+                    .raw()
+                    .cmd_write_timestamp(self.cmd, stage, p.pool, query)
+            };
+        }
+    }
+
+    /// Read this pass's timestamps (after its fence) into the totals.
+    fn collect_profile(&mut self) -> Result<(), VulkanError> {
+        let raw = self.memory.device().raw();
+        let Some(p) = self.profiler.as_mut() else { return Ok(()) };
+        if p.pending.is_empty() {
+            return Ok(());
+        }
+        let mut stamps = vec![0u64; 2 * p.pending.len()];
+        // SAFETY: every query read was written in the pass just waited for.
+        unsafe {
+            raw.get_query_pool_results(
+                p.pool,
+                0,
+                &mut stamps,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        }
+        .map_err(|e| VulkanError::failed("vkGetQueryPoolResults", e))?;
+        for (label, pair) in p.pending.drain(..).zip(stamps.chunks_exact(2)) {
+            let ticks = pair[1].wrapping_sub(pair[0]) & p.mask;
+            let e = p.totals.entry(label).or_insert((0, 0.0));
+            e.0 += 1;
+            e.1 += ticks as f64 * p.period_ns;
+        }
+        Ok(())
+    }
+
     fn begin(&mut self) -> Result<(), VulkanError> {
         if !self.recording {
             let info = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
@@ -242,6 +359,15 @@ impl<'d, 'm> Recorder<'d, 'm> {
             unsafe { self.memory.device().raw().begin_command_buffer(self.cmd, &info) }
                 .map_err(|e| VulkanError::failed("vkBeginCommandBuffer", e))?;
             self.recording = true;
+            if let Some(p) = &self.profiler {
+                // SAFETY: recording, outside any render pass; the pool has this many queries.
+                unsafe {
+                    self.memory
+                        .device()
+                        .raw()
+                        .cmd_reset_query_pool(self.cmd, p.pool, 0, 2 * MAX_TIMED)
+                };
+            }
         }
         Ok(())
     }
@@ -375,6 +501,14 @@ impl<'d, 'm> Recorder<'d, 'm> {
             })
             .collect();
         let (gx, gy, gz) = d.groups;
+        let timed = self
+            .profiler
+            .as_ref()
+            .map(|p| p.pending.len() as u32)
+            .filter(|&n| n < MAX_TIMED);
+        if let Some(n) = timed {
+            self.timestamp(2 * n, vk::PipelineStageFlags::TOP_OF_PIPE);
+        }
         // SAFETY: the writes point at live buffers and sets; the command buffer is recording;
         // the pipeline's layout matches the sets it was allocated with.
         unsafe {
@@ -391,6 +525,12 @@ impl<'d, 'm> Recorder<'d, 'm> {
             raw.cmd_dispatch(self.cmd, gx, gy, gz);
         }
         self.barrier();
+        if let Some(n) = timed {
+            self.timestamp(2 * n + 1, vk::PipelineStageFlags::BOTTOM_OF_PIPE);
+            if let Some(p) = self.profiler.as_mut() {
+                p.pending.push(d.kernel.label());
+            }
+        }
         self.stats.dispatches += 1;
         Ok(())
     }
@@ -469,6 +609,7 @@ impl<'d, 'm> Recorder<'d, 'm> {
             raw.reset_descriptor_pool(self.descriptors, vk::DescriptorPoolResetFlags::empty())
                 .map_err(|e| VulkanError::failed("vkResetDescriptorPool", e))?;
         }
+        self.collect_profile()?;
         self.uniform_used = 0;
         self.extra_used = 0;
         self.sets_used = 0;
@@ -508,6 +649,9 @@ impl Drop for Recorder<'_, '_> {
         unsafe {
             let _ = raw.device_wait_idle();
             raw.destroy_descriptor_pool(self.descriptors, None);
+            if let Some(p) = &self.profiler {
+                raw.destroy_query_pool(p.pool, None);
+            }
             raw.destroy_fence(self.fence, None);
             raw.destroy_command_pool(self.pool, None);
         }
