@@ -2,8 +2,8 @@
 // with W kept as raw GGUF blocks (the quant snippet's `load_chunk` decodes 32 values at a time
 // into `wv`). One workgroup per (weight row, tile of R activation rows): each invocation takes
 // every WG-th chunk of the row, so one decoded chunk meets R activation rows (matvec is the
-// R = 1 case of the same kernel). Arithmetic in f32, over f32 activations or (an option of the
-// backend) activations rounded first as llama.cpp rounds them (quantize_act.wgsl).
+// R = 1 case of the same kernel). Arithmetic in f32, over activations rounded first as
+// llama.cpp rounds them (quantize_act.wgsl; the backend's default) or f32 ones.
 //
 // Variants (src/backend/wgpu/compose.rs): activations read as f32 or vec4 (`chunk_dot`, from
 // dot_x1.wgsl or dot_x4.wgsl), and the workgroup's sums reduced in workgroup memory or with

@@ -22,7 +22,7 @@ use super::cache::PipelineCache;
 use super::device::Device;
 use super::memory::{Buffer, Location, Memory};
 use super::pipeline::ComputePipeline;
-use super::spirv::{self, BindingKind};
+use super::spirv::{self, Binding, BindingKind};
 use super::VulkanError;
 use crate::backend::gpu::{Dispatch, Kernel};
 
@@ -78,7 +78,8 @@ pub struct PassStats {
 pub struct Pipelines<'d> {
     device: &'d Device,
     cache: Option<PipelineCache<'d>>,
-    made: HashMap<(String, &'static str), ComputePipeline<'d>>,
+    /// Each kernel's pipeline and the bindings its module declares (what a dispatch binds).
+    made: HashMap<Kernel, (ComputePipeline<'d>, &'static [Binding])>,
 }
 
 impl<'d> Pipelines<'d> {
@@ -100,20 +101,21 @@ impl<'d> Pipelines<'d> {
         self.cache.as_ref()
     }
 
-    fn key(kernel: Kernel) -> (String, &'static str) {
-        (kernel.variant(), kernel.entry())
-    }
-
     /// Make the pipeline of `kernel` (the device's subgroup size where it uses subgroups).
-    fn make(device: &'d Device, cache: vk::PipelineCache, kernel: Kernel) -> Result<ComputePipeline<'d>, VulkanError> {
-        let (variant, entry) = Self::key(kernel);
+    fn make(
+        device: &'d Device,
+        cache: vk::PipelineCache,
+        kernel: Kernel,
+    ) -> Result<(ComputePipeline<'d>, &'static [Binding]), VulkanError> {
+        let variant = kernel.variant();
         let spv = spirv::kernel(&variant).ok_or_else(|| VulkanError::Unsupported {
             kernel: variant.clone(),
             problem: "no SPIR-V was built for this variant".into(),
         })?;
         let choice = device.specializations().subgroup_size;
         let size = (choice.required && spv.uses_subgroups()).then_some(choice.size);
-        ComputePipeline::with_cache(device, spv, entry, size, cache)
+        let pipeline = ComputePipeline::with_cache(device, spv, kernel.entry(), size, cache)?;
+        Ok((pipeline, spv.bindings))
     }
 
     fn raw_cache(&self) -> vk::PipelineCache {
@@ -124,27 +126,28 @@ impl<'d> Pipelines<'d> {
 
     /// The pipeline of `kernel`.
     pub fn get(&mut self, kernel: Kernel) -> Result<&ComputePipeline<'d>, VulkanError> {
-        let key = Self::key(kernel);
-        if !self.made.contains_key(&key) {
+        Ok(&self.made(kernel)?.0)
+    }
+
+    /// The pipeline of `kernel` with its module's bindings, made if it is not yet.
+    fn made(&mut self, kernel: Kernel) -> Result<&(ComputePipeline<'d>, &'static [Binding]), VulkanError> {
+        if !self.made.contains_key(&kernel) {
             let p = Self::make(self.device, self.raw_cache(), kernel)?;
-            self.made.insert(key.clone(), p);
+            self.made.insert(kernel, p);
         }
-        Ok(&self.made[&key])
+        Ok(&self.made[&kernel])
     }
 
     /// Make the pipelines of `kernels` now, on all cores (drivers compile pipelines of one
     /// cache concurrently), so the first pass does not wait for them. The first error is
     /// returned after every thread has finished.
     pub fn prepare(&mut self, kernels: &[Kernel]) -> Result<(), VulkanError> {
-        let todo: Vec<Kernel> = kernels
-            .iter()
-            .copied()
-            .filter(|&k| !self.made.contains_key(&Self::key(k)))
-            .collect();
+        let todo: Vec<Kernel> = kernels.iter().copied().filter(|k| !self.made.contains_key(k)).collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
         let chunk = todo.len().div_ceil(threads).max(1);
         let (device, cache) = (self.device, self.raw_cache());
-        let results: Vec<(Kernel, Result<ComputePipeline<'d>, VulkanError>)> = std::thread::scope(|s| {
+        type Made<'d> = Result<(ComputePipeline<'d>, &'static [Binding]), VulkanError>;
+        let results: Vec<(Kernel, Made<'d>)> = std::thread::scope(|s| {
             let handles: Vec<_> = todo
                 .chunks(chunk)
                 .map(|part| {
@@ -161,7 +164,7 @@ impl<'d> Pipelines<'d> {
         for (k, r) in results {
             match r {
                 Ok(p) => {
-                    self.made.insert(Self::key(k), p);
+                    self.made.insert(k, p);
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -409,6 +412,12 @@ impl<'d, 'm> Recorder<'d, 'm> {
     ) -> Result<(), VulkanError> {
         let params_span = (d.params.len() as u64).max(16).div_ceil(16) * 16;
         let extra_span = d.extra.as_ref().map_or(0, |(_, e)| (e.len() as u64).max(4));
+        if extra_span > EXTRA_RING {
+            return Err(VulkanError::Unsupported {
+                kernel: d.kernel.variant(),
+                problem: format!("{extra_span} bytes of per-call data exceed the {EXTRA_RING}-byte ring"),
+            });
+        }
         if self.uniform_used + params_span > UNIFORM_RING
             || self.extra_used + extra_span > EXTRA_RING
             || self.sets_used >= MAX_SETS
@@ -416,18 +425,8 @@ impl<'d, 'm> Recorder<'d, 'm> {
             // The rings or the pool are full: finish this part of the pass first.
             self.submit()?;
         }
-        if extra_span > EXTRA_RING {
-            return Err(VulkanError::Unsupported {
-                kernel: d.kernel.variant(),
-                problem: format!("{extra_span} bytes of per-call data exceed the {EXTRA_RING}-byte ring"),
-            });
-        }
         self.begin()?;
-        let pipeline = pipelines.get(d.kernel)?;
-        let spv = spirv::kernel(&d.kernel.variant()).ok_or_else(|| VulkanError::Unsupported {
-            kernel: d.kernel.variant(),
-            problem: "no SPIR-V".into(),
-        })?;
+        let (pipeline, bindings) = pipelines.made(d.kernel)?;
         let (uniforms, extras) = (
             self.uniforms.as_ref().expect("ring"),
             self.extras.as_ref().expect("ring"),
@@ -449,7 +448,7 @@ impl<'d, 'm> Recorder<'d, 'm> {
             .map_err(|e| VulkanError::failed("vkAllocateDescriptorSets", e))?;
         self.sets_used += sets.len() as u32;
         let mut infos: Vec<(u32, u32, vk::DescriptorType, vk::DescriptorBufferInfo)> = Vec::new();
-        for b in spv.bindings {
+        for b in bindings.iter() {
             let (ty, info) = match (b.kind, b.binding) {
                 (BindingKind::Uniform, 0) => (
                     vk::DescriptorType::UNIFORM_BUFFER,
@@ -564,11 +563,11 @@ impl<'d, 'm> Recorder<'d, 'm> {
         Ok(())
     }
 
-    /// Put `data` into `dst` at byte `offset`: directly where the host sees its memory (only
-    /// between passes: nothing recorded may use it), else through a staging buffer copied in
-    /// this pass.
+    /// Put `data` into `dst` at byte `offset`: directly where the host sees its memory and
+    /// nothing is recorded yet, else through a staging buffer copied in this pass (so work
+    /// recorded before the upload still sees the old contents).
     pub fn upload(&mut self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<(), VulkanError> {
-        if dst.mapped().is_some() {
+        if dst.mapped().is_some() && !self.recording {
             dst.write(offset, data)?;
             return Ok(());
         }

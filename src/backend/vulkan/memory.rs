@@ -207,9 +207,8 @@ impl<'d> Memory<'d> {
         // SAFETY: `info` lives across the call; the device is live.
         let raw =
             unsafe { raw_dev.create_buffer(&info, None) }.map_err(|e| VulkanError::failed("vkCreateBuffer", e))?;
-        let placed = self.place(raw, location);
-        match placed {
-            Ok(b) => Ok(Buffer { size, ..b }),
+        match self.place(raw, size, location) {
+            Ok(b) => Ok(b),
             Err(e) => {
                 // SAFETY: the buffer was created above and is bound to nothing in use.
                 unsafe { raw_dev.destroy_buffer(raw, None) };
@@ -218,8 +217,8 @@ impl<'d> Memory<'d> {
         }
     }
 
-    /// Find memory for `raw` and bind it.
-    fn place(&self, raw: vk::Buffer, location: Location) -> Result<Buffer, VulkanError> {
+    /// Find memory for `raw` (`size` bytes asked for) and bind it.
+    fn place(&self, raw: vk::Buffer, size: u64, location: Location) -> Result<Buffer, VulkanError> {
         let dev = self.device.raw();
         // SAFETY: `raw` is a live buffer of this device.
         let req = unsafe { dev.get_buffer_memory_requirements(raw) };
@@ -261,7 +260,7 @@ impl<'d> Memory<'d> {
         };
         Ok(Buffer {
             raw,
-            size: req.size,
+            size,
             block: index,
             offset,
             span: req.size,
@@ -302,16 +301,25 @@ impl<'d> Memory<'d> {
     }
 
     /// The memory type for `location` among `allowed` (a requirements bitmask): device-local
-    /// for [`Location::Device`] (host-visible too if there is such a type, else any); host-
-    /// visible and coherent for [`Location::Host`].
+    /// for [`Location::Device`], host-visible too where such a type sits on the largest
+    /// device-local heap (integrated GPUs, resizable BAR, lavapipe; not the 256 MiB BAR window
+    /// of a discrete GPU without it, which weights would overflow), else any; host-visible and
+    /// coherent for [`Location::Host`].
     fn memory_type(&self, allowed: u32, location: Location) -> Result<u32, VulkanError> {
         use vk::MemoryPropertyFlags as F;
         let count = self.types.memory_type_count as usize;
+        let heap_of = |i: usize| self.types.memory_heaps[self.types.memory_types[i].heap_index as usize].size;
         let find = |want: F| {
             (0..count).find(|&i| allowed & (1 << i) != 0 && self.types.memory_types[i].property_flags.contains(want))
         };
+        let largest_local = (0..count)
+            .filter(|&i| self.types.memory_types[i].property_flags.contains(F::DEVICE_LOCAL))
+            .map(heap_of)
+            .max()
+            .unwrap_or(0);
         let choice = match location {
             Location::Device => find(F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT)
+                .filter(|&i| heap_of(i) >= largest_local)
                 .or_else(|| find(F::DEVICE_LOCAL))
                 .or_else(|| find(F::empty())),
             Location::Host => find(F::HOST_VISIBLE | F::HOST_COHERENT),

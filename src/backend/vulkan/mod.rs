@@ -17,13 +17,11 @@
 //! - [`memory`]: buffers sub-allocated from a few large device allocations, device-local and
 //!   host-visible, with the staging path for memory the host cannot see;
 //! - [`dispatch`]: the shared GPU layer's dispatches recorded into one command buffer per
-//!   pass (parameter and per-call data rings, descriptor sets, barriers), pipelines made on
-//!   first use.
-//!
+//!   pass (parameter and per-call data rings, descriptor sets, barriers, timestamp queries
+//!   per kernel), pipelines made on first use or ahead of it in parallel;
 //! - [`cache`]: the pipeline cache on disk, one file per device and driver.
 //!
-//! To come: timestamp queries, texture-held weights, and the
-//! [`super::Backend`] implementation over these.
+//! To come: texture-held weights and the [`super::Backend`] implementation over these.
 //!
 //! The Vulkan loader is opened at run time, so a machine without it gets
 //! [`VulkanError::NoLoader`] (and [`super::BackendError::Unavailable`]), never a link error.

@@ -127,8 +127,8 @@ pub struct WebGpuBackend {
     staging: StagingPool,
 }
 
-/// The argmax and top-k results, grown on demand and kept: a decode step then allocates
-/// nothing and binds the same buffers as the step before.
+/// The argmax and top-k results and the rounded matmul activations, grown on demand and kept:
+/// a decode step then allocates nothing and binds the same buffers as the step before.
 #[derive(Default)]
 struct ResultBuffers {
     argmax: Option<wgpu::Buffer>,
