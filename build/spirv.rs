@@ -22,8 +22,8 @@ const SPIRV_VERSION: (u8, u8) = (1, 3);
 /// One variant's SPIR-V and what the table says about it.
 struct Compiled {
     words: Vec<u32>,
-    /// (entry point name, workgroup size)
-    entries: Vec<(String, [u32; 3])>,
+    /// (entry point name, workgroup size, indices into `bindings` of those it uses)
+    entries: Vec<(String, [u32; 3], Vec<usize>)>,
     /// (group, binding, kind as the table's `BindingKind` variant)
     bindings: Vec<(u32, u32, &'static str)>,
 }
@@ -64,7 +64,19 @@ pub fn generate(out: &Path, variants: &[(String, String)]) {
         let entries: Vec<String> = c
             .entries
             .iter()
-            .map(|(n, [x, y, z])| format!("EntryPoint {{ name: {n:?}, workgroup_size: [{x}, {y}, {z}] }}"))
+            .map(|(n, [x, y, z], used)| {
+                let used: Vec<String> = used
+                    .iter()
+                    .map(|i| {
+                        let (g, b, k) = c.bindings[*i];
+                        format!("Binding {{ group: {g}, binding: {b}, kind: BindingKind::{k} }}")
+                    })
+                    .collect();
+                format!(
+                    "EntryPoint {{ name: {n:?}, workgroup_size: [{x}, {y}, {z}], bindings: &[{}] }}",
+                    used.join(", ")
+                )
+            })
             .collect();
         let bindings: Vec<String> = c
             .bindings
@@ -117,17 +129,15 @@ fn compile(name: &str, src: &str) -> Result<Compiled, String> {
         // Compute shaders have no f16 inputs or outputs: declaring StorageInputOutput16 anyway
         // would make drivers without that feature (most) refuse the f16 kernels.
         use_storage_input_output_16: false,
+        // Every loop of the kernels is bounded by its parameters; injected loop counters only
+        // keep drivers from unrolling and vectorizing (as the WebGPU backend sets for wgpu).
+        force_loop_bounding: false,
         ..spv::Options::default()
     };
     let words = spv::write_vec(&module, &info, &options, None).map_err(|e| format!("{name}: SPIR-V output: {e}"))?;
-    let entries = module
-        .entry_points
-        .iter()
-        .filter(|ep| ep.stage == naga::ShaderStage::Compute)
-        .map(|ep| (ep.name.clone(), ep.workgroup_size))
-        .collect();
     let mut bindings = Vec::new();
-    for (_, var) in module.global_variables.iter() {
+    let mut handles = Vec::new();
+    for (handle, var) in module.global_variables.iter() {
         let Some(rb) = &var.binding else { continue };
         let kind = match (var.space, &module.types[var.ty].inner) {
             (naga::AddressSpace::Storage { access }, _) if access.contains(naga::StorageAccess::STORE) => "Storage",
@@ -149,8 +159,25 @@ fn compile(name: &str, src: &str) -> Result<Compiled, String> {
             }
         };
         bindings.push((rb.group, rb.binding, kind));
+        handles.push(handle);
     }
-    bindings.sort();
+    let mut order: Vec<usize> = (0..bindings.len()).collect();
+    order.sort_by_key(|&i| bindings[i]);
+    let handles: Vec<_> = order.iter().map(|&i| handles[i]).collect();
+    let bindings: Vec<_> = order.iter().map(|&i| bindings[i]).collect();
+    // What each entry point uses: a pipeline's layout, and a dispatch's descriptors, name only
+    // those (a module's other entry points may bind more).
+    let entries = module
+        .entry_points
+        .iter()
+        .enumerate()
+        .filter(|(_, ep)| ep.stage == naga::ShaderStage::Compute)
+        .map(|(i, ep)| {
+            let fi = info.get_entry_point(i);
+            let used = (0..bindings.len()).filter(|&b| !fi[handles[b]].is_empty()).collect();
+            (ep.name.clone(), ep.workgroup_size, used)
+        })
+        .collect();
     Ok(Compiled {
         words,
         entries,

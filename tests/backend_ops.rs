@@ -18,6 +18,7 @@ use common::rng::Rng;
 
 use half::f16;
 use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::vulkan::{VulkanBackend, VulkanOptions};
 use tinyllm::backend::webgpu::{kernels, MatmulVariant, WebGpuBackend, WebGpuOptions};
 use tinyllm::backend::{AttnParams, Backend, KvType, Rope, RopeKind, RopeScaling, SeqAttn, Yarn};
 use tinyllm::gguf::GgufFile;
@@ -1400,5 +1401,172 @@ fn webgpu_matmul_id_equals_a_loop_of_dense_matmuls() {
         got[..4].iter().all(|v| v.is_finite()) && got[4..].iter().all(|v| v.is_nan()),
         "{got:?}"
     );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The Vulkan backend (ash, the same kernels as SPIR-V), or `None` (with the reason printed)
+/// without a Vulkan device, unless `TINYLLM_REQUIRE_GPU=1`. The pipeline cache stays in memory.
+fn vulkan_with(opts: VulkanOptions) -> Option<VulkanBackend> {
+    common::device_or_skip(|| {
+        VulkanBackend::open(VulkanOptions {
+            pipeline_dir: Some(None),
+            ..opts
+        })
+    })
+}
+
+/// The op suite on Vulkan, each kernel path it takes: matmul and embedding of every format
+/// against the dequantization oracle in the rows variant (CPU devices' default) and the
+/// workgroup variant with subgroup reductions, without them, and with f16 products where the
+/// device was opened with f16; unrounded activations against the unrounded oracle; and the
+/// elementwise, expert and attention suites (whole and split) against the CPU backend.
+#[test]
+fn vulkan_ops_match_the_oracle_and_cpu() {
+    let Some(vk) = vulkan_with(VulkanOptions::default()) else {
+        return;
+    };
+    let open = |matmul, no_subgroups, f16| {
+        vulkan_with(VulkanOptions {
+            matmul: Some(matmul),
+            no_subgroups,
+            f16_matmul: Some(f16),
+            ..Default::default()
+        })
+        .expect("the device opened once")
+    };
+    let rows_be = open(MatmulVariant::Rows, false, false);
+    let wg = open(MatmulVariant::Workgroup, false, false);
+    let wg_plain = open(MatmulVariant::Workgroup, true, false);
+    let wg_f16 = open(MatmulVariant::Workgroup, false, true);
+    let unrounded = vulkan_with(VulkanOptions {
+        round_activations: Some(false),
+        ..Default::default()
+    })
+    .expect("the device opened once");
+    assert!(wg.strategy().reduce_subgroups || !vk.device().specializations().subgroup_operations.is_used());
+    assert!(!wg_plain.strategy().reduce_subgroups);
+    let has_f16 = wg_f16.strategy().f16_matmul;
+    println!(
+        "[ops] vulkan on {}: default matmul {:?}, subgroup reductions {}, f16 products {has_f16}",
+        vk.device().info().name,
+        vk.strategy().matmul,
+        wg.strategy().reduce_subgroups
+    );
+    let mut rng = Rng(0x7a11_5eed);
+    let n_out = 37;
+    let tensors: Vec<_> = kernels::quant_types()
+        .into_iter()
+        .map(|ty| {
+            let k = odd_width(ty);
+            (
+                ty.name().to_string(),
+                vec![k as u64, n_out as u64],
+                ty,
+                random_matrix(&mut rng, ty, k, n_out),
+            )
+        })
+        .collect();
+    let file = gguf(&tensors);
+    let mut failures = Vec::new();
+    for ty in kernels::quant_types() {
+        let (name, k) = (ty.name(), odd_width(ty));
+        let wd = dequantized(&file, name);
+        for rows in [1usize, 5, 13] {
+            let x = rng.vec(rows * k, 1.0);
+            let want = reference_matmul(ty, &wd, &x, rows, n_out, k);
+            let mut line = format!("[ops] vulkan matmul {name:>6} {n_out}x{k} rows {rows:>2}:");
+            for (how, be, bound) in [
+                ("rows", &rows_be, NMSE_F32),
+                ("workgroup", &wg, NMSE_F32),
+                ("workgroup without subgroups", &wg_plain, NMSE_F32),
+                ("workgroup f16", &wg_f16, NMSE_F16),
+            ] {
+                let e = nmse(&run_matmul(be, &file, name, &x, rows, n_out), &want);
+                line += &format!(" {how} {e:.1e}");
+                if e.is_nan() || e > bound {
+                    failures.push(format!("vulkan matmul {name} rows {rows} {how}: NMSE {e:.2e}"));
+                }
+                if how == "workgroup f16" && has_f16 && k % 4 == 0 && e < 1e-11 {
+                    failures.push(format!("vulkan matmul {name} rows {rows}: f16 products do not show"));
+                }
+            }
+            let e = nmse(
+                &run_matmul(&unrounded, &file, name, &x, rows, n_out),
+                &reference_matmul(GgmlType::F32, &wd, &x, rows, n_out, k),
+            );
+            line += &format!(", unrounded {e:.1e}");
+            if e.is_nan() || e > NMSE_F32 {
+                failures.push(format!("vulkan matmul {name} rows {rows} unrounded: NMSE {e:.2e}"));
+            }
+            println!("{line}");
+        }
+        let tokens = [3u32, 0, 36, 3, 17];
+        let want: Vec<f64> = tokens
+            .iter()
+            .flat_map(|&t| {
+                wd[t as usize * k..(t as usize + 1) * k]
+                    .iter()
+                    .map(|&v| f64::from(v * 0.75))
+            })
+            .collect();
+        let e = nmse(&run_embed(&vk, &file, name, &tokens, k), &want);
+        if e.is_nan() || e > 1e-12 {
+            failures.push(format!("vulkan embed {name}: NMSE {e:.2e}"));
+        }
+    }
+    let cpu = CpuBackend::new(2).expect("cpu");
+    let vectors = vectors_file(&mut Rng(5), 97, 8);
+    let want = elementwise_suite(&cpu, &vectors, 11);
+    for ((name, a), (_, b)) in elementwise_suite(&vk, &vectors, 11).iter().zip(&want) {
+        let e = nmse_with_nan(a, b);
+        println!("[ops] {name}: NMSE vulkan vs cpu {e:.1e}");
+        let exact = name == "argmax" || name.contains("rows") || name.ends_with(" ids");
+        let bound = if exact { 0.0 } else { NMSE_F32 };
+        if e.is_nan() || e > bound {
+            failures.push(format!("vulkan {name}: NMSE {e:.2e} > {bound:e}"));
+        }
+    }
+    let split = vulkan_with(VulkanOptions {
+        kv_chunk: Some(16),
+        ..Default::default()
+    })
+    .expect("the device opened once");
+    let plain = AttnExtras {
+        softcap: None,
+        sinks: false,
+        v_in_k: false,
+        kv: KvType::F16,
+    };
+    let cases = [
+        ((64, 64), plain),
+        ((576, 512), AttnExtras { v_in_k: true, ..plain }),
+        (
+            (64, 32),
+            AttnExtras {
+                sinks: true,
+                softcap: Some(30.0),
+                ..plain
+            },
+        ),
+        (
+            (64, 64),
+            AttnExtras {
+                kv: KvType::Q8_0,
+                ..plain
+            },
+        ),
+    ];
+    for (hd, x) in cases {
+        let want = attention_suite(&cpu, &vectors, 3, hd, x);
+        for (how, be) in [("", &vk), (" split 16", &split)] {
+            for ((name, a), (_, b)) in attention_suite(be, &vectors, 3, hd, x).iter().zip(&want) {
+                let e = nmse(a, &widen(b));
+                println!("[ops] {name}{how}: NMSE vulkan vs cpu {e:.1e}");
+                if e.is_nan() || e > NMSE_F32 {
+                    failures.push(format!("vulkan {name}{how}: NMSE {e:.2e}"));
+                }
+            }
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

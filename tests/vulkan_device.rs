@@ -20,8 +20,8 @@ fn devices_or_skip() -> Option<Vec<DeviceInfo>> {
     })
 }
 
-fn device_or_skip() -> Option<Device> {
-    common::device_or_skip(|| Device::open(None))
+fn device_or_skip() -> Option<std::sync::Arc<Device>> {
+    common::device_or_skip(|| Device::open(None)).map(std::sync::Arc::new)
 }
 
 #[test]

@@ -9,6 +9,8 @@ mod common;
 #[path = "common/rounding.rs"]
 mod rounding;
 
+use std::sync::Arc;
+
 use tinyllm::backend::gpu::plan::{self, MatShape, PartRows};
 use tinyllm::backend::gpu::{MatmulVariant, Strategy};
 use tinyllm::backend::vulkan::ash::vk;
@@ -19,8 +21,8 @@ use tinyllm::quant::GgmlType;
 
 use common::rng::Rng;
 
-fn device_or_skip() -> Option<Device> {
-    common::device_or_skip(|| Device::open(None))
+fn device_or_skip() -> Option<Arc<Device>> {
+    common::device_or_skip(|| Device::open(None)).map(Arc::new)
 }
 
 const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
@@ -29,7 +31,7 @@ const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
         | vk::BufferUsageFlags::TRANSFER_DST.as_raw(),
 );
 
-fn upload(mem: &Memory<'_>, rec: &mut Recorder<'_, '_>, data: &[u8]) -> Buffer {
+fn upload(mem: &Memory, rec: &mut Recorder, data: &[u8]) -> Buffer {
     let b = mem.alloc(data.len() as u64, USAGE, Location::Device).expect("alloc");
     rec.upload(&b, 0, data).expect("upload");
     b
@@ -65,7 +67,7 @@ fn activations(rng: &mut Rng, blocks_of_256: usize) -> Vec<f32> {
 fn quantize_act_rounds_as_the_cpu_bit_for_bit_with_and_without_staging() {
     let Some(dev) = device_or_skip() else { return };
     for staging in [false, true] {
-        let mem = Memory::new(&dev).force_staging(staging);
+        let mem = Arc::new(Memory::new(&dev).force_staging(staging));
         let mut rec = Recorder::new(&mem).expect("recorder");
         let mut pipes = Pipelines::new(&dev);
         let x = activations(&mut Rng(0x5eed), 6);
@@ -119,7 +121,7 @@ fn rows_matmuls_equal_webgpus_bit_for_bit() {
     }) else {
         return;
     };
-    let mem = Memory::new(&dev);
+    let mem = Arc::new(Memory::new(&dev));
     let mut rec = Recorder::new(&mem).expect("recorder");
     let mut pipes = Pipelines::new(&dev);
     let st = Strategy {
@@ -200,7 +202,7 @@ fn rows_matmuls_equal_webgpus_bit_for_bit() {
 fn buffers_share_blocks_and_give_them_back() {
     let Some(dev) = device_or_skip() else { return };
     let block = 1 << 20;
-    let mem = Memory::with_block_bytes(&dev, block);
+    let mem = Arc::new(Memory::with_block_bytes(&dev, block));
     let a = mem.alloc(1000, USAGE, Location::Device).expect("a");
     let b = mem.alloc(1000, USAGE, Location::Device).expect("b");
     assert_eq!(mem.stats().blocks, 1, "two small buffers share a block");
@@ -217,7 +219,7 @@ fn buffers_share_blocks_and_give_them_back() {
     mem.free(c);
     assert_eq!(mem.stats(), Default::default());
     // Data survives a round trip through a device buffer the host cannot see.
-    let mem = Memory::with_block_bytes(&dev, block).force_staging(true);
+    let mem = Arc::new(Memory::with_block_bytes(&dev, block).force_staging(true));
     let mut rec = Recorder::new(&mem).expect("recorder");
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     let buf = upload(&mem, &mut rec, &data);
@@ -332,7 +334,7 @@ fn profile_times_each_kernel() {
         eprintln!("skipping: no timestamps on {}", dev.info().name);
         return;
     }
-    let mem = Memory::new(&dev);
+    let mem = Arc::new(Memory::new(&dev));
     let mut rec = Recorder::new(&mem).expect("recorder");
     let mut pipes = Pipelines::new(&dev);
     rec.enable_profile().expect("profile");

@@ -16,70 +16,14 @@
 
 mod common;
 
-use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::webgpu::{WebGpuBackend, WebGpuOptions};
-use tinyllm::backend::{Backend, KvType};
-use tinyllm::engine::Session;
+use tinyllm::backend::KvType;
 
-use common::generation::{
-    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on as load, session, session_with,
-    softmax, teacher_forced, with_cache, Case, Spread, REAL_TOL,
-};
+use common::generation::{load_cases, load_on as load, session, teacher_forced};
+use common::gpu_golden::{self, check_fixtures_with};
 
 fn gpu() -> Option<WebGpuBackend> {
     common::device_or_skip(WebGpuBackend::new)
-}
-
-/// Deviations of one golden file.
-#[derive(Default)]
-struct Stats {
-    steps: usize,
-    max_top10: f64,
-    max_top1: f64,
-    top1: Vec<f64>,
-    argmax_checked: usize,
-    /// Steps beyond `tol` (checked on the top-10 or top-1 entries).
-    beyond: Vec<(f64, String)>,
-    argmax_failures: Vec<String>,
-}
-
-fn compare(case: &Case, logits: &[Vec<f32>], tol: f64, top1_only: bool, clear_gap: f64, st: &mut Stats) {
-    for (i, (l, top)) in logits.iter().zip(&case.top).enumerate() {
-        let p = softmax(l);
-        st.steps += 1;
-        for (rank, &(id, pg)) in top.iter().enumerate() {
-            let d = (p[id as usize] - pg).abs();
-            st.max_top10 = st.max_top10.max(d);
-            if rank == 0 {
-                st.max_top1 = st.max_top1.max(d);
-                st.top1.push(d);
-            }
-            if d > tol && (rank == 0 || !top1_only) {
-                st.beyond.push((
-                    d,
-                    format!("{} step {i} id {id}: {:.4} vs {pg:.4}", case.name, p[id as usize]),
-                ));
-            }
-        }
-        let gap = top[0].1 - top.get(1).map_or(0.0, |t| t.1);
-        if gap > clear_gap {
-            st.argmax_checked += 1;
-            if argmax(l) != top[0].0 {
-                st.argmax_failures.push(format!(
-                    "{} step {i}: argmax {} vs {} (gap {gap:.3})",
-                    case.name,
-                    argmax(l),
-                    top[0].0
-                ));
-            }
-        }
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut d = v.to_vec();
-    d.sort_by(f64::total_cmp);
-    d.get(d.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn check_fixtures(arch: &str, quants: &[&str]) {
@@ -88,47 +32,7 @@ fn check_fixtures(arch: &str, quants: &[&str]) {
 }
 
 fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
-    check_fixtures_with(g, arch, quants, KvType::F16);
-}
-
-/// [`check_fixtures_on`] with a KV cache of format `cache`, its tolerance widened by the
-/// cache's share (`common::generation::with_cache`).
-fn check_fixtures_with(g: WebGpuBackend, arch: &str, quants: &[&str], cache: KvType) {
-    let mut failed = Vec::new();
-    for q in quants {
-        let file = format!("{arch}.{q}");
-        let dir = common::golden("fixtures");
-        let model = load(g.clone(), &dir.join(format!("{file}.gguf")));
-        let mut sess = session_with(&model, 512, cache);
-        let mut st = Stats::default();
-        let (tol, gap) = (
-            with_cache(fixture_tolerance(arch, q), cache),
-            fixture_clear_gap(arch, q),
-        );
-        let name = if cache == KvType::F16 {
-            file.clone()
-        } else {
-            format!("{file} {cache} cache")
-        };
-        for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
-            let logits = teacher_forced(&mut sess, &case);
-            compare(&case, &logits, tol, false, gap, &mut st);
-            // Free-running greedy tokens equal llama.cpp's up to its first near-tie.
-            st.argmax_failures.extend(greedy_miss(&mut sess, &case, gap));
-        }
-        println!(
-            "[webgpu golden] {name}: {} steps, max|dp| top10 {:.2e}, top1 {:.2e}, argmax checked {}, {} beyond {tol:.3}, {} argmax failures",
-            st.steps,
-            st.max_top10,
-            st.max_top1,
-            st.argmax_checked,
-            st.beyond.len(),
-            st.argmax_failures.len()
-        );
-        failed.extend(st.beyond.iter().map(|(_, m)| format!("{name}: {m}")));
-        failed.extend(st.argmax_failures.iter().map(|m| format!("{name}: {m}")));
-    }
-    assert!(failed.is_empty(), "{} mismatches:\n{}", failed.len(), failed.join("\n"));
+    check_fixtures_with("webgpu", g, arch, quants, KvType::F16);
 }
 
 #[test]
@@ -157,7 +61,7 @@ fn gemma3_fixtures_match_llama_cpp_on_webgpu() {
 fn fixtures_with_q8_0_cache_match_llama_cpp_on_webgpu() {
     let Some(g) = gpu() else { return };
     for arch in ["llama", "qwen2", "qwen3", "gemma3", "deepseek2", "qwen35"] {
-        check_fixtures_with(g.clone(), arch, &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+        check_fixtures_with("webgpu", g.clone(), arch, &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
     }
 }
 
@@ -221,98 +125,9 @@ fn fixtures_match_llama_cpp_with_f16_workgroup_matmuls() {
     }
 }
 
-/// Greedy tokens of `model` for `case`'s prompt, `n` of them, each with the margin of its
-/// pick (top-1 minus top-2 probability).
-fn greedy<B: Backend>(sess: &mut Session<B>, case: &Case, n: usize) -> Vec<(u32, f64)> {
-    let mut out = Vec::new();
-    if n == 0 {
-        return out;
-    }
-    let mut l = sess.prefill(&case.prompt).expect("prefill");
-    loop {
-        let t = argmax(&l);
-        let mut p = softmax(&l);
-        let p1 = p[t as usize];
-        p[t as usize] = f64::NEG_INFINITY;
-        let p2 = p.iter().copied().fold(0.0, f64::max);
-        out.push((t, p1 - p2));
-        if out.len() == n {
-            return out;
-        }
-        l = sess.forward(&[t]).expect("decode");
-    }
-}
-
-/// Where two greedy runs first part, if they part at a step where neither backend saw a
-/// near-tie (margin below `tie`): a real disagreement, not arithmetic noise deciding a tie.
-fn real_divergence(a: &[(u32, f64)], b: &[(u32, f64)], tie: f64) -> Option<usize> {
-    let d = a.iter().zip(b).position(|(x, y)| x.0 != y.0)?;
-    (a[d].1 >= tie && b[d].1 >= tie).then_some(d)
-}
-
-/// A real model on WebGPU held to the CPU backend's rule (DESIGN.md: within llama.cpp's own
-/// spread, [`Spread::judge`]) over teacher forcing on every golden prompt and greedy runs up to
-/// the first golden near-tie; and its greedy tokens equal to the CPU backend's, or parting only
-/// where one of the two backends itself sees a near-tie (its top-2 within the golden
-/// tolerance: the CPU's activation quantization may decide such a tie either way).
 fn check_real(gguf: &str, golden_name: &str) {
     let Some(g) = gpu() else { return };
-    let path = common::real_model(gguf);
-    let model = load(g, &path);
-    let cpu = load(CpuBackend::new(0).expect("cpu"), &path);
-    let spread = Spread::load(golden_name);
-    let mut sess = session(&model, 1024);
-    let mut cpu_sess = session(&cpu, 1024);
-    let mut st = Stats::default();
-    let mut probs = Vec::new();
-    let mut tokens = Vec::new();
-    let mut greedy_same = 0;
-    let mut greedy_wrong = Vec::new();
-    let mut notes = Vec::new();
-    for (c, case) in spread.golden.iter().enumerate() {
-        let logits = teacher_forced(&mut sess, case);
-        compare(case, &logits, f64::INFINITY, true, f64::INFINITY, &mut st);
-        probs.push(logits.iter().map(|l| softmax(l)).collect::<Vec<_>>());
-        let horizon = spread.horizon[c];
-        let ours = greedy(&mut sess, case, horizon);
-        let theirs = greedy(&mut cpu_sess, case, horizon);
-        let ids = |v: &[(u32, f64)]| v.iter().map(|t| t.0).collect::<Vec<_>>();
-        if ids(&ours) == ids(&theirs) {
-            greedy_same += 1;
-        } else if let Some(d) = real_divergence(&ours, &theirs, REAL_TOL) {
-            greedy_wrong.push(format!(
-                "{} step {d}: webgpu {:?} vs cpu {:?}",
-                case.name,
-                ids(&ours),
-                ids(&theirs)
-            ));
-        } else {
-            notes.push(format!(
-                "{}: webgpu {:?} vs cpu {:?} (parted at a near-tie of a backend)",
-                case.name,
-                ids(&ours),
-                ids(&theirs)
-            ));
-        }
-        tokens.push(ids(&ours));
-    }
-    println!(
-        "[webgpu golden] {gguf}: {} steps, top1 |dp| max {:.3} median {:.1e}, greedy equal to cpu on {greedy_same}/{} prompts",
-        st.steps,
-        st.max_top1,
-        median(&st.top1),
-        spread.golden.len()
-    );
-    for n in &notes {
-        println!("[webgpu golden]   greedy differs: {n}");
-    }
-    let mut failures = spread.judge("webgpu", |c, i, id| probs[c][i][id as usize], &tokens);
-    failures.extend(
-        greedy_wrong
-            .into_iter()
-            .map(|w| format!("greedy parts from the cpu's: {w}")),
-    );
-    assert!(failures.is_empty(), "{golden_name}:\n{}", failures.join("\n"));
+    gpu_golden::check_real("webgpu", g, gguf, golden_name);
 }
 
 /// All 12 prompts: minutes on lavapipe (on two cores about 400 CPU seconds for gemma-3-270m and

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use super::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use super::readback::MaybeSend;
+#[cfg(not(target_arch = "wasm32"))]
+use super::vulkan::{VulkanBackend, VulkanBuffer, VulkanKv, VulkanWeight};
 #[cfg(tinyllm_webgpu)]
 use super::webgpu::{WebGpuBackend, WebGpuBuffer, WebGpuKv, WebGpuWeight};
 use super::{
@@ -25,17 +27,24 @@ use crate::sample::Candidates;
 pub enum BackendKind {
     Cpu,
     WebGpu,
+    /// Vulkan through ash (native builds).
+    Vulkan,
 }
 
 impl BackendKind {
     /// Every kind, with the name a user types.
-    pub const ALL: [(BackendKind, &'static str); 2] = [(BackendKind::Cpu, "cpu"), (BackendKind::WebGpu, "webgpu")];
+    pub const ALL: [(BackendKind, &'static str); 3] = [
+        (BackendKind::Cpu, "cpu"),
+        (BackendKind::WebGpu, "webgpu"),
+        (BackendKind::Vulkan, "vulkan"),
+    ];
 
     /// The name a user types.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Cpu => "cpu",
             BackendKind::WebGpu => "webgpu",
+            BackendKind::Vulkan => "vulkan",
         }
     }
 }
@@ -47,24 +56,32 @@ pub enum AnyBackend {
     Cpu(CpuBackend),
     #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuBackend),
+    #[cfg(not(target_arch = "wasm32"))]
+    Vulkan(VulkanBackend),
 }
 
 pub enum AnyBuffer {
     Cpu(CpuBuffer),
     #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuBuffer),
+    #[cfg(not(target_arch = "wasm32"))]
+    Vulkan(VulkanBuffer),
 }
 
 pub enum AnyKv {
     Cpu(CpuKv),
     #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuKv),
+    #[cfg(not(target_arch = "wasm32"))]
+    Vulkan(VulkanKv),
 }
 
 pub enum AnyWeight {
     Cpu(CpuWeight),
     #[cfg(tinyllm_webgpu)]
     WebGpu(WebGpuWeight),
+    #[cfg(not(target_arch = "wasm32"))]
+    Vulkan(VulkanWeight),
 }
 
 impl AnyBackend {
@@ -86,6 +103,15 @@ impl AnyBackend {
                     reason: e.to_string(),
                 }
             })?),
+            #[cfg(not(target_arch = "wasm32"))]
+            BackendKind::Vulkan => AnyBackend::Vulkan(VulkanBackend::new()?),
+            #[cfg(target_arch = "wasm32")]
+            BackendKind::Vulkan => {
+                return Err(BackendError::Unavailable {
+                    backend: "vulkan",
+                    reason: "Vulkan is for native builds; in the browser use webgpu".into(),
+                })
+            }
             #[cfg(not(tinyllm_webgpu))]
             BackendKind::WebGpu => {
                 return Err(BackendError::Unavailable {
@@ -102,6 +128,8 @@ impl AnyBackend {
             AnyBackend::Cpu(b) => b.kernel_variant().to_string(),
             #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu(b) => b.adapter().name.clone(),
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan(b) => b.device().info().name.clone(),
         }
     }
 
@@ -111,6 +139,18 @@ impl AnyBackend {
         match self {
             AnyBackend::Cpu(_) => None,
             AnyBackend::WebGpu(b) => Some(b.counters()),
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan(b) => {
+                // Descriptor sets come from a pool reset every pass: nothing is created to
+                // keep, so no bind groups count.
+                let s = b.stats();
+                Some(super::webgpu::Counters {
+                    submissions: s.submissions,
+                    readbacks: s.readbacks,
+                    dispatches: s.dispatches,
+                    bind_groups: 0,
+                })
+            }
         }
     }
 }
@@ -171,6 +211,11 @@ macro_rules! forward {
                 $(unwrap_arg!($op, WebGpu, $arg: $($kind)+);)*
                 $call
             }
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan($be) => {
+                $(unwrap_arg!($op, Vulkan, $arg: $($kind)+);)*
+                $call
+            }
         }
     };
     ($op:literal, $self:expr, wrap $ty:ident, |$be:ident| $call:expr) => {
@@ -178,6 +223,8 @@ macro_rules! forward {
             AnyBackend::Cpu($be) => Ok($ty::Cpu($call?)),
             #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu($be) => Ok($ty::WebGpu($call?)),
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan($be) => Ok($ty::Vulkan($call?)),
         }
     };
 }
@@ -192,6 +239,8 @@ impl Backend for AnyBackend {
             AnyBackend::Cpu(b) => b.run_pass(f),
             #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu(b) => b.run_pass(f),
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan(b) => b.run_pass(f),
         }
     }
 
@@ -200,6 +249,8 @@ impl Backend for AnyBackend {
             AnyBackend::Cpu(b) => b.name(),
             #[cfg(tinyllm_webgpu)]
             AnyBackend::WebGpu(b) => b.name(),
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan(b) => b.name(),
         }
     }
 

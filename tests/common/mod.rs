@@ -4,6 +4,7 @@
 
 pub mod generation;
 pub mod gguf_write;
+pub mod gpu_golden;
 pub mod rng;
 pub mod scripted;
 

@@ -14,6 +14,8 @@ use tinyllm::sample::SamplerConfig;
 pub enum BackendArg {
     Cpu,
     Webgpu,
+    /// Vulkan through ash: the GPU path with subgroup-size control and a pipeline cache.
+    Vulkan,
 }
 
 /// `--cache-type`: the KV cache's format.
@@ -38,6 +40,7 @@ impl BackendArg {
         match self {
             BackendArg::Cpu => BackendKind::Cpu,
             BackendArg::Webgpu => BackendKind::WebGpu,
+            BackendArg::Vulkan => BackendKind::Vulkan,
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::backend::{
     AttnParams, BackendError, Conv, DeltaNet, Gating, KeyHeads, KvType, MatId, Rope, RopeKind, Route, SeqRows,
 };
 use crate::quant::GgmlType;
+use crate::sample::Candidates;
 
 fn dispatch(kernel: Kernel, params: Vec<u8>, groups: (u32, u32, u32)) -> Dispatch {
     Dispatch {
@@ -453,6 +454,22 @@ pub fn top_k(st: &Strategy, rows: usize, width: usize, k: usize, gather: &[u32])
         k,
         per_row,
     })
+}
+
+/// The candidates of select.wgsl's result words, `per_row` per row: `k` ids, their `k` values
+/// (f32 bits), then the gathered values.
+pub fn candidates(words: &[u32], k: usize, per_row: usize) -> Vec<Candidates> {
+    words
+        .chunks_exact(per_row)
+        .map(|r| Candidates {
+            top: r[..k]
+                .iter()
+                .zip(&r[k..2 * k])
+                .map(|(&i, &v)| (i, f32::from_bits(v)))
+                .collect(),
+            gathered: r[2 * k..].iter().map(|&v| f32::from_bits(v)).collect(),
+        })
+        .collect()
 }
 
 /// Route `rows` rows of router logits (`route` checked by the caller). Binds the logits at 1,

@@ -11,6 +11,7 @@
 //! leaves half a cache.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ash::vk;
 
@@ -53,16 +54,16 @@ pub fn header_matches(data: &[u8], info: &DeviceInfo) -> bool {
 }
 
 /// A `VkPipelineCache`, seeded from its file where one fits this device.
-pub struct PipelineCache<'d> {
-    device: &'d Device,
+pub struct PipelineCache {
+    device: Arc<Device>,
     raw: vk::PipelineCache,
     path: Option<PathBuf>,
     loaded: usize,
 }
 
-impl<'d> PipelineCache<'d> {
+impl PipelineCache {
     /// The cache of `device` under `dir` (`None`: in memory only).
-    pub fn open(device: &'d Device, dir: Option<&Path>) -> Result<Self, VulkanError> {
+    pub fn open(device: &Arc<Device>, dir: Option<&Path>) -> Result<Self, VulkanError> {
         let path = dir.map(|d| d.join(file_name(device.info())));
         let seed = path
             .as_deref()
@@ -74,7 +75,7 @@ impl<'d> PipelineCache<'d> {
         let raw = unsafe { device.raw().create_pipeline_cache(&info, None) }
             .map_err(|e| VulkanError::failed("vkCreatePipelineCache", e))?;
         Ok(Self {
-            device,
+            device: Arc::clone(device),
             raw,
             path,
             loaded: seed.len(),
@@ -126,7 +127,7 @@ fn read_seed(path: &Path, info: &DeviceInfo) -> Option<Vec<u8>> {
     header_matches(&data, info).then_some(data)
 }
 
-impl Drop for PipelineCache<'_> {
+impl Drop for PipelineCache {
     fn drop(&mut self) {
         // SAFETY: pipelines made with the cache do not need it to live on; null is a no-op.
         unsafe { self.device.raw().destroy_pipeline_cache(self.raw, None) };

@@ -15,6 +15,7 @@
 //! kernel ([`Recorder::profile`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ash::vk;
 
@@ -68,6 +69,8 @@ pub struct PassStats {
     /// `vkQueueSubmit` calls.
     pub submissions: u64,
     pub dispatches: u64,
+    /// Reads of results back to the host ([`Recorder::read`]).
+    pub readbacks: u64,
     /// Bytes that went through staging buffers (uploads and readbacks of memory the host
     /// cannot see).
     pub staged_bytes: u64,
@@ -75,38 +78,38 @@ pub struct PassStats {
 
 /// The compute pipelines of one device, made on first use or ahead of it ([`Pipelines::prepare`]),
 /// through a pipeline cache where one is given.
-pub struct Pipelines<'d> {
-    device: &'d Device,
-    cache: Option<PipelineCache<'d>>,
-    /// Each kernel's pipeline and the bindings its module declares (what a dispatch binds).
-    made: HashMap<Kernel, (ComputePipeline<'d>, &'static [Binding])>,
+pub struct Pipelines {
+    device: Arc<Device>,
+    cache: Option<PipelineCache>,
+    /// Each kernel's pipeline and the bindings its entry point uses (what a dispatch binds).
+    made: HashMap<Kernel, (ComputePipeline, &'static [Binding])>,
 }
 
-impl<'d> Pipelines<'d> {
-    pub fn new(device: &'d Device) -> Self {
+impl Pipelines {
+    pub fn new(device: &Arc<Device>) -> Self {
         Self::with_cache(device, None)
     }
 
     /// Pipelines made through `cache` ([`PipelineCache`]: the driver's compiled code, kept on
     /// disk between runs).
-    pub fn with_cache(device: &'d Device, cache: Option<PipelineCache<'d>>) -> Self {
+    pub fn with_cache(device: &Arc<Device>, cache: Option<PipelineCache>) -> Self {
         Self {
-            device,
+            device: Arc::clone(device),
             cache,
             made: HashMap::new(),
         }
     }
 
-    pub fn cache(&self) -> Option<&PipelineCache<'d>> {
+    pub fn cache(&self) -> Option<&PipelineCache> {
         self.cache.as_ref()
     }
 
     /// Make the pipeline of `kernel` (the device's subgroup size where it uses subgroups).
     fn make(
-        device: &'d Device,
+        device: &Arc<Device>,
         cache: vk::PipelineCache,
         kernel: Kernel,
-    ) -> Result<(ComputePipeline<'d>, &'static [Binding]), VulkanError> {
+    ) -> Result<(ComputePipeline, &'static [Binding]), VulkanError> {
         let variant = kernel.variant();
         let spv = spirv::kernel(&variant).ok_or_else(|| VulkanError::Unsupported {
             kernel: variant.clone(),
@@ -115,7 +118,8 @@ impl<'d> Pipelines<'d> {
         let choice = device.specializations().subgroup_size;
         let size = (choice.required && spv.uses_subgroups()).then_some(choice.size);
         let pipeline = ComputePipeline::with_cache(device, spv, kernel.entry(), size, cache)?;
-        Ok((pipeline, spv.bindings))
+        let bindings = pipeline.entry().bindings;
+        Ok((pipeline, bindings))
     }
 
     fn raw_cache(&self) -> vk::PipelineCache {
@@ -125,14 +129,14 @@ impl<'d> Pipelines<'d> {
     }
 
     /// The pipeline of `kernel`.
-    pub fn get(&mut self, kernel: Kernel) -> Result<&ComputePipeline<'d>, VulkanError> {
+    pub fn get(&mut self, kernel: Kernel) -> Result<&ComputePipeline, VulkanError> {
         Ok(&self.made(kernel)?.0)
     }
 
-    /// The pipeline of `kernel` with its module's bindings, made if it is not yet.
-    fn made(&mut self, kernel: Kernel) -> Result<&(ComputePipeline<'d>, &'static [Binding]), VulkanError> {
+    /// The pipeline of `kernel` with its entry point's bindings, made if it is not yet.
+    fn made(&mut self, kernel: Kernel) -> Result<&(ComputePipeline, &'static [Binding]), VulkanError> {
         if !self.made.contains_key(&kernel) {
-            let p = Self::make(self.device, self.raw_cache(), kernel)?;
+            let p = Self::make(&self.device, self.raw_cache(), kernel)?;
             self.made.insert(kernel, p);
         }
         Ok(&self.made[&kernel])
@@ -145,9 +149,9 @@ impl<'d> Pipelines<'d> {
         let todo: Vec<Kernel> = kernels.iter().copied().filter(|k| !self.made.contains_key(k)).collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
         let chunk = todo.len().div_ceil(threads).max(1);
-        let (device, cache) = (self.device, self.raw_cache());
-        type Made<'d> = Result<(ComputePipeline<'d>, &'static [Binding]), VulkanError>;
-        let results: Vec<(Kernel, Made<'d>)> = std::thread::scope(|s| {
+        let (device, cache) = (&self.device, self.raw_cache());
+        type Made = Result<(ComputePipeline, &'static [Binding]), VulkanError>;
+        let results: Vec<(Kernel, Made)> = std::thread::scope(|s| {
             let handles: Vec<_> = todo
                 .chunks(chunk)
                 .map(|part| {
@@ -184,8 +188,8 @@ impl<'d> Pipelines<'d> {
 }
 
 /// One command buffer being recorded, its rings and descriptor pool.
-pub struct Recorder<'d, 'm> {
-    memory: &'m Memory<'d>,
+pub struct Recorder {
+    memory: Arc<Memory>,
     pool: vk::CommandPool,
     cmd: vk::CommandBuffer,
     fence: vk::Fence,
@@ -202,12 +206,12 @@ pub struct Recorder<'d, 'm> {
     profiler: Option<Profiler>,
 }
 
-impl<'d, 'm> Recorder<'d, 'm> {
-    pub fn new(memory: &'m Memory<'d>) -> Result<Self, VulkanError> {
-        let device = memory.device();
+impl Recorder {
+    pub fn new(memory: &Arc<Memory>) -> Result<Self, VulkanError> {
+        let device = Arc::clone(memory.device());
         let raw = device.raw();
         let mut r = Self {
-            memory,
+            memory: Arc::clone(memory),
             pool: vk::CommandPool::null(),
             cmd: vk::CommandBuffer::null(),
             fence: vk::Fence::null(),
@@ -271,7 +275,8 @@ impl<'d, 'm> Recorder<'d, 'm> {
         if self.profiler.is_some() {
             return Ok(());
         }
-        let info = self.memory.device().info();
+        let device = Arc::clone(self.memory.device());
+        let info = device.info();
         if info.timestamp_valid_bits == 0 {
             return Err(VulkanError::Unsupported {
                 kernel: "profile".into(),
@@ -406,7 +411,7 @@ impl<'d, 'm> Recorder<'d, 'm> {
     /// kernel declares must be given.
     pub fn dispatch(
         &mut self,
-        pipelines: &mut Pipelines<'d>,
+        pipelines: &mut Pipelines,
         d: &Dispatch,
         binds: &[(u32, &Buffer)],
     ) -> Result<(), VulkanError> {
@@ -563,6 +568,25 @@ impl<'d, 'm> Recorder<'d, 'm> {
         Ok(())
     }
 
+    /// Record filling `len` bytes of `dst` from byte `offset` (both multiples of 4) with the
+    /// 32-bit `word`.
+    pub fn fill(&mut self, dst: &Buffer, offset: u64, len: u64, word: u32) -> Result<(), VulkanError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.begin()?;
+        // SAFETY: recording; the buffer is live with transfer-destination usage (callers'
+        // allocations), and offset and length are multiples of 4 within it.
+        unsafe {
+            self.memory
+                .device()
+                .raw()
+                .cmd_fill_buffer(self.cmd, dst.raw, offset, len, word)
+        };
+        self.barrier();
+        Ok(())
+    }
+
     /// Put `data` into `dst` at byte `offset`: directly where the host sees its memory and
     /// nothing is recorded yet, else through a staging buffer copied in this pass (so work
     /// recorded before the upload still sees the old contents).
@@ -584,6 +608,8 @@ impl<'d, 'm> Recorder<'d, 'm> {
     /// Submit what was recorded and wait for it (ends the pass).
     pub fn submit(&mut self) -> Result<(), VulkanError> {
         if !self.recording {
+            // Nothing recorded names a retired buffer.
+            self.memory.free_retired();
             return Ok(());
         }
         let device = self.memory.device();
@@ -615,6 +641,8 @@ impl<'d, 'm> Recorder<'d, 'm> {
         for s in self.staging.drain(..) {
             self.memory.free(s);
         }
+        // Everything submitted has finished: buffers dropped meanwhile can go.
+        self.memory.free_retired();
         Ok(())
     }
 
@@ -622,6 +650,7 @@ impl<'d, 'm> Recorder<'d, 'm> {
     /// buffer where the host cannot see `src`: one more copy in the same submission).
     pub fn read(&mut self, src: &Buffer, offset: u64, len: usize) -> Result<Vec<u8>, VulkanError> {
         let mut out = vec![0u8; len];
+        self.stats.readbacks += 1;
         if src.mapped().is_some() {
             self.submit()?;
             src.read(offset, &mut out)?;
@@ -640,7 +669,7 @@ impl<'d, 'm> Recorder<'d, 'm> {
     }
 }
 
-impl Drop for Recorder<'_, '_> {
+impl Drop for Recorder {
     fn drop(&mut self) {
         let raw = self.memory.device().raw();
         // SAFETY: waiting for idle first means nothing recorded here still runs; the handles

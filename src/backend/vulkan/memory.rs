@@ -14,7 +14,7 @@
 //! (`dispatch.rs`). [`Memory::force_staging`] takes the staging path everywhere, so tests
 //! exercise it on lavapipe.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
@@ -139,17 +139,26 @@ impl Block {
 }
 
 /// Blocks of device memory on one device, and the buffers in them.
-pub struct Memory<'d> {
-    device: &'d Device,
+pub struct Memory {
+    device: Arc<Device>,
     types: vk::PhysicalDeviceMemoryProperties,
     block_bytes: u64,
     force_staging: bool,
     blocks: Mutex<Vec<Option<Block>>>,
+    /// Buffers dropped while recorded work may still use them ([`Memory::retire`]), freed
+    /// after the next pass has been waited for ([`Memory::free_retired`]).
+    retired: Mutex<Vec<Buffer>>,
 }
 
 // SAFETY: blocks (and their mapped pointers) are only touched under the mutex.
-unsafe impl Send for Memory<'_> {}
-unsafe impl Sync for Memory<'_> {}
+unsafe impl Send for Memory {}
+unsafe impl Sync for Memory {}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory").field("stats", &self.stats()).finish()
+    }
+}
 
 /// Memory statistics, for tests and `bench`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -162,13 +171,13 @@ pub struct MemoryStats {
     pub used: u64,
 }
 
-impl<'d> Memory<'d> {
-    pub fn new(device: &'d Device) -> Self {
+impl Memory {
+    pub fn new(device: &Arc<Device>) -> Self {
         Self::with_block_bytes(device, BLOCK_BYTES)
     }
 
     /// Blocks of `block_bytes` (tests use small ones).
-    pub fn with_block_bytes(device: &'d Device, block_bytes: u64) -> Self {
+    pub fn with_block_bytes(device: &Arc<Device>, block_bytes: u64) -> Self {
         // SAFETY: the physical device belongs to the device's live instance.
         let types = unsafe {
             device
@@ -177,11 +186,12 @@ impl<'d> Memory<'d> {
                 .get_physical_device_memory_properties(device.physical())
         };
         Self {
-            device,
+            device: Arc::clone(device),
             types,
             block_bytes: block_bytes.max(1 << 16),
             force_staging: false,
             blocks: Mutex::new(Vec::new()),
+            retired: Mutex::new(Vec::new()),
         }
     }
 
@@ -192,8 +202,8 @@ impl<'d> Memory<'d> {
         self
     }
 
-    pub fn device(&self) -> &'d Device {
-        self.device
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
     }
 
     /// A buffer of `size` bytes (at least 4) usable as `usage`, in `location`.
@@ -352,6 +362,21 @@ impl<'d> Memory<'d> {
         }
     }
 
+    /// Free `buffer` once the work recorded so far has finished: a buffer dropped in the middle
+    /// of a pass may be named by a recorded command, which must not meet a destroyed buffer
+    /// (nor its range handed to another one). [`Memory::free_retired`] frees it.
+    pub fn retire(&self, buffer: Buffer) {
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(buffer);
+    }
+
+    /// Free the [`Memory::retire`]d buffers; called when every submitted pass has finished.
+    pub fn free_retired(&self) {
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        for b in retired {
+            self.free(b);
+        }
+    }
+
     pub fn stats(&self) -> MemoryStats {
         let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = MemoryStats::default();
@@ -364,9 +389,16 @@ impl<'d> Memory<'d> {
     }
 }
 
-impl Drop for Memory<'_> {
+impl Drop for Memory {
     fn drop(&mut self) {
         let dev = self.device.raw();
+        for b in self.retired.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            // SAFETY: waited for idle below before the memory goes; the buffer is unused.
+            unsafe {
+                let _ = dev.device_wait_idle();
+                dev.destroy_buffer(b.raw, None);
+            }
+        }
         let blocks = self.blocks.get_mut().unwrap_or_else(|e| e.into_inner());
         // SAFETY: buffers still bound to these blocks are the caller's leak; the device waits
         // for idle before its own drop, and no pass outlives the memory it uses.

@@ -26,6 +26,8 @@
 //! The Vulkan loader is opened at run time, so a machine without it gets
 //! [`VulkanError::NoLoader`] (and [`super::BackendError::Unavailable`]), never a link error.
 
+pub mod backend;
+pub mod buffers;
 pub mod cache;
 pub mod device;
 pub mod dispatch;
@@ -34,6 +36,8 @@ pub mod pipeline;
 pub mod spirv;
 
 pub use ash;
+pub use backend::{Startup, VulkanBackend, VulkanOptions};
+pub use buffers::{VulkanBuffer, VulkanKv, VulkanWeight};
 pub use device::{
     pick, preferred_subgroup_size, Device, DeviceInfo, DeviceType, Instance, Specializations, SubgroupChoice, Use,
 };

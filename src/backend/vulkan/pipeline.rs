@@ -5,6 +5,7 @@
 //! offers for compute and fit the entry point's workgroup, else creation is a typed error.
 
 use std::ffi::CString;
+use std::sync::Arc;
 
 use ash::vk;
 
@@ -13,8 +14,8 @@ use super::spirv::{BindingKind, EntryPoint, SpirvKernel};
 use super::VulkanError;
 
 /// A compute pipeline on a [`Device`], which it borrows.
-pub struct ComputePipeline<'d> {
-    device: &'d Device,
+pub struct ComputePipeline {
+    device: Arc<Device>,
     module: vk::ShaderModule,
     set_layouts: Vec<vk::DescriptorSetLayout>,
     layout: vk::PipelineLayout,
@@ -23,11 +24,11 @@ pub struct ComputePipeline<'d> {
     required_subgroup_size: Option<u32>,
 }
 
-impl<'d> ComputePipeline<'d> {
+impl ComputePipeline {
     /// Build `entry` of `kernel`, requiring `required_subgroup_size` if given (else the device
     /// picks its default).
     pub fn new(
-        device: &'d Device,
+        device: &Arc<Device>,
         kernel: &SpirvKernel,
         entry: &str,
         required_subgroup_size: Option<u32>,
@@ -37,7 +38,7 @@ impl<'d> ComputePipeline<'d> {
 
     /// [`ComputePipeline::new`] through a pipeline cache (`cache`, or null for none).
     pub fn with_cache(
-        device: &'d Device,
+        device: &Arc<Device>,
         kernel: &SpirvKernel,
         entry: &str,
         required_subgroup_size: Option<u32>,
@@ -61,7 +62,7 @@ impl<'d> ComputePipeline<'d> {
         // Filled in step by step: on an early return, Drop destroys what exists (destroying
         // a null handle is a no-op in Vulkan).
         let mut p = ComputePipeline {
-            device,
+            device: Arc::clone(device),
             module: vk::ShaderModule::null(),
             set_layouts: Vec::new(),
             layout: vk::PipelineLayout::null(),
@@ -73,9 +74,9 @@ impl<'d> ComputePipeline<'d> {
         // build time; the create info lives across the call; `raw` is a live device.
         p.module = unsafe { raw.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None) }
             .map_err(|e| VulkanError::failed("vkCreateShaderModule", e))?;
-        let groups = kernel.bindings.iter().map(|b| b.group + 1).max().unwrap_or(0);
+        let groups = ep.bindings.iter().map(|b| b.group + 1).max().unwrap_or(0);
         for group in 0..groups {
-            let bindings: Vec<vk::DescriptorSetLayoutBinding> = kernel
+            let bindings: Vec<vk::DescriptorSetLayoutBinding> = ep
                 .bindings
                 .iter()
                 .filter(|b| b.group == group)
@@ -141,7 +142,7 @@ impl<'d> ComputePipeline<'d> {
     }
 }
 
-impl Drop for ComputePipeline<'_> {
+impl Drop for ComputePipeline {
     fn drop(&mut self) {
         let raw = self.device.raw();
         // SAFETY: every handle was created on this device (or is null, which Vulkan ignores),

@@ -32,6 +32,8 @@ pub struct Binding {
 pub struct EntryPoint {
     pub name: &'static str,
     pub workgroup_size: [u32; 3],
+    /// The module's bindings this entry point uses, sorted (what its pipeline layout holds).
+    pub bindings: &'static [Binding],
 }
 
 /// One kernel variant compiled to SPIR-V.
@@ -43,7 +45,7 @@ pub struct SpirvKernel {
     /// [`SpirvKernel::words`]).
     pub spirv: &'static [u8],
     pub entries: &'static [EntryPoint],
-    /// Sorted by (group, binding).
+    /// Every binding of the module, sorted by (group, binding).
     pub bindings: &'static [Binding],
 }
 

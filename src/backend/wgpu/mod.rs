@@ -1229,18 +1229,6 @@ impl Backend for WebGpuBackend {
         let bytes = (rows * t.per_row) as u64 * 4;
         let data = self.run_and_read("top_k", &t.dispatch, |r| &mut r.select, &x.buf, 3, bytes)?;
         let (k, per_row) = (t.k, t.per_row);
-        Ok(data.map(move |data| {
-            let w: &[u32] = bytemuck::cast_slice(&data);
-            w.chunks_exact(per_row)
-                .map(|r| Candidates {
-                    top: r[..k]
-                        .iter()
-                        .zip(&r[k..2 * k])
-                        .map(|(&i, &v)| (i, f32::from_bits(v)))
-                        .collect(),
-                    gathered: r[2 * k..].iter().map(|&v| f32::from_bits(v)).collect(),
-                })
-                .collect()
-        }))
+        Ok(data.map(move |data| plan::candidates(bytemuck::cast_slice(&data), k, per_row)))
     }
 }

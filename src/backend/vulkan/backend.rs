@@ -1,0 +1,974 @@
+//! The Vulkan backend: [`Backend`] over the device layers beside it. The op plans, argument
+//! checks and kernels are the shared GPU layer's (the WebGPU backend runs the same ones), so
+//! this file only places data and records dispatches: one command buffer per pass, submitted
+//! when a result must come back (one submission and one small readback per decoded token).
+//!
+//! Weights stay in their GGUF block format in storage buffers, split by rows into parts that
+//! fit the device's largest storage binding. Matmuls use the workgroup kernels on GPUs
+//! (subgroup reductions and f16 products where the device was opened with them) and the
+//! one-row-per-invocation kernels on CPU devices (lavapipe), as on WebGPU; the texture layout
+//! WebGPU uses on CPU adapters is not taken here (see the module docs of `super`). A matmul's
+//! activations are rounded as the CPU backend rounds them for the weight format first
+//! (quantize_act), so the backends multiply the same values.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ash::vk;
+
+use super::buffers::{Owned, VulkanBuffer, VulkanKv, VulkanWeight};
+use super::cache::{self, PipelineCache};
+use super::device::{Device, DeviceType};
+use super::dispatch::{KernelTime, PassStats, Pipelines, Recorder};
+use super::memory::{Buffer, Location, Memory};
+use super::VulkanError;
+use crate::backend::checks::{self, shape, weight_matrix};
+use crate::backend::gpu::plan::{self, AttnPlan, MatShape, PartRows};
+use crate::backend::gpu::{kernels, Dispatch, Kernel, MatmulVariant, Strategy, KV_CHUNK};
+use crate::backend::readback::MaybeSend;
+use crate::backend::recurrent::{self, MAX_CONV_KERNEL};
+use crate::backend::{
+    moe, Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+};
+use crate::gguf::{GgufFile, TensorView};
+use crate::quant::GgmlType;
+use crate::sample::Candidates;
+
+/// Every buffer is bound as storage and is a copy source and destination.
+const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::STORAGE_BUFFER.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw(),
+);
+
+/// Options of [`VulkanBackend::open`].
+#[derive(Debug, Clone, Default)]
+pub struct VulkanOptions {
+    /// Which device of [`super::list_devices`] to open (default: [`super::pick`]'s choice).
+    pub device: Option<usize>,
+    /// Split weights into buffers of at most this many bytes (tests exercise split tensors).
+    pub max_binding: Option<u64>,
+    /// Matmul variant; default: [`MatmulVariant::Rows`] on CPU devices, else
+    /// [`MatmulVariant::Workgroup`] ([`MatmulVariant::Texture`] is WebGPU's alone).
+    pub matmul: Option<MatmulVariant>,
+    /// Keep the matmuls from reducing with subgroup operations even where the device has them.
+    pub no_subgroups: bool,
+    /// Multiply in f16 in the workgroup matmuls where the device was opened with f16; default on.
+    pub f16_matmul: Option<bool>,
+    /// Split attention across the KV length in chunks of this many positions (default: chunks of
+    /// [`KV_CHUNK`] for decode on GPUs, no split on CPU devices).
+    pub kv_chunk: Option<usize>,
+    /// Round a matmul's activations as the CPU does first (default on; see the WebGPU option).
+    pub round_activations: Option<bool>,
+    /// Upload and read back through staging buffers even where the host sees device memory.
+    pub force_staging: bool,
+    /// Where the pipeline cache lives (default [`cache::default_dir`]); `Some(None)` keeps it
+    /// in memory only.
+    pub pipeline_dir: Option<Option<std::path::PathBuf>>,
+}
+
+/// How the backend started: what [`VulkanBackend::open`] spent its time on.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Startup {
+    /// Seconds to open the instance and device.
+    pub device_s: f64,
+    /// Seconds to make the fixed kernels' pipelines (in parallel, through the cache).
+    pub pipelines_s: f64,
+    /// Pipelines made at open.
+    pub pipelines: usize,
+    /// Bytes of pipeline cache read from disk (0: a cold start).
+    pub cache_bytes: usize,
+}
+
+/// The Vulkan backend. Clones share the device, pipelines and the pass being recorded.
+#[derive(Clone)]
+pub struct VulkanBackend {
+    inner: Arc<Inner>,
+}
+
+/// Locks are taken in the order scratch slot, recorder, pipelines.
+struct Inner {
+    device: Arc<Device>,
+    memory: Arc<Memory>,
+    rec: Mutex<Recorder>,
+    pipes: Mutex<Pipelines>,
+    strategy: Strategy,
+    round_activations: bool,
+    /// Largest weight part in bytes.
+    max_binding: u64,
+    startup: Startup,
+    /// Bound where a kernel's optional input is absent (rope without factors, no sinks).
+    dummy: Owned,
+    /// A matmul's activations rounded for its weight format, `[rows, n_in]`, reused by every
+    /// matmul; held while a matmul records.
+    activations: Mutex<Option<Owned>>,
+    /// Argmax ids `[rows]` and top-k candidates `[rows, per_row]`, reused.
+    results: Mutex<(Option<Owned>, Option<Owned>)>,
+    /// Split attention's partial results, grown on demand.
+    partials: Mutex<Option<Owned>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Keep what the driver compiled for the next start; a cache that cannot be written
+        // costs only that start's time.
+        if let Some(c) = lock(&self.pipes).cache() {
+            let _ = c.save();
+        }
+    }
+}
+
+impl std::fmt::Debug for VulkanBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VulkanBackend")
+            .field("device", &self.inner.device.info().name)
+            .field("matmul", &self.inner.strategy.matmul)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one leaves nothing half-updated that matters: keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn failed(op: &'static str) -> impl Fn(VulkanError) -> BackendError {
+    move |e| BackendError::Device {
+        op,
+        problem: e.to_string(),
+    }
+}
+
+impl VulkanBackend {
+    /// Open the preferred device with default options.
+    pub fn new() -> Result<Self, BackendError> {
+        Self::open(VulkanOptions::default())
+    }
+
+    /// Open a device with `opts`, making the fixed kernels' pipelines in parallel through the
+    /// pipeline cache on disk (weight kernels are made when a weight of their type loads).
+    pub fn open(opts: VulkanOptions) -> Result<Self, BackendError> {
+        let t0 = std::time::Instant::now();
+        let device = Arc::new(Device::open(opts.device)?);
+        let device_s = t0.elapsed().as_secs_f64();
+        let info = device.info();
+        let cpu = info.device_type == DeviceType::Cpu;
+        let spec = *device.specializations();
+        let max_storage = u64::from(info.limits.max_storage_buffer_range);
+        let max_binding = opts.max_binding.map_or(max_storage, |m| m.min(max_storage)).max(4);
+        let matmul =
+            match opts.matmul {
+                Some(MatmulVariant::Texture) => return Err(BackendError::Unavailable {
+                    backend: "vulkan",
+                    reason:
+                        "the texture matmul variant is WebGPU's; the Vulkan backend keeps weights in storage buffers"
+                            .into(),
+                }),
+                Some(m) => m,
+                None if cpu => MatmulVariant::Rows,
+                None => MatmulVariant::Workgroup,
+            };
+        let strategy = Strategy {
+            matmul,
+            tex_subgroups: false,
+            reduce_subgroups: !opts.no_subgroups && spec.subgroup_operations.is_used(),
+            f16_matmul: opts.f16_matmul.unwrap_or(true) && device.enabled().float16,
+            kv_chunk: opts.kv_chunk.or((!cpu).then_some(KV_CHUNK)),
+            split_any_rows: opts.kv_chunk.is_some(),
+            max_storage,
+        };
+        let memory = Arc::new(Memory::new(&device).force_staging(opts.force_staging));
+        let dir = opts.pipeline_dir.clone().unwrap_or_else(cache::default_dir);
+        let cache = PipelineCache::open(&device, dir.as_deref())?;
+        let cache_bytes = cache.loaded();
+        let mut pipes = Pipelines::with_cache(&device, Some(cache));
+        let t1 = std::time::Instant::now();
+        let fixed: Vec<Kernel> = kernels::all_variants()
+            .into_iter()
+            .filter(|k| !is_weight_kernel(*k))
+            .collect();
+        pipes.prepare(&fixed)?;
+        let startup = Startup {
+            device_s,
+            pipelines_s: t1.elapsed().as_secs_f64(),
+            pipelines: pipes.len(),
+            cache_bytes,
+        };
+        let rec = Recorder::new(&memory)?;
+        let dummy = Owned::new(memory.alloc(16, USAGE, Location::Device)?, &memory);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                device,
+                memory,
+                rec: Mutex::new(rec),
+                pipes: Mutex::new(pipes),
+                strategy,
+                round_activations: opts.round_activations.unwrap_or(true),
+                max_binding,
+                startup,
+                dummy,
+                activations: Mutex::default(),
+                results: Mutex::default(),
+                partials: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The device in use.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// Which kernel variants run here.
+    pub fn strategy(&self) -> Strategy {
+        self.inner.strategy
+    }
+
+    /// What opening the backend took.
+    pub fn startup(&self) -> Startup {
+        self.inner.startup
+    }
+
+    /// Submissions, dispatches, readbacks and staged bytes so far.
+    pub fn stats(&self) -> PassStats {
+        lock(&self.inner.rec).stats()
+    }
+
+    /// Time every dispatch from now on (timestamp queries); see [`VulkanBackend::profile`].
+    pub fn enable_profile(&self) -> Result<(), BackendError> {
+        lock(&self.inner.rec).enable_profile().map_err(failed("profile"))
+    }
+
+    /// Device time per kernel since [`VulkanBackend::enable_profile`], most first.
+    pub fn profile(&self) -> Vec<KernelTime> {
+        lock(&self.inner.rec).profile()
+    }
+
+    /// Pipelines made so far.
+    pub fn pipelines(&self) -> usize {
+        lock(&self.inner.pipes).len()
+    }
+
+    /// Write the pipeline cache to disk now (it is also written when the backend is dropped);
+    /// returns the bytes written.
+    pub fn save_pipeline_cache(&self) -> Result<usize, BackendError> {
+        match lock(&self.inner.pipes).cache() {
+            Some(c) => c.save().map_err(failed("pipeline cache")),
+            None => Ok(0),
+        }
+    }
+
+    /// Submit the recorded work and wait for it.
+    pub fn flush(&self) -> Result<(), BackendError> {
+        lock(&self.inner.rec).submit().map_err(failed("submit"))
+    }
+
+    /// Record `d` with `binds` (binding index and buffer) besides its parameters and data.
+    fn record(&self, op: &'static str, d: &Dispatch, binds: &[(u32, &Buffer)]) -> Result<(), BackendError> {
+        let mut rec = lock(&self.inner.rec);
+        let mut pipes = lock(&self.inner.pipes);
+        rec.dispatch(&mut pipes, d, binds).map_err(failed(op))
+    }
+
+    /// A zeroed device buffer of `bytes` (rounded up to whole words).
+    fn zeroed(&self, op: &'static str, bytes: u64) -> Result<Owned, BackendError> {
+        let size = bytes.max(16).div_ceil(4) * 4;
+        let buf = self
+            .inner
+            .memory
+            .alloc(size, USAGE, Location::Device)
+            .map_err(failed(op))?;
+        let owned = Owned::new(buf, &self.inner.memory);
+        let mut rec = lock(&self.inner.rec);
+        rec.fill(owned.get(), 0, size, 0).map_err(failed(op))?;
+        Ok(owned)
+    }
+
+    /// A device buffer holding `data` (padded with zeros to whole words). Data that went
+    /// through staging is submitted at once, so a model's load never holds a second copy.
+    fn upload(&self, op: &'static str, data: &[u8]) -> Result<Owned, BackendError> {
+        let size = (data.len() as u64).max(16).div_ceil(4) * 4;
+        let buf = self
+            .inner
+            .memory
+            .alloc(size, USAGE, Location::Device)
+            .map_err(failed(op))?;
+        let owned = Owned::new(buf, &self.inner.memory);
+        let padded: Vec<u8>;
+        let bytes = if data.len() as u64 == size {
+            data
+        } else {
+            let mut v = vec![0u8; size as usize];
+            v[..data.len()].copy_from_slice(data);
+            padded = v;
+            &padded
+        };
+        let mut rec = lock(&self.inner.rec);
+        let before = rec.stats().staged_bytes;
+        rec.upload(owned.get(), 0, bytes).map_err(failed(op))?;
+        if rec.stats().staged_bytes != before {
+            rec.submit().map_err(failed(op))?;
+        }
+        Ok(owned)
+    }
+
+    /// `slot`'s buffer if it holds at least `bytes`, else a new one of twice that.
+    fn grown<'a>(&self, op: &'static str, slot: &'a mut Option<Owned>, bytes: u64) -> Result<&'a Buffer, BackendError> {
+        if slot.as_ref().is_none_or(|b| b.get().size < bytes) {
+            *slot = Some(self.zeroed(op, (2 * bytes).max(64))?);
+        }
+        Ok(slot.as_ref().expect("just set").get())
+    }
+
+    /// Record `d` reading `x` (binding 1) into a result buffer (binding `out`) and read its
+    /// first `bytes` back: the pass's one submission.
+    fn run_and_read(
+        &self,
+        op: &'static str,
+        d: &Dispatch,
+        argmax: bool,
+        x: &Buffer,
+        out: u32,
+        bytes: u64,
+    ) -> Result<Vec<u8>, BackendError> {
+        let mut results = lock(&self.inner.results);
+        let slot = if argmax { &mut results.0 } else { &mut results.1 };
+        let buf = self.grown(op, slot, bytes)?;
+        self.record(op, d, &[(1, x), (out, buf)])?;
+        lock(&self.inner.rec).read(buf, 0, bytes as usize).map_err(failed(op))
+    }
+
+    /// Run `f` with the activations a matmul over weights of type `ty` multiplies: the first
+    /// `len` values of `x` rounded as the CPU rounds them for that format (in the shared
+    /// scratch buffer, locked meanwhile), or `x` itself (f32 weights, or rounding off).
+    fn with_matmul_input<R>(
+        &self,
+        ty: GgmlType,
+        x: &VulkanBuffer,
+        len: usize,
+        f: impl FnOnce(&Buffer) -> Result<R, BackendError>,
+    ) -> Result<R, BackendError> {
+        let d = match self.inner.round_activations {
+            true => plan::quantize_act(ty, len)?,
+            false => None,
+        };
+        let Some(d) = d else { return f(x.buf.get()) };
+        let mut slot = lock(&self.inner.activations);
+        let buf = self.grown("quantize_act", &mut slot, (len * 4) as u64)?;
+        self.record("quantize_act", &d, &[(1, x.buf.get()), (2, buf)])?;
+        f(buf)
+    }
+
+    /// One sequence's attention (rows from `s.row0` of the batch).
+    fn attend(
+        &self,
+        q: &VulkanBuffer,
+        s: &SeqAttn<'_, VulkanKv>,
+        sinks: Option<&Buffer>,
+        out: &VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let (k, v) = (s.k_cache, s.v_cache);
+        let scales = (k.scales, v.scales);
+        let Some(p) = plan::attention(&self.inner.strategy, &s.p, s.row0, sinks.is_some(), k.ty, scales)? else {
+            return Ok(());
+        };
+        let (kc, vc) = (k.buf.buf.get(), v.buf.buf.get());
+        let (q, out) = (q.buf.get(), out.buf.get());
+        let sinks = sinks.unwrap_or(self.inner.dummy.get());
+        match p {
+            AttnPlan::Whole(d) => self.record("attention", &d, &[(1, q), (2, kc), (3, vc), (4, out), (6, sinks)]),
+            AttnPlan::Split {
+                stats,
+                weigh,
+                merge,
+                partial_floats,
+            } => {
+                let mut slot = lock(&self.inner.partials);
+                let part = self.grown("attention", &mut slot, partial_floats as u64 * 4)?;
+                self.record("attention", &stats, &[(1, q), (2, kc), (5, part)])?;
+                self.record("attention", &weigh, &[(1, q), (2, kc), (3, vc), (5, part), (6, sinks)])?;
+                self.record("attention", &merge, &[(4, out), (5, part)])
+            }
+        }
+    }
+
+    /// Make the pipelines a weight of type `ty` with rows of `n_in` values needs, now.
+    fn prepare_weight_kernels(&self, ty: GgmlType, n_in: usize, stacked: bool) -> Result<(), BackendError> {
+        let ks = if stacked {
+            vec![Kernel::MatmulId(ty)]
+        } else {
+            vec![self.inner.strategy.matmul_kernel(ty, n_in), Kernel::Embed(ty)]
+        };
+        lock(&self.inner.pipes).prepare(&ks).map_err(failed("load_weight"))
+    }
+}
+
+/// The kernels whose variant depends on a weight's format (made when such a weight loads).
+fn is_weight_kernel(k: Kernel) -> bool {
+    matches!(
+        k,
+        Kernel::Matmul { .. }
+            | Kernel::MatmulRows(_)
+            | Kernel::MatmulTex { .. }
+            | Kernel::MatmulId(_)
+            | Kernel::Embed(_)
+            | Kernel::EmbedTex(_)
+    )
+}
+
+impl Backend for VulkanBackend {
+    type Buffer = VulkanBuffer;
+    type Kv = VulkanKv;
+    type Weight = VulkanWeight;
+
+    fn run_pass<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
+        f()
+    }
+
+    fn name(&self) -> &'static str {
+        "vulkan"
+    }
+
+    fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<VulkanWeight, BackendError> {
+        self.place_weight(file.tensor(name)?)
+    }
+
+    fn place_weight(&self, view: TensorView<'_>) -> Result<VulkanWeight, BackendError> {
+        let info = view.info;
+        let name = info.name.as_str();
+        let (n_in, n_out) = weight_matrix(name, &view, kernels::supports, "vulkan")?;
+        let ty = info.ty;
+        let row_bytes = n_in / ty.block_size() * ty.block_bytes();
+        let mut w = VulkanWeight {
+            name: name.to_string(),
+            ty,
+            n_in,
+            n_out,
+            mats: checks::stacked_matrices(info),
+            row_bytes,
+            parts: Vec::new(),
+            dense: None,
+            short_rows: None,
+        };
+        if checks::is_vector(info) {
+            let v = view.to_f32()?;
+            w.dense = Some(self.upload("load_weight", bytemuck::cast_slice(&v))?);
+            return Ok(w);
+        }
+        // A conv kernel (`[kernel, channels]`) is read as plain values by ssm_conv; see the
+        // WebGPU backend.
+        let short_bytes = (n_in * n_out) as u64 * 4;
+        if n_in <= MAX_CONV_KERNEL && short_bytes <= self.inner.max_binding {
+            let v = view.to_f32()?;
+            w.short_rows = Some(self.upload("load_weight", bytemuck::cast_slice(&v))?);
+        }
+        let rows_per_part = (self.inner.max_binding as usize / row_bytes).min(n_out);
+        if rows_per_part == 0 {
+            return Err(BackendError::BadTensor {
+                tensor: name.to_string(),
+                problem: format!(
+                    "one row ({row_bytes} bytes) exceeds the device's largest weight binding ({} bytes)",
+                    self.inner.max_binding
+                ),
+            });
+        }
+        self.prepare_weight_kernels(ty, n_in, w.mats > 1)?;
+        let mut row0 = 0;
+        while row0 < n_out {
+            let rows = rows_per_part.min(n_out - row0);
+            let bytes = &view.data[row0 * row_bytes..(row0 + rows) * row_bytes];
+            w.parts
+                .push((PartRows { row0, rows }, self.upload("load_weight", bytes)?));
+            row0 += rows;
+        }
+        Ok(w)
+    }
+
+    fn alloc(&self, len: usize) -> Result<VulkanBuffer, BackendError> {
+        let bytes = len as u64 * 4;
+        if bytes > self.inner.strategy.max_storage {
+            return Err(shape(
+                "alloc",
+                format!(
+                    "{len} values exceed the device's largest storage binding ({} bytes)",
+                    self.inner.strategy.max_storage
+                ),
+            ));
+        }
+        Ok(VulkanBuffer {
+            buf: self.zeroed("alloc", bytes)?,
+            len,
+        })
+    }
+
+    fn alloc_kv(&self, len: usize, ty: KvType) -> Result<VulkanKv, BackendError> {
+        checks::alloc_kv(len, ty)?;
+        let (words, scales) = plan::kv_words(len, ty);
+        Ok(VulkanKv {
+            buf: self.alloc(words)?,
+            len,
+            ty,
+            scales,
+        })
+    }
+
+    fn write(&self, dst: &mut VulkanBuffer, src: &[f32]) -> Result<(), BackendError> {
+        checks::need("write", "destination", dst.len, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // Recorded in the pass (staged where work is pending), so earlier work sees the old
+        // contents and later work the new.
+        lock(&self.inner.rec)
+            .upload(dst.buf.get(), 0, bytemuck::cast_slice(src))
+            .map_err(failed("write"))
+    }
+
+    fn read(&self, src: &VulkanBuffer, len: usize) -> Result<Readback<Vec<f32>>, BackendError> {
+        checks::need("read", "source", src.len, len)?;
+        if len == 0 {
+            return Ok(Readback::ready(Vec::new()));
+        }
+        let bytes = lock(&self.inner.rec)
+            .read(src.buf.get(), 0, len * 4)
+            .map_err(failed("read"))?;
+        Ok(Readback::ready(bytemuck::pod_collect_to_vec(&bytes)))
+    }
+
+    fn embed(
+        &self,
+        table: &VulkanWeight,
+        tokens: &[u32],
+        scale: f32,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        table.matrix("embed")?;
+        checks::embed(out.len, tokens, table.n_in, table.n_out)?;
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        for (rows, buf) in &table.parts {
+            let d = plan::embed(
+                Kernel::Embed(table.ty),
+                table.n_in,
+                table.row_bytes,
+                tokens,
+                *rows,
+                scale,
+            )?;
+            self.record("embed", &d, &[(1, buf.get()), (3, out.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn matmul(
+        &self,
+        w: &VulkanWeight,
+        x: &VulkanBuffer,
+        rows: usize,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let m = w.matrix("matmul")?;
+        checks::matmul(x.len, out.len, rows, w.n_in, w.n_out)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        self.with_matmul_input(w.ty, x, rows * w.n_in, |x| {
+            for (part, buf) in &w.parts {
+                let d = plan::matmul(&self.inner.strategy, m, *part, rows, w.row_bytes)?;
+                self.record("matmul", &d, &[(1, buf.get()), (2, x), (3, out.buf.get())])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn add_bias(&self, x: &mut VulkanBuffer, bias: &VulkanWeight, rows: usize) -> Result<(), BackendError> {
+        let b = bias.dense("add_bias")?;
+        let len = rows * bias.n_in;
+        checks::elementwise("add_bias", x.len, None, len)?;
+        if let Some(d) = plan::elementwise("add_bias", Kernel::AddBias, len, bias.n_in, 0.0)? {
+            self.record("add_bias", &d, &[(1, x.buf.get()), (2, b)])?;
+        }
+        Ok(())
+    }
+
+    fn add(&self, x: &mut VulkanBuffer, y: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
+        checks::elementwise("add", x.len, Some(("y", y.len)), len)?;
+        if let Some(d) = plan::elementwise("add", Kernel::Add, len, 1, 0.0)? {
+            self.record("add", &d, &[(1, x.buf.get()), (2, y.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn scale(&self, x: &mut VulkanBuffer, len: usize, s: f32) -> Result<(), BackendError> {
+        checks::elementwise("scale", x.len, None, len)?;
+        if let Some(d) = plan::elementwise("scale", Kernel::Scale, len, 1, s)? {
+            self.record("scale", &d, &[(1, x.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn rmsnorm(
+        &self,
+        x: &VulkanBuffer,
+        w: &VulkanWeight,
+        groups: usize,
+        eps: f32,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let n = w.dense("rmsnorm")?;
+        checks::norm(Some(x.len), out.len, groups, w.n_in)?;
+        if let Some(d) = plan::norm(Kernel::RmsNorm, w.n_in, groups, eps)? {
+            self.record("rmsnorm", &d, &[(1, x.buf.get()), (2, n), (3, out.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn rmsnorm_inplace(
+        &self,
+        x: &mut VulkanBuffer,
+        w: &VulkanWeight,
+        groups: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let n = w.dense("rmsnorm")?;
+        checks::norm(None, x.len, groups, w.n_in)?;
+        if let Some(d) = plan::norm(Kernel::RmsNormInplace, w.n_in, groups, eps)? {
+            self.record("rmsnorm", &d, &[(2, n), (4, x.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut VulkanBuffer,
+        n_head: usize,
+        head_dim: usize,
+        positions: &[u32],
+        rope: &Rope,
+        factors: Option<&VulkanWeight>,
+    ) -> Result<(), BackendError> {
+        let f = factors.map(|w| w.dense("rope")).transpose()?;
+        checks::rope(x.len, n_head, head_dim, positions, rope, factors.map(|w| w.n_in))?;
+        if let Some(d) = plan::rope(n_head, head_dim, positions, rope, f.is_some())? {
+            let f = f.unwrap_or(self.inner.dummy.get());
+            self.record("rope", &d, &[(1, x.buf.get()), (2, f)])?;
+        }
+        Ok(())
+    }
+
+    fn kv_store(
+        &self,
+        cache: &mut VulkanKv,
+        src: &VulkanBuffer,
+        row0: usize,
+        width: usize,
+        positions: &[u32],
+    ) -> Result<(), BackendError> {
+        checks::kv_store((cache.len, cache.ty), src.len, row0, width, positions)?;
+        if let Some(d) = plan::kv_store(row0, width, positions, cache.ty, cache.scales)? {
+            self.record("kv_store", &d, &[(1, src.buf.get()), (3, cache.buf.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &VulkanBuffer,
+        seqs: &[SeqAttn<'_, VulkanKv>],
+        sinks: Option<&VulkanWeight>,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let sinks_buf = sinks.map(|w| w.dense("attention")).transpose()?;
+        checks::attention(
+            q.len,
+            out.len,
+            seqs,
+            |c: &VulkanKv| (c.len, c.ty),
+            sinks.map(|w| w.n_in),
+        )?;
+        for s in seqs {
+            self.attend(q, s, sinks_buf, out)?;
+        }
+        Ok(())
+    }
+
+    fn swiglu(&self, gate: &mut VulkanBuffer, up: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
+        checks::elementwise("swiglu", gate.len, Some(("up", up.len)), len)?;
+        if let Some(d) = plan::elementwise("swiglu", Kernel::Swiglu, len, 1, 0.0)? {
+            self.record("swiglu", &d, &[(1, gate.buf.get()), (2, up.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn geglu(&self, gate: &mut VulkanBuffer, up: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
+        checks::elementwise("geglu", gate.len, Some(("up", up.len)), len)?;
+        if let Some(d) = plan::elementwise("geglu", Kernel::Geglu, len, 1, 0.0)? {
+            self.record("geglu", &d, &[(1, gate.buf.get()), (2, up.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn sigmoid_mul(&self, x: &mut VulkanBuffer, gate: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
+        checks::elementwise("sigmoid_mul", x.len, Some(("gate", gate.len)), len)?;
+        if let Some(d) = plan::elementwise("sigmoid_mul", Kernel::SigmoidMul, len, 1, 0.0)? {
+            self.record("sigmoid_mul", &d, &[(1, x.buf.get()), (2, gate.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn swiglu_oai(
+        &self,
+        gate: &mut VulkanBuffer,
+        up: &VulkanBuffer,
+        len: usize,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<(), BackendError> {
+        checks::elementwise("swiglu_oai", gate.len, Some(("up", up.len)), len)?;
+        if let Some(d) = plan::moe_elementwise("swiglu_oai", Kernel::SwigluOai, len, 1, 0, alpha, limit)? {
+            self.record("swiglu_oai", &d, &[(1, gate.buf.get()), (2, up.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn route_experts(
+        &self,
+        logits: &VulkanBuffer,
+        rows: usize,
+        route: &Route,
+        bias: Option<&VulkanWeight>,
+        ids: &mut VulkanBuffer,
+        weights: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let b = bias.map(|w| w.dense("route_experts")).transpose()?;
+        let bias_len = bias.map(|w| w.n_in * w.n_out);
+        route.check_call(rows, logits.len, bias_len, ids.len, weights.len)?;
+        if let Some(d) = plan::route(rows, route, b.is_some())? {
+            let binds = [
+                (1, logits.buf.get()),
+                (2, b.unwrap_or(self.inner.dummy.get())),
+                (3, ids.buf.get()),
+                (4, weights.buf.get()),
+            ];
+            self.record("route_experts", &d, &binds)?;
+        }
+        Ok(())
+    }
+
+    fn matmul_id(
+        &self,
+        w: &VulkanWeight,
+        bias: Option<&VulkanWeight>,
+        x: &VulkanBuffer,
+        ids: &VulkanBuffer,
+        m: MatId,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let shape_all = w.matrix("matmul_id")?;
+        let b = bias.map(|w| w.dense("matmul_id")).transpose()?;
+        let n_mat = w.mats;
+        let mat = MatShape {
+            n_out: shape_all.n_out / n_mat,
+            ..shape_all
+        };
+        m.check(
+            mat.n_in,
+            mat.n_out,
+            n_mat,
+            bias.map(|b| b.n_in * b.n_out),
+            x.len,
+            ids.len,
+            out.len,
+        )?;
+        self.with_matmul_input(w.ty, x, m.inputs() * mat.n_in, |x| {
+            for (part, buf) in &w.parts {
+                if let Some(d) = plan::matmul_id(mat, n_mat, *part, w.row_bytes, m, b.is_some())? {
+                    let binds = [
+                        (1, buf.get()),
+                        (2, x),
+                        (3, out.buf.get()),
+                        (4, ids.buf.get()),
+                        (5, b.unwrap_or(self.inner.dummy.get())),
+                    ];
+                    self.record("matmul_id", &d, &binds)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn moe_combine(
+        &self,
+        experts: &VulkanBuffer,
+        weights: &VulkanBuffer,
+        rows: usize,
+        slots: usize,
+        width: usize,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        moe::check_combine(rows, slots, width, experts.len, weights.len, out.len)?;
+        let len = rows * width;
+        if let Some(d) = plan::moe_elementwise("moe_combine", Kernel::MoeCombine, len, width, slots, 0.0, 0.0)? {
+            let binds = [(1, out.buf.get()), (2, experts.buf.get()), (3, weights.buf.get())];
+            self.record("moe_combine", &d, &binds)?;
+        }
+        Ok(())
+    }
+
+    fn ssm_conv(
+        &self,
+        x: &VulkanBuffer,
+        w: &VulkanWeight,
+        p: &Conv,
+        seq: SeqRows,
+        state: &mut VulkanBuffer,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let (wv, wn) = w.values("ssm_conv")?;
+        p.check(seq, x.len, wn, state.len, out.len)?;
+        if let Some(d) = plan::ssm_conv(p, seq)? {
+            let binds = [(1, x.buf.get()), (2, wv), (3, state.buf.get()), (4, out.buf.get())];
+            self.record("ssm_conv", &d, &binds)?;
+        }
+        Ok(())
+    }
+
+    fn delta_gates(
+        &self,
+        alpha: &mut VulkanBuffer,
+        beta: &mut VulkanBuffer,
+        rows: usize,
+        dt_bias: &VulkanWeight,
+        a: &VulkanWeight,
+    ) -> Result<(), BackendError> {
+        let (dt, n_head) = dt_bias.values("delta_gates")?;
+        let (av, an) = a.values("delta_gates")?;
+        recurrent::check_gates(rows, n_head, alpha.len, beta.len, n_head, an)?;
+        if let Some(d) = plan::delta_gates(rows, n_head)? {
+            let binds = [(1, alpha.buf.get()), (2, beta.buf.get()), (3, dt), (4, av)];
+            self.record("delta_gates", &d, &binds)?;
+        }
+        Ok(())
+    }
+
+    /// Token by token in either form, as on WebGPU (delta_net.wgsl).
+    fn delta_net(
+        &self,
+        p: &DeltaNet,
+        form: Form,
+        seq: SeqRows,
+        qkv: &VulkanBuffer,
+        gate: &VulkanBuffer,
+        beta: &VulkanBuffer,
+        state: &mut VulkanBuffer,
+        out: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        p.check(seq, form, qkv.len, gate.len, beta.len, state.len, out.len)?;
+        if let Some(d) = plan::delta_net(p, seq)? {
+            let binds = [
+                (1, qkv.buf.get()),
+                (2, gate.buf.get()),
+                (3, beta.buf.get()),
+                (4, state.buf.get()),
+                (5, out.buf.get()),
+            ];
+            self.record("delta_net", &d, &binds)?;
+        }
+        Ok(())
+    }
+
+    fn rmsnorm_gated(
+        &self,
+        x: &mut VulkanBuffer,
+        z: &VulkanBuffer,
+        w: &VulkanWeight,
+        groups: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let n = w.dense("rmsnorm_gated")?;
+        recurrent::check_gated_norm(groups, w.n_in, x.len, z.len)?;
+        if let Some(d) = plan::norm(Kernel::RmsNormGated, w.n_in, groups, eps)? {
+            self.record("rmsnorm_gated", &d, &[(1, z.buf.get()), (2, n), (4, x.buf.get())])?;
+        }
+        Ok(())
+    }
+
+    fn copy_strided(&self, src: &VulkanBuffer, dst: &mut VulkanBuffer, c: &Strided) -> Result<(), BackendError> {
+        c.check(src.len, dst.len)?;
+        if c.width == 0 {
+            return Ok(());
+        }
+        let mut rec = lock(&self.inner.rec);
+        for i in 0..c.count {
+            let (s, d) = (c.src_off + i * c.src_stride, c.dst_off + i * c.dst_stride);
+            rec.copy(
+                src.buf.get(),
+                (s * 4) as u64,
+                dst.buf.get(),
+                (d * 4) as u64,
+                (c.width * 4) as u64,
+            )
+            .map_err(failed("copy_strided"))?;
+        }
+        Ok(())
+    }
+
+    fn copy_rows(
+        &self,
+        src: &VulkanBuffer,
+        row0: usize,
+        rows: usize,
+        width: usize,
+        dst: &mut VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        checks::rows("copy_rows", src.len, dst.len, row0, rows, width)?;
+        let (off, len) = ((row0 * width * 4) as u64, (rows * width * 4) as u64);
+        lock(&self.inner.rec)
+            .copy(src.buf.get(), off, dst.buf.get(), 0, len)
+            .map_err(failed("copy_rows"))
+    }
+
+    fn paste_rows(
+        &self,
+        src: &VulkanBuffer,
+        rows: usize,
+        width: usize,
+        dst: &mut VulkanBuffer,
+        row0: usize,
+    ) -> Result<(), BackendError> {
+        checks::rows("paste_rows", src.len, dst.len, row0, rows, width)?;
+        let (off, len) = ((row0 * width * 4) as u64, (rows * width * 4) as u64);
+        lock(&self.inner.rec)
+            .copy(src.buf.get(), 0, dst.buf.get(), off, len)
+            .map_err(failed("paste_rows"))
+    }
+
+    fn argmax(&self, x: &VulkanBuffer, rows: usize, width: usize) -> Result<Readback<Vec<u32>>, BackendError> {
+        checks::argmax(rows, width, x.len)?;
+        if rows == 0 {
+            return Ok(Readback::ready(Vec::new()));
+        }
+        let d = plan::argmax(rows, width)?;
+        let bytes = self.run_and_read("argmax", &d, true, x.buf.get(), 2, rows as u64 * 4)?;
+        Ok(Readback::ready(bytemuck::pod_collect_to_vec(&bytes)))
+    }
+
+    fn top_k(
+        &self,
+        x: &VulkanBuffer,
+        rows: usize,
+        width: usize,
+        k: usize,
+        gather: &[u32],
+    ) -> Result<Readback<Vec<Candidates>>, BackendError> {
+        checks::top_k(rows, width, k, x.len)?;
+        if rows == 0 {
+            return Ok(Readback::ready(Vec::new()));
+        }
+        let t = plan::top_k(&self.inner.strategy, rows, width, k, gather)?;
+        let bytes = (rows * t.per_row) as u64 * 4;
+        let data = self.run_and_read("top_k", &t.dispatch, false, x.buf.get(), 3, bytes)?;
+        let w: Vec<u32> = bytemuck::pod_collect_to_vec(&data);
+        Ok(Readback::ready(plan::candidates(&w, t.k, t.per_row)))
+    }
+}

@@ -1,0 +1,127 @@
+//! The Vulkan backend (ash, `--backend vulkan`) end to end against llama.cpp's reference
+//! outputs, by the same rules as the CPU and WebGPU backends (`common::gpu_golden`): every
+//! fixture architecture in every golden format, with f16 and q8_0 caches, in the variant the
+//! device takes by default (on lavapipe: one invocation per weight row) and in the GPU variant
+//! (a workgroup per row with subgroup reductions, and with f16 products where the device was
+//! opened with f16). And the pass structure: one submission and one readback per decoded token.
+//!
+//! Without a Vulkan device the tests are skipped (`common::device_or_skip`), unless
+//! `TINYLLM_REQUIRE_GPU=1`.
+
+mod common;
+
+use tinyllm::backend::gpu::MatmulVariant;
+use tinyllm::backend::vulkan::{VulkanBackend, VulkanOptions};
+use tinyllm::backend::KvType;
+
+use common::generation::{load_cases, load_on as load, session, teacher_forced};
+use common::gpu_golden::check_fixtures_with;
+
+/// Every golden fixture: architecture and formats.
+const FIXTURES: [(&str, &[&str]); 9] = [
+    ("llama", &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS"]),
+    ("qwen2", &["F16", "Q8_0", "Q4_K_M"]),
+    ("qwen3", &["F16", "Q8_0", "Q4_K_M"]),
+    ("gemma3", &["F16", "Q8_0", "Q4_K_M"]),
+    ("qwen3moe", &["F16", "Q8_0", "Q4_K_M"]),
+    ("olmoe", &["F16", "Q8_0", "Q4_K_M"]),
+    ("deepseek2", &["F16", "Q8_0", "Q4_K_M"]),
+    ("qwen35", &["F16", "Q8_0", "Q4_K_M"]),
+    ("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]),
+];
+
+fn vulkan_with(opts: VulkanOptions) -> Option<VulkanBackend> {
+    common::device_or_skip(|| VulkanBackend::open(opts))
+}
+
+#[test]
+fn every_fixture_matches_llama_cpp_on_vulkan() {
+    let Some(vk) = vulkan_with(VulkanOptions::default()) else {
+        return;
+    };
+    for (arch, quants) in FIXTURES {
+        check_fixtures_with("vulkan", vk.clone(), arch, quants, KvType::F16);
+    }
+}
+
+#[test]
+fn fixtures_with_q8_0_cache_match_llama_cpp_on_vulkan() {
+    let Some(vk) = vulkan_with(VulkanOptions::default()) else {
+        return;
+    };
+    for arch in ["llama", "qwen2", "qwen3", "gemma3", "deepseek2", "qwen35"] {
+        check_fixtures_with("vulkan", vk.clone(), arch, &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+    }
+}
+
+/// The GPU variant: a workgroup per weight row, subgroup reductions at the subgroup size the
+/// device runs (required where it has subgroup size control), and f16 products where the device
+/// has them (they must show in the logits); the same rules hold.
+#[test]
+fn fixtures_match_llama_cpp_with_workgroup_matmuls_on_vulkan() {
+    let open = |f16| {
+        vulkan_with(VulkanOptions {
+            matmul: Some(MatmulVariant::Workgroup),
+            f16_matmul: Some(f16),
+            ..Default::default()
+        })
+    };
+    let Some(vk) = open(true) else { return };
+    let plain = open(false).expect("the device opened once");
+    let s = vk.device().specializations();
+    println!(
+        "[vulkan golden] workgroup matmuls on {}: subgroup size {} (required: {}), subgroup reductions {}, f16 products {}",
+        vk.device().info().name,
+        s.subgroup_size.size,
+        s.subgroup_size.required,
+        vk.strategy().reduce_subgroups,
+        vk.strategy().f16_matmul
+    );
+    if vk.strategy().f16_matmul {
+        let dir = common::golden("fixtures");
+        let case = &load_cases(&dir.join("qwen2.Q8_0.golden.jsonl"))[0];
+        let path = dir.join("qwen2.Q8_0.gguf");
+        let with = teacher_forced(&mut session(&load(vk.clone(), &path), 512), case);
+        let without = teacher_forced(&mut session(&load(plain, &path), 512), case);
+        assert_ne!(
+            with, without,
+            "f16 products leave the logits of the f32 path: not in use"
+        );
+    }
+    for (arch, quants) in &FIXTURES[..4] {
+        check_fixtures_with("vulkan", vk.clone(), arch, quants, KvType::F16);
+    }
+    check_fixtures_with("vulkan", vk.clone(), "qwen3moe", &["Q8_0", "Q4_K_M"], KvType::F16);
+}
+
+/// A decode step is one submission and one readback (the token id), whatever the model.
+#[test]
+fn a_decode_step_is_one_submission_and_one_readback() {
+    let Some(vk) = vulkan_with(VulkanOptions::default()) else {
+        return;
+    };
+    let dir = common::golden("fixtures");
+    for file in ["qwen2.Q8_0.gguf", "qwen35.Q4_K_M.gguf", "gpt-oss.Q8_0.gguf"] {
+        let model = load(vk.clone(), &dir.join(file));
+        let mut sess = session(&model, 64);
+        let mut t = sess.forward_argmax(&[97, 11, 187, 0, 340]).expect("prefill");
+        let before = vk.stats();
+        for _ in 0..6 {
+            t = sess.forward_argmax(&[t]).expect("decode");
+        }
+        let after = vk.stats();
+        let (subs, reads) = (
+            after.submissions - before.submissions,
+            after.readbacks - before.readbacks,
+        );
+        println!(
+            "[vulkan golden] {file}: 6 decode steps, {subs} submissions, {reads} readbacks, {} dispatches",
+            after.dispatches - before.dispatches
+        );
+        assert_eq!(
+            (subs, reads),
+            (6, 6),
+            "{file}: one submission and one readback per token"
+        );
+    }
+}
