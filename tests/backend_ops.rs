@@ -1416,7 +1416,8 @@ fn vulkan_with(opts: VulkanOptions) -> Option<VulkanBackend> {
 }
 
 /// The op suite on Vulkan, each kernel path it takes: matmul and embedding of every format
-/// against the dequantization oracle in the rows variant (CPU devices' default) and the
+/// against the dequantization oracle in the default variant (on CPU devices texture-held
+/// weights, as on WebGPU), the rows variant and the
 /// workgroup variant with subgroup reductions, without them, and with f16 products where the
 /// device was opened with f16; unrounded activations against the unrounded oracle; and the
 /// elementwise, expert and attention suites (whole and split) against the CPU backend.
@@ -1476,6 +1477,7 @@ fn vulkan_ops_match_the_oracle_and_cpu() {
             let want = reference_matmul(ty, &wd, &x, rows, n_out, k);
             let mut line = format!("[ops] vulkan matmul {name:>6} {n_out}x{k} rows {rows:>2}:");
             for (how, be, bound) in [
+                ("default", &vk, NMSE_F32),
                 ("rows", &rows_be, NMSE_F32),
                 ("workgroup", &wg, NMSE_F32),
                 ("workgroup without subgroups", &wg_plain, NMSE_F32),
@@ -1569,4 +1571,65 @@ fn vulkan_ops_match_the_oracle_and_cpu() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The integer dot product path (matmul_dot.wgsl, `OpSDot`): where the device has
+/// VK_KHR_shader_integer_dot_product (lavapipe emulates it: forced on here), Q8_0 matmuls run
+/// through it, seen in the timestamp profile, and match the oracle, which rounds activations
+/// by the same Q8_0 rule and multiplies exactly (the integer sums are exact too); where the
+/// backend leaves it off (by default unless accelerated, or a device without it) the float
+/// kernel runs, the clean fallback.
+#[test]
+fn vulkan_integer_dot_matmuls_match_the_oracle() {
+    let open = |integer_dot| {
+        vulkan_with(VulkanOptions {
+            matmul: Some(MatmulVariant::Workgroup),
+            integer_dot,
+            // f32 products on the fallback (f16 ones would blur the comparison).
+            f16_matmul: Some(false),
+            ..Default::default()
+        })
+    };
+    let Some(forced) = open(Some(true)) else { return };
+    let default = open(None).expect("the device opened once");
+    let spec = forced.device().info().specializations().integer_dot_product;
+    assert_eq!(
+        default.integer_dot(),
+        spec.is_used(),
+        "the default follows the device ({spec})"
+    );
+    let supported = forced.device().info().integer_dot.supported;
+    assert_eq!(
+        forced.integer_dot(),
+        supported,
+        "forced on wherever the device has the feature"
+    );
+    let off = open(Some(false)).expect("the device opened once");
+    assert!(!off.integer_dot());
+    let mut rng = Rng(0xd07_d07);
+    let (n_in, n_out) = (32 * 9, 45);
+    let w = random_matrix(&mut rng, GgmlType::Q8_0, n_in, n_out);
+    let file = gguf(&[("w".into(), vec![n_in as u64, n_out as u64], GgmlType::Q8_0, w)]);
+    let wd = dequantized(&file, "w");
+    for be in [&forced, &off] {
+        be.enable_profile().expect("timestamps");
+        for rows in [1usize, 3, 8, 11] {
+            let mut x = rng.vec(rows * n_in, 2.0);
+            x[..32].fill(0.0);
+            let want = reference_matmul(GgmlType::Q8_0, &wd, &x, rows, n_out, n_in);
+            let e = nmse(&run_matmul(be, &file, "w", &x, rows, n_out), &want);
+            println!(
+                "[ops] vulkan Q8_0 matmul rows {rows}, integer dot {}: NMSE {e:.1e}",
+                be.integer_dot()
+            );
+            assert!(e < 1e-10, "NMSE {e:.2e}");
+        }
+        let dot_calls: u64 = be
+            .profile()
+            .iter()
+            .filter(|k| k.label.starts_with("matmul_dot"))
+            .map(|k| k.calls)
+            .sum();
+        assert_eq!(dot_calls > 0, be.integer_dot(), "matmul_dot ran {dot_calls} times");
+    }
 }

@@ -94,6 +94,34 @@ fn fixtures_match_llama_cpp_with_workgroup_matmuls_on_vulkan() {
     check_fixtures_with("vulkan", vk.clone(), "qwen3moe", &["Q8_0", "Q4_K_M"], KvType::F16);
 }
 
+/// The integer dot product path (Q8_0 weights times Q8_0 activations summed as integers, as
+/// llama.cpp does; forced on where the device only emulates it, as lavapipe does) meets the
+/// same rules on the Q8_0 fixtures. Skipped where the device lacks the feature.
+#[test]
+fn q8_0_fixtures_match_llama_cpp_with_integer_dot_products_on_vulkan() {
+    let Some(vk) = common::device_or_skip(|| {
+        let vk = VulkanBackend::open(VulkanOptions {
+            matmul: Some(MatmulVariant::Workgroup),
+            integer_dot: Some(true),
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
+        if vk.integer_dot() {
+            Ok(vk)
+        } else {
+            Err(format!(
+                "{} has no packed integer dot products",
+                vk.device().info().name
+            ))
+        }
+    }) else {
+        return;
+    };
+    for arch in ["llama", "qwen2", "qwen3", "gemma3", "qwen35", "gpt-oss"] {
+        check_fixtures_with("vulkan", vk.clone(), arch, &["Q8_0"], KvType::F16);
+    }
+}
+
 /// A decode step is one submission and one readback (the token id), whatever the model.
 #[test]
 fn a_decode_step_is_one_submission_and_one_readback() {
@@ -124,4 +152,24 @@ fn a_decode_step_is_one_submission_and_one_readback() {
             "{file}: one submission and one readback per token"
         );
     }
+}
+
+/// A real model on Vulkan by the CPU backend's rule (within llama.cpp's own spread) and with
+/// greedy tokens equal to the CPU backend's up to near-ties (`common::gpu_golden::check_real`).
+/// Minutes on lavapipe, as on WebGPU (the same texture-held weights there).
+fn check_real(gguf: &str, golden_name: &str) {
+    let Some(vk) = vulkan_with(VulkanOptions::default()) else {
+        return;
+    };
+    common::gpu_golden::check_real("vulkan", vk, gguf, golden_name);
+}
+
+#[test]
+fn qwen25_coder_on_vulkan_within_llama_cpp_spread() {
+    check_real("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b");
+}
+
+#[test]
+fn gemma3_270m_on_vulkan_within_llama_cpp_spread() {
+    check_real("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m");
 }

@@ -133,7 +133,16 @@ impl AnyBackend {
         }
     }
 
-    /// Submissions, readbacks, dispatches and bind groups so far (WebGPU only).
+    /// The Vulkan backend, if that is what runs (its profile and startup timings).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn vulkan(&self) -> Option<&VulkanBackend> {
+        match self {
+            AnyBackend::Vulkan(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Submissions, readbacks, dispatches and bind groups so far (the GPU backends).
     #[cfg(tinyllm_webgpu)]
     pub fn counters(&self) -> Option<super::webgpu::Counters> {
         match self {

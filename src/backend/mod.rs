@@ -15,8 +15,8 @@
 //! experts), [`recurrent`] (the gated-delta-net layers' conv, gates, delta rule and gated
 //! norm), and [`checks`] (the argument checks every backend runs). Implementations: [`cpu`]
 //! (SIMD kernels chosen at run time beside scalar ones, a persistent thread pool) and
-//! [`webgpu`] (WGSL kernels through wgpu); natively, `vulkan` holds the device layer of a
-//! Vulkan backend through ash (devices, SPIR-V kernels, pipelines; not yet a [`Backend`]).
+//! [`webgpu`] (WGSL kernels through wgpu); natively, `vulkan` (the same kernels as SPIR-V
+//! through ash).
 
 pub mod any;
 pub mod attn;

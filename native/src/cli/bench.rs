@@ -5,11 +5,12 @@
 //! `--cache-type`s (`f16,q8_0`) each prompt length is measured once per KV cache format, the
 //! rows side by side, each with the cache's bytes per token.
 
-use super::load::{load, Loaded, ModelArgs};
+use super::load::{load, BackendArg, Loaded, ModelArgs};
 use super::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
+use tinyllm::backend::vulkan::{Startup, VulkanBackend, VulkanOptions};
 use tinyllm::backend::{AnyBackend, Backend, KvType};
 use tinyllm::engine::{Session, SessionConfig};
 use tinyllm::model::KvCache;
@@ -37,6 +38,14 @@ pub struct Args {
     /// fraction of the bound it sets: every weight matrix is read once per decoded token.
     #[arg(long)]
     bandwidth: bool,
+    /// Time every kernel on the device (Vulkan timestamp queries) over the measured runs and
+    /// print where decode and prefill spend their time.
+    #[arg(long)]
+    profile: bool,
+    /// Measure the Vulkan backend's startup cold (an empty pipeline cache) and warm (the cache
+    /// the cold start wrote), in a temporary cache directory, before the model runs.
+    #[arg(long)]
+    startup: bool,
 }
 
 /// The decode bound of this machine and model (`--bandwidth`).
@@ -93,6 +102,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let prompts = parse_lengths(&a.prompt_tokens)?;
     let decode = positive(a.decode_tokens, "--decode-tokens")?;
     let reps = positive(a.repetitions, "--repetitions")?;
+    let is_vulkan = a.model.backend == BackendArg::Vulkan;
+    for (flag, on) in [("--profile", a.profile), ("--startup", a.startup)] {
+        if on && !is_vulkan {
+            return Err(InputError(format!(
+                "{flag} needs --backend vulkan (timestamp queries and pipeline caches are its own)"
+            ))
+            .into());
+        }
+    }
+    let startup = if a.startup {
+        Some(cold_and_warm_startup()?)
+    } else {
+        None
+    };
     let loaded = load(&a.model)?;
     let cfg = loaded.engine.model.info();
     let cap = if a.model.ctx == 0 {
@@ -132,6 +155,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             eprintln!("[bench] {cache_type} KV cache: warmup: {n} prompt tokens, 2 decode steps");
             measure(&mut session, &ids[..n], 2)?;
         }
+        if let Some(vk) = loaded.engine.model.backend().vulkan().filter(|_| a.profile) {
+            vk.enable_profile()?;
+        }
         for &p in &prompts {
             let mut runs = Vec::with_capacity(reps);
             for r in 0..reps {
@@ -159,6 +185,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+    let vk = loaded.engine.model.backend().vulkan();
+    let opened = vk.map(|v| v.startup());
+    let profile = vk.filter(|_| a.profile).map(|v| v.profile()).unwrap_or_default();
     let mut out = std::io::stdout().lock();
     let backend = loaded.engine.model.backend().name();
     let kernels = loaded.engine.model.backend().detail();
@@ -194,6 +223,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "weight_bytes_per_token": bound.map(|b| b.weight_bytes),
             "decode_bound_tok_s": bound.map(|b| b.tok_s()),
             "results": rows,
+            "vulkan_startup": opened.map(startup_json),
+            "vulkan_startup_cold": startup.map(|(c, _)| startup_json(c)),
+            "vulkan_startup_warm": startup.map(|(_, w)| startup_json(w)),
+            "profile": profile.iter().map(|k| json!({"kernel": k.label, "calls": k.calls, "ms": k.ns / 1e6})).collect::<Vec<_>>(),
         });
         writeln!(out, "{j}")?;
     } else {
@@ -240,6 +273,37 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 )?;
             }
         }
+        if let Some(s) = opened {
+            writeln!(out, "vulkan startup: {}", describe(&s))?;
+        }
+        if let Some((cold, warm)) = startup {
+            writeln!(
+                out,
+                "vulkan startup cold: {}\nvulkan startup warm: {}\nwarm start {:.2}x faster than cold",
+                describe(&cold),
+                describe(&warm),
+                cold.total_s() / warm.total_s().max(1e-9)
+            )?;
+        }
+        if !profile.is_empty() {
+            let total: f64 = profile.iter().map(|k| k.ns).sum();
+            writeln!(
+                out,
+                "device time per kernel over the measured runs ({:.1} ms in all):",
+                total / 1e6
+            )?;
+            writeln!(out, "{:>40} {:>8} {:>10} {:>6}", "kernel", "calls", "ms", "share")?;
+            for k in &profile {
+                writeln!(
+                    out,
+                    "{:>40} {:>8} {:>10.2} {:>5.1}%",
+                    k.label,
+                    k.calls,
+                    k.ns / 1e6,
+                    100.0 * k.ns / total.max(1.0)
+                )?;
+            }
+        }
         for r in &results {
             if let Some(p) = r.per_token {
                 writeln!(
@@ -251,6 +315,53 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Open the Vulkan backend twice on a fresh pipeline cache directory: cold (nothing cached,
+/// the cache written when the backend closes), then warm (that cache read back). The driver's
+/// own shader cache (Mesa's, NVIDIA's) is outside this and may warm the cold start too.
+fn cold_and_warm_startup() -> anyhow::Result<(Startup, Startup)> {
+    let dir = tempfile::tempdir()?;
+    let open = || -> anyhow::Result<Startup> {
+        let t = Instant::now();
+        let be = VulkanBackend::open(VulkanOptions {
+            pipeline_dir: Some(Some(dir.path().to_path_buf())),
+            ..Default::default()
+        })?;
+        let s = be.startup();
+        drop(be);
+        eprintln!("[bench] vulkan startup: {:.2} s", t.elapsed().as_secs_f64());
+        Ok(s)
+    };
+    let cold = open()?;
+    let warm = open()?;
+    Ok((cold, warm))
+}
+
+fn startup_json(s: Startup) -> serde_json::Value {
+    json!({
+        "device_s": s.device_s,
+        "pipelines_s": s.pipelines_s,
+        "pipelines": s.pipelines,
+        "pipeline_cache_bytes_read": s.cache_bytes,
+        "total_s": s.total_s(),
+    })
+}
+
+fn describe(s: &Startup) -> String {
+    format!(
+        "{:.2} s (device {:.2} s, {} pipelines {:.2} s, pipeline cache {})",
+        s.total_s(),
+        s.device_s,
+        s.pipelines,
+        s.pipelines_s,
+        // A cache of its 32-byte header alone holds no pipeline (lavapipe writes no more).
+        if s.cache_bytes <= 32 {
+            "cold".to_string()
+        } else {
+            format!("warm, {} bytes read", s.cache_bytes)
+        }
+    )
 }
 
 /// Prefill `prompt` from an empty session, pick the first token, then `decode` greedy steps.

@@ -22,7 +22,7 @@ pub const X_WIDTHS: [u8; 2] = [1, 4];
 /// the elementwise ops, the in-place and gated rmsnorms and the expert ops (moe.wgsl), which
 /// share one, and the attention variants: attention.wgsl over an f16 or (`_q8_0`) a q8_0 cache,
 /// the wide ones with registers for the widest heads).
-pub const PLAIN: [&str; 25] = [
+pub const PLAIN: [&str; 27] = [
     "add",
     "add_bias",
     "scale",
@@ -48,6 +48,8 @@ pub const PLAIN: [&str; 25] = [
     "delta_net",
     "rmsnorm_gated",
     "quantize_act",
+    "quantize_q8_packed",
+    "matmul_dot_q8_0",
 ];
 
 /// The name of a variant: the file name in `OUT_DIR/wgsl/` and the pipeline label. `tile` is
@@ -103,6 +105,7 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
         "moe_combine" | "swiglu_oai" => "moe.wgsl".to_string(),
         "attention_wide" | "attention_q8_0" | "attention_wide_q8_0" => "attention.wgsl".to_string(),
         "embed_tex" => "embed.wgsl".to_string(),
+        "matmul_dot_q8_0" => "matmul_dot.wgsl".to_string(),
         k => format!("{k}.wgsl"),
     };
     let textured = matches!(kind, "matmul_tex" | "embed_tex");
@@ -139,6 +142,9 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
         } else {
             src.replace("//INCLUDE REDUCE", &read("reduce_workgroup.wgsl"))
         };
+    }
+    if kind == "matmul_dot_q8_0" {
+        src = src.replace("//INCLUDE REDUCE", &read("reduce_workgroup.wgsl"));
     }
     if kind.starts_with("attention") {
         // The cache format's reads.

@@ -84,6 +84,13 @@ pub enum Kernel {
     /// Activations rounded as the CPU hands them to a matmul over a weight format
     /// (quantize_act.wgsl; [`super::plan::act_rounding`]).
     QuantizeAct,
+    /// Activations quantized to packed Q8_0 blocks for [`Kernel::MatmulDot`]
+    /// (quantize_q8_packed.wgsl).
+    QuantizeQ8Packed,
+    /// Matmul with integer dot products over int8 blocks (matmul_dot.wgsl; Q8_0 weights only,
+    /// a workgroup per weight row): the Vulkan backend's path where the device has
+    /// VK_KHR_shader_integer_dot_product.
+    MatmulDot(GgmlType),
 }
 
 include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
@@ -130,6 +137,21 @@ impl Kernel {
             Kernel::Attention(AttnPass::Merge, ..) => "merge",
             _ => "main",
         }
+    }
+
+    /// Whether the kernel reads a weight matrix in its format (a variant per format): made
+    /// when a weight of that format loads, not at startup.
+    pub fn reads_weights(self) -> bool {
+        matches!(
+            self,
+            Kernel::Matmul { .. }
+                | Kernel::MatmulRows(_)
+                | Kernel::MatmulTex { .. }
+                | Kernel::MatmulId(_)
+                | Kernel::MatmulDot(_)
+                | Kernel::Embed(_)
+                | Kernel::EmbedTex(_)
+        )
     }
 
     /// The complete WGSL module of the kernel, generated at build time (`None` for an
@@ -190,6 +212,8 @@ impl Kernel {
             Kernel::DeltaNet => "delta_net".into(),
             Kernel::RmsNormGated => "rmsnorm_gated".into(),
             Kernel::QuantizeAct => "quantize_act".into(),
+            Kernel::QuantizeQ8Packed => "quantize_q8_packed".into(),
+            Kernel::MatmulDot(t) => compose::name("matmul_dot", &q(t), 0, false),
         }
     }
 }
@@ -248,6 +272,8 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::DeltaNet,
         Kernel::RmsNormGated,
         Kernel::QuantizeAct,
+        Kernel::QuantizeQ8Packed,
+        Kernel::MatmulDot(GgmlType::Q8_0),
     ]);
     for (kv, _) in KvType::ALL {
         for wide in [false, true] {

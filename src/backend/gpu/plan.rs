@@ -76,6 +76,42 @@ pub fn quantize_act(ty: GgmlType, len: usize) -> Result<Option<Dispatch>, Backen
     Ok(Some(dispatch(Kernel::QuantizeAct, params, (gx, gy, 1))))
 }
 
+/// Words of the packed Q8_0 activations of `len` values (quantize_q8_packed.wgsl): 9 per
+/// block of 32.
+pub fn packed_q8_words(len: usize) -> usize {
+    len / 32 * 9
+}
+
+/// `len` activations (whole blocks of 32) quantized to packed Q8_0 blocks for
+/// [`matmul_dot`]. Binds the activations at 1, the [`packed_q8_words`] output at 2.
+pub fn quantize_q8_packed(len: usize) -> Result<Dispatch, BackendError> {
+    if !len.is_multiple_of(32) {
+        return Err(shape("matmul", format!("{len} activations are not whole blocks of 32")));
+    }
+    let (gx, gy) = grid((len / 32).div_ceil(64));
+    let params = words(&[u("quantize_act", len)?, 32, 0, gx]);
+    Ok(dispatch(Kernel::QuantizeQ8Packed, params, (gx, gy, 1)))
+}
+
+/// The integer-dot matmul (matmul_dot.wgsl) of `rows` packed activation rows with one part of
+/// a Q8_0 matrix, a workgroup per weight row as [`matmul`]'s workgroup variant. Binds the
+/// weights at 1, the packed activations at 2, the output at 3.
+pub fn matmul_dot(m: MatShape, part: PartRows, rows: usize, row_bytes: usize) -> Result<Dispatch, BackendError> {
+    if m.ty != GgmlType::Q8_0 {
+        return Err(shape(
+            "matmul",
+            format!("integer dot products take Q8_0 weights, not {}", m.ty),
+        ));
+    }
+    let tiles = rows.div_ceil(MATMUL_ROWS);
+    if tiles > MAX_GRID as usize {
+        return Err(shape("matmul", format!("{rows} rows exceed one dispatch")));
+    }
+    let (gx, gy) = grid(part.rows);
+    let params = matmul_params(m, part, rows, row_bytes, gx, 0)?;
+    Ok(dispatch(Kernel::MatmulDot(m.ty), params, (gx, gy, tiles as u32)))
+}
+
 /// RMS norm of `groups` groups of `g`. Binds x at 1, the weight at 2, the output at 3 (in
 /// place: at 4).
 pub fn norm(kernel: Kernel, g: usize, groups: usize, eps: f32) -> Result<Option<Dispatch>, BackendError> {

@@ -15,15 +15,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
 
-use super::buffers::{Owned, VulkanBuffer, VulkanKv, VulkanWeight};
+use super::buffers::{Owned, OwnedImage, Store, VulkanBuffer, VulkanKv, VulkanWeight};
 use super::cache::{self, PipelineCache};
 use super::device::{Device, DeviceType};
-use super::dispatch::{KernelTime, PassStats, Pipelines, Recorder};
+use super::dispatch::{Bind, KernelTime, PassStats, Pipelines, Recorder};
 use super::memory::{Buffer, Location, Memory};
 use super::VulkanError;
 use crate::backend::checks::{self, shape, weight_matrix};
 use crate::backend::gpu::plan::{self, AttnPlan, MatShape, PartRows};
-use crate::backend::gpu::{kernels, Dispatch, Kernel, MatmulVariant, Strategy, KV_CHUNK};
+use crate::backend::gpu::{
+    kernels, texlayout, Dispatch, Kernel, MatmulVariant, Strategy, KV_CHUNK, TEX_ROW_BYTES, X_WINDOW_BYTES,
+};
 use crate::backend::readback::MaybeSend;
 use crate::backend::recurrent::{self, MAX_CONV_KERNEL};
 use crate::backend::{
@@ -47,8 +49,9 @@ pub struct VulkanOptions {
     pub device: Option<usize>,
     /// Split weights into buffers of at most this many bytes (tests exercise split tensors).
     pub max_binding: Option<u64>,
-    /// Matmul variant; default: [`MatmulVariant::Rows`] on CPU devices, else
-    /// [`MatmulVariant::Workgroup`] ([`MatmulVariant::Texture`] is WebGPU's alone).
+    /// Matmul variant; default: [`MatmulVariant::Texture`] on CPU devices (lavapipe: weights
+    /// in images, activations in a uniform window, as on WebGPU), else
+    /// [`MatmulVariant::Workgroup`].
     pub matmul: Option<MatmulVariant>,
     /// Keep the matmuls from reducing with subgroup operations even where the device has them.
     pub no_subgroups: bool,
@@ -59,6 +62,11 @@ pub struct VulkanOptions {
     pub kv_chunk: Option<usize>,
     /// Round a matmul's activations as the CPU does first (default on; see the WebGPU option).
     pub round_activations: Option<bool>,
+    /// Multiply Q8_0 weights held in buffers with packed integer dot products (matmul_dot.wgsl,
+    /// llama.cpp's integer arithmetic). Default: where the device accelerates them
+    /// ([`super::Specializations::integer_dot_product`]); `Some(true)` also where it only
+    /// emulates them (tests), `Some(false)` never.
+    pub integer_dot: Option<bool>,
     /// Upload and read back through staging buffers even where the host sees device memory.
     pub force_staging: bool,
     /// Where the pipeline cache lives (default [`cache::default_dir`]); `Some(None)` keeps it
@@ -79,6 +87,13 @@ pub struct Startup {
     pub cache_bytes: usize,
 }
 
+impl Startup {
+    /// Seconds in all.
+    pub fn total_s(&self) -> f64 {
+        self.device_s + self.pipelines_s
+    }
+}
+
 /// The Vulkan backend. Clones share the device, pipelines and the pass being recorded.
 #[derive(Clone)]
 pub struct VulkanBackend {
@@ -93,11 +108,17 @@ struct Inner {
     pipes: Mutex<Pipelines>,
     strategy: Strategy,
     round_activations: bool,
+    /// Q8_0 matrices in buffers multiply with integer dot products ([`VulkanOptions::integer_dot`]).
+    integer_dot: bool,
     /// Largest weight part in bytes.
     max_binding: u64,
     startup: Startup,
     /// Bound where a kernel's optional input is absent (rope without factors, no sinks).
     dummy: Owned,
+    /// The uniform window matmul_tex reads an activation tile from, `[X_WINDOW_BYTES / 4]`.
+    x_window: Owned,
+    /// The device's largest image height (texture rows per weight part).
+    max_image_rows: u64,
     /// A matmul's activations rounded for its weight format, `[rows, n_in]`, reused by every
     /// matmul; held while a matmul records.
     activations: Mutex<Option<Owned>>,
@@ -148,28 +169,26 @@ impl VulkanBackend {
     /// pipeline cache on disk (weight kernels are made when a weight of their type loads).
     pub fn open(opts: VulkanOptions) -> Result<Self, BackendError> {
         let t0 = std::time::Instant::now();
-        let device = Arc::new(Device::open(opts.device)?);
+        let device = Arc::new(Device::open_with(opts.device, opts.integer_dot == Some(true))?);
         let device_s = t0.elapsed().as_secs_f64();
         let info = device.info();
         let cpu = info.device_type == DeviceType::Cpu;
         let spec = *device.specializations();
         let max_storage = u64::from(info.limits.max_storage_buffer_range);
         let max_binding = opts.max_binding.map_or(max_storage, |m| m.min(max_storage)).max(4);
-        let matmul =
-            match opts.matmul {
-                Some(MatmulVariant::Texture) => return Err(BackendError::Unavailable {
-                    backend: "vulkan",
-                    reason:
-                        "the texture matmul variant is WebGPU's; the Vulkan backend keeps weights in storage buffers"
-                            .into(),
-                }),
-                Some(m) => m,
-                None if cpu => MatmulVariant::Rows,
-                None => MatmulVariant::Workgroup,
-            };
+        let matmul = match opts.matmul {
+            Some(m) => m,
+            None if cpu => MatmulVariant::Texture,
+            None => MatmulVariant::Workgroup,
+        };
+        let g = &info.subgroups;
         let strategy = Strategy {
             matmul,
-            tex_subgroups: false,
+            // matmul_tex.wgsl shares loads across subgroups of 8 to 64 lanes.
+            tex_subgroups: !opts.no_subgroups
+                && spec.subgroup_operations.is_used()
+                && g.min_size >= 8
+                && g.max_size <= 64,
             reduce_subgroups: !opts.no_subgroups && spec.subgroup_operations.is_used(),
             f16_matmul: opts.f16_matmul.unwrap_or(true) && device.enabled().float16,
             kv_chunk: opts.kv_chunk.or((!cpu).then_some(KV_CHUNK)),
@@ -184,7 +203,7 @@ impl VulkanBackend {
         let t1 = std::time::Instant::now();
         let fixed: Vec<Kernel> = kernels::all_variants()
             .into_iter()
-            .filter(|k| !is_weight_kernel(*k))
+            .filter(|k| !k.reads_weights())
             .collect();
         pipes.prepare(&fixed)?;
         let startup = Startup {
@@ -194,7 +213,16 @@ impl VulkanBackend {
             cache_bytes,
         };
         let rec = Recorder::new(&memory)?;
+        let round_activations = opts.round_activations.unwrap_or(true);
+        // The integer path quantizes activations to Q8_0 blocks: the rounding, always.
+        let integer_dot = opts.integer_dot != Some(false) && device.enabled().integer_dot_product && round_activations;
         let dummy = Owned::new(memory.alloc(16, USAGE, Location::Device)?, &memory);
+        let window_usage = vk::BufferUsageFlags::UNIFORM_BUFFER | vk::BufferUsageFlags::TRANSFER_DST;
+        let x_window = Owned::new(
+            memory.alloc(X_WINDOW_BYTES as u64, window_usage, Location::Device)?,
+            &memory,
+        );
+        let max_image_rows = u64::from(info.limits.max_image_dimension_2d);
         Ok(Self {
             inner: Arc::new(Inner {
                 device,
@@ -202,10 +230,13 @@ impl VulkanBackend {
                 rec: Mutex::new(rec),
                 pipes: Mutex::new(pipes),
                 strategy,
-                round_activations: opts.round_activations.unwrap_or(true),
+                round_activations,
+                integer_dot,
                 max_binding,
                 startup,
                 dummy,
+                x_window,
+                max_image_rows,
                 activations: Mutex::default(),
                 results: Mutex::default(),
                 partials: Mutex::default(),
@@ -221,6 +252,11 @@ impl VulkanBackend {
     /// Which kernel variants run here.
     pub fn strategy(&self) -> Strategy {
         self.inner.strategy
+    }
+
+    /// Whether Q8_0 matrices in buffers multiply with packed integer dot products.
+    pub fn integer_dot(&self) -> bool {
+        self.inner.integer_dot
     }
 
     /// What opening the backend took.
@@ -269,6 +305,13 @@ impl VulkanBackend {
         rec.dispatch(&mut pipes, d, binds).map_err(failed(op))
     }
 
+    /// [`Self::record`] with image and uniform bindings.
+    fn record_with(&self, op: &'static str, d: &Dispatch, binds: &[(u32, Bind<'_>)]) -> Result<(), BackendError> {
+        let mut rec = lock(&self.inner.rec);
+        let mut pipes = lock(&self.inner.pipes);
+        rec.dispatch_with(&mut pipes, d, binds).map_err(failed(op))
+    }
+
     /// A zeroed device buffer of `bytes` (rounded up to whole words).
     fn zeroed(&self, op: &'static str, bytes: u64) -> Result<Owned, BackendError> {
         let size = bytes.max(16).div_ceil(4) * 4;
@@ -309,6 +352,76 @@ impl VulkanBackend {
             rec.submit().map_err(failed(op))?;
         }
         Ok(owned)
+    }
+
+    /// An image holding `rows` rows of GGUF blocks of type `ty` laid out by texlayout.rs, in
+    /// texture rows of [`TEX_ROW_BYTES`]; submitted at once (the staging copy goes with it).
+    fn upload_image(&self, ty: GgmlType, n_in: usize, data: &[u8], rows: usize) -> Result<OwnedImage, BackendError> {
+        let bytes = (rows * texlayout::stride(ty, n_in)) as u64;
+        let height = bytes.div_ceil(TEX_ROW_BYTES).max(1);
+        let padded = texlayout::lay_out(ty, n_in, data, rows, (height * TEX_ROW_BYTES) as usize);
+        let width = (TEX_ROW_BYTES / 16) as u32;
+        let image = self
+            .inner
+            .memory
+            .alloc_image(width, height as u32)
+            .map_err(failed("load_weight"))?;
+        let owned = OwnedImage::new(image, &self.inner.memory);
+        let mut rec = lock(&self.inner.rec);
+        rec.upload_image(owned.get(), &padded)
+            .and_then(|()| rec.submit())
+            .map_err(failed("load_weight"))?;
+        Ok(owned)
+    }
+
+    /// [`Backend::matmul`] over image parts (matmul_tex): the activation rows pass through the
+    /// uniform window in tiles of up to 8 rows, each copied there, then met by every part.
+    fn matmul_tex(&self, w: &VulkanWeight, x: &Buffer, rows: usize, out: &Buffer) -> Result<(), BackendError> {
+        let m = w.matrix("matmul")?;
+        let window = self.inner.x_window.get();
+        for (r0, n) in plan::tex_tiles(w.n_in, rows) {
+            lock(&self.inner.rec)
+                .copy(x, (r0 * w.n_in * 4) as u64, window, 0, (n * w.n_in * 4) as u64)
+                .map_err(failed("matmul"))?;
+            for (part, store) in &w.parts {
+                let Store::Image(img) = store else {
+                    return Err(shape("matmul", format!("'{}' mixes buffer and image parts", w.name)));
+                };
+                let d = plan::matmul_tex(&self.inner.strategy, m, *part, r0, n, w.stride)?;
+                let binds = [
+                    (1, Bind::Image(img.get())),
+                    (2, Bind::Uniform(window, X_WINDOW_BYTES as u64)),
+                    (3, Bind::Buffer(out)),
+                ];
+                self.record_with("matmul", &d, &binds)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Backend::matmul`] of Q8_0 buffer parts with integer dot products: the activations
+    /// quantized to packed Q8_0 blocks (in the shared scratch buffer), then matmul_dot.
+    fn matmul_dot(
+        &self,
+        w: &VulkanWeight,
+        m: MatShape,
+        x: &VulkanBuffer,
+        rows: usize,
+        out: &VulkanBuffer,
+    ) -> Result<(), BackendError> {
+        let len = rows * w.n_in;
+        let q = plan::quantize_q8_packed(len)?;
+        let mut slot = lock(&self.inner.activations);
+        let packed = self.grown("quantize_act", &mut slot, (plan::packed_q8_words(len) * 4) as u64)?;
+        self.record("quantize_act", &q, &[(1, x.buf.get()), (2, packed)])?;
+        for (part, store) in &w.parts {
+            let Store::Buffer(buf) = store else {
+                return Err(shape("matmul", format!("'{}' mixes buffer and image parts", w.name)));
+            };
+            let d = plan::matmul_dot(m, *part, rows, w.row_bytes)?;
+            self.record("matmul", &d, &[(1, buf.get()), (2, packed), (3, out.buf.get())])?;
+        }
+        Ok(())
     }
 
     /// `slot`'s buffer if it holds at least `bytes`, else a new one of twice that.
@@ -392,27 +505,30 @@ impl VulkanBackend {
     }
 
     /// Make the pipelines a weight of type `ty` with rows of `n_in` values needs, now.
-    fn prepare_weight_kernels(&self, ty: GgmlType, n_in: usize, stacked: bool) -> Result<(), BackendError> {
+    fn prepare_weight_kernels(
+        &self,
+        ty: GgmlType,
+        n_in: usize,
+        stacked: bool,
+        textured: bool,
+    ) -> Result<(), BackendError> {
+        let st = &self.inner.strategy;
         let ks = if stacked {
             vec![Kernel::MatmulId(ty)]
+        } else if textured {
+            let mut ks: Vec<Kernel> = kernels::TEX_TILES
+                .iter()
+                .map(|&r| st.matmul_tex_kernel(ty, r as usize))
+                .collect();
+            ks.push(Kernel::EmbedTex(ty));
+            ks
+        } else if self.inner.integer_dot && ty == GgmlType::Q8_0 {
+            vec![Kernel::MatmulDot(ty), Kernel::Embed(ty)]
         } else {
-            vec![self.inner.strategy.matmul_kernel(ty, n_in), Kernel::Embed(ty)]
+            vec![st.matmul_kernel(ty, n_in), Kernel::Embed(ty)]
         };
         lock(&self.inner.pipes).prepare(&ks).map_err(failed("load_weight"))
     }
-}
-
-/// The kernels whose variant depends on a weight's format (made when such a weight loads).
-fn is_weight_kernel(k: Kernel) -> bool {
-    matches!(
-        k,
-        Kernel::Matmul { .. }
-            | Kernel::MatmulRows(_)
-            | Kernel::MatmulTex { .. }
-            | Kernel::MatmulId(_)
-            | Kernel::Embed(_)
-            | Kernel::EmbedTex(_)
-    )
 }
 
 impl Backend for VulkanBackend {
@@ -445,6 +561,7 @@ impl Backend for VulkanBackend {
             n_out,
             mats: checks::stacked_matrices(info),
             row_bytes,
+            stride: texlayout::stride(ty, n_in),
             parts: Vec::new(),
             dense: None,
             short_rows: None,
@@ -461,7 +578,13 @@ impl Backend for VulkanBackend {
             let v = view.to_f32()?;
             w.short_rows = Some(self.upload("load_weight", bytemuck::cast_slice(&v))?);
         }
-        let rows_per_part = (self.inner.max_binding as usize / row_bytes).min(n_out);
+        // Stacks (experts, MLA's per-head matrices) are read by matmul_id, from buffers.
+        let textured = w.mats == 1 && self.inner.strategy.textured(n_in);
+        let mut rows_per_part = (self.inner.max_binding as usize / row_bytes).min(n_out);
+        if textured {
+            let image_bytes = TEX_ROW_BYTES * self.inner.max_image_rows;
+            rows_per_part = rows_per_part.min(image_bytes as usize / w.stride);
+        }
         if rows_per_part == 0 {
             return Err(BackendError::BadTensor {
                 tensor: name.to_string(),
@@ -471,13 +594,17 @@ impl Backend for VulkanBackend {
                 ),
             });
         }
-        self.prepare_weight_kernels(ty, n_in, w.mats > 1)?;
+        self.prepare_weight_kernels(ty, n_in, w.mats > 1, textured)?;
         let mut row0 = 0;
         while row0 < n_out {
             let rows = rows_per_part.min(n_out - row0);
             let bytes = &view.data[row0 * row_bytes..(row0 + rows) * row_bytes];
-            w.parts
-                .push((PartRows { row0, rows }, self.upload("load_weight", bytes)?));
+            let store = if textured {
+                Store::Image(self.upload_image(ty, n_in, bytes, rows)?)
+            } else {
+                Store::Buffer(self.upload("load_weight", bytes)?)
+            };
+            w.parts.push((PartRows { row0, rows }, store));
             row0 += rows;
         }
         Ok(w)
@@ -546,16 +673,13 @@ impl Backend for VulkanBackend {
         if tokens.is_empty() {
             return Ok(());
         }
-        for (rows, buf) in &table.parts {
-            let d = plan::embed(
-                Kernel::Embed(table.ty),
-                table.n_in,
-                table.row_bytes,
-                tokens,
-                *rows,
-                scale,
-            )?;
-            self.record("embed", &d, &[(1, buf.get()), (3, out.buf.get())])?;
+        for (rows, store) in &table.parts {
+            let (kernel, row_bytes, weights) = match store {
+                Store::Buffer(b) => (Kernel::Embed(table.ty), table.row_bytes, Bind::Buffer(b.get())),
+                Store::Image(i) => (Kernel::EmbedTex(table.ty), table.stride, Bind::Image(i.get())),
+            };
+            let d = plan::embed(kernel, table.n_in, row_bytes, tokens, *rows, scale)?;
+            self.record_with("embed", &d, &[(1, weights), (3, Bind::Buffer(out.buf.get()))])?;
         }
         Ok(())
     }
@@ -572,8 +696,17 @@ impl Backend for VulkanBackend {
         if rows == 0 {
             return Ok(());
         }
+        if self.inner.integer_dot && w.ty == GgmlType::Q8_0 && matches!(w.parts[0].1, Store::Buffer(_)) {
+            return self.matmul_dot(w, m, x, rows, out);
+        }
         self.with_matmul_input(w.ty, x, rows * w.n_in, |x| {
-            for (part, buf) in &w.parts {
+            if matches!(w.parts[0].1, Store::Image(_)) {
+                return self.matmul_tex(w, x, rows, out.buf.get());
+            }
+            for (part, store) in &w.parts {
+                let Store::Buffer(buf) = store else {
+                    return Err(shape("matmul", format!("'{}' mixes buffer and image parts", w.name)));
+                };
                 let d = plan::matmul(&self.inner.strategy, m, *part, rows, w.row_bytes)?;
                 self.record("matmul", &d, &[(1, buf.get()), (2, x), (3, out.buf.get())])?;
             }
@@ -781,7 +914,10 @@ impl Backend for VulkanBackend {
             out.len,
         )?;
         self.with_matmul_input(w.ty, x, m.inputs() * mat.n_in, |x| {
-            for (part, buf) in &w.parts {
+            for (part, store) in &w.parts {
+                let Store::Buffer(buf) = store else {
+                    return Err(shape("matmul_id", format!("'{}' is held in an image", w.name)));
+                };
                 if let Some(d) = plan::matmul_id(mat, n_mat, *part, w.row_bytes, m, b.is_some())? {
                     let binds = [
                         (1, buf.get()),

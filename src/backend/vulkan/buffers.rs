@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::memory::{Buffer, Memory};
+use super::memory::{Buffer, Image, Memory};
 use crate::backend::checks::shape;
 use crate::backend::gpu::plan::{MatShape, PartRows};
 use crate::backend::{BackendError, KvType};
@@ -39,6 +39,44 @@ impl Drop for Owned {
     }
 }
 
+/// An [`Image`] of [`Memory`] that goes back to it on drop, as [`Owned`].
+#[derive(Debug)]
+pub struct OwnedImage {
+    image: Option<Image>,
+    memory: Arc<Memory>,
+}
+
+impl OwnedImage {
+    pub(super) fn new(image: Image, memory: &Arc<Memory>) -> Self {
+        Self {
+            image: Some(image),
+            memory: Arc::clone(memory),
+        }
+    }
+
+    pub(super) fn get(&self) -> &Image {
+        self.image.as_ref().expect("an image until dropped")
+    }
+}
+
+impl Drop for OwnedImage {
+    fn drop(&mut self) {
+        if let Some(i) = self.image.take() {
+            self.memory.retire_image(i);
+        }
+    }
+}
+
+/// Where a weight part's bytes live.
+#[derive(Debug)]
+pub enum Store {
+    /// Rows of `row_bytes` bytes back to back, `[rows][row_bytes]`.
+    Buffer(Owned),
+    /// Rows of `stride` bytes laid out by texlayout.rs in texture rows of
+    /// [`crate::backend::gpu::TEX_ROW_BYTES`] (bytes_tex.wgsl): CPU devices.
+    Image(OwnedImage),
+}
+
 /// An f32 activation buffer, `[len]`.
 #[derive(Debug)]
 pub struct VulkanBuffer {
@@ -71,9 +109,10 @@ pub struct VulkanWeight {
     /// Matrices stacked in the rows (a 3-D expert tensor's third dimension; else 1).
     pub(super) mats: usize,
     pub(super) row_bytes: usize,
-    /// Matrices: raw GGUF blocks, `[rows][row_bytes]` per part, split by rows into parts that
-    /// fit one storage binding.
-    pub(super) parts: Vec<(PartRows, Owned)>,
+    /// Bytes from one row to the next in an image part (texlayout.rs).
+    pub(super) stride: usize,
+    /// Matrices: raw GGUF blocks split by rows into parts that fit one binding (or image).
+    pub(super) parts: Vec<(PartRows, Store)>,
     /// Vectors (norms, biases, rope factors, sinks): f32 values, `[n_in * n_out]`.
     pub(super) dense: Option<Owned>,
     /// Matrices of short rows (conv kernels, `[kernel, channels]`): their f32 values too,

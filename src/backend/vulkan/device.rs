@@ -209,6 +209,8 @@ pub struct Limits {
     pub max_workgroup_count: [u32; 3],
     pub max_shared_memory_bytes: u32,
     pub max_storage_buffer_range: u32,
+    /// `maxImageDimension2D` (texture-held weights' rows per part).
+    pub max_image_dimension_2d: u32,
     pub max_push_constants_bytes: u32,
     /// Nanoseconds per timestamp tick.
     pub timestamp_period_ns: f32,
@@ -724,6 +726,7 @@ impl Instance {
                 max_workgroup_count: l.max_compute_work_group_count,
                 max_shared_memory_bytes: l.max_compute_shared_memory_size,
                 max_storage_buffer_range: l.max_storage_buffer_range,
+                max_image_dimension_2d: l.max_image_dimension2_d,
                 max_push_constants_bytes: l.max_push_constants_size,
                 timestamp_period_ns: l.timestamp_period,
             },
@@ -830,6 +833,12 @@ pub struct Device {
 impl Device {
     /// Open the device at `index` (as enumerated), or the one [`pick`] prefers.
     pub fn open(index: Option<usize>) -> Result<Self, VulkanError> {
+        Self::open_with(index, false)
+    }
+
+    /// [`Device::open`], enabling packed integer dot products wherever the device has them, even
+    /// where they are not accelerated (so the integer-dot kernels can be tested there).
+    pub fn open_with(index: Option<usize>, integer_dot_anyway: bool) -> Result<Self, VulkanError> {
         let instance = Instance::new()?;
         let mut devices = instance.physical_devices()?;
         let infos: Vec<DeviceInfo> = devices.iter().map(|(_, d)| d.clone()).collect();
@@ -842,6 +851,9 @@ impl Device {
         })?;
         let (physical, info) = devices.swap_remove(chosen);
         let mut specializations = info.specializations();
+        if integer_dot_anyway && info.integer_dot.supported {
+            specializations.integer_dot_product = Use::Used;
+        }
         let wanted = Enabled::from(&specializations, &info);
         let (raw, enabled) = match create_device(&instance, physical, &info, wanted) {
             Ok(raw) => (raw, wanted),
@@ -1052,6 +1064,7 @@ mod tests {
                 max_workgroup_count: [65535; 3],
                 max_shared_memory_bytes: 32768,
                 max_storage_buffer_range: u32::MAX,
+                max_image_dimension_2d: 16384,
                 max_push_constants_bytes: 128,
                 timestamp_period_ns: 1.0,
             },

@@ -21,7 +21,7 @@ use ash::vk;
 
 use super::cache::PipelineCache;
 use super::device::Device;
-use super::memory::{Buffer, Location, Memory};
+use super::memory::{Buffer, Image, Location, Memory};
 use super::pipeline::ComputePipeline;
 use super::spirv::{self, Binding, BindingKind};
 use super::VulkanError;
@@ -38,6 +38,17 @@ const OFFSET_ALIGN: u64 = 256;
 const MAX_SETS: u32 = 8192;
 /// Storage buffer descriptors per set (the kernels bind at most 6).
 const STORAGE_PER_SET: u32 = 8;
+
+/// What a dispatch binds at a storage, uniform or image binding besides its parameters and data.
+#[derive(Debug, Clone, Copy)]
+pub enum Bind<'a> {
+    /// A whole buffer, as storage.
+    Buffer(&'a Buffer),
+    /// The first `.1` bytes of a buffer, as a uniform block (matmul_tex's activation window).
+    Uniform(&'a Buffer, u64),
+    /// An image read with `textureLoad` (texture-held weights).
+    Image(&'a Image),
+}
 
 /// Timestamp pairs per pass when profiling; dispatches beyond them go unmeasured.
 const MAX_TIMED: u32 = 4096;
@@ -248,6 +259,9 @@ impl Recorder {
             let sizes = [
                 vk::DescriptorPoolSize::default()
                     .ty(vk::DescriptorType::UNIFORM_BUFFER)
+                    .descriptor_count(2 * MAX_SETS),
+                vk::DescriptorPoolSize::default()
+                    .ty(vk::DescriptorType::SAMPLED_IMAGE)
                     .descriptor_count(MAX_SETS),
                 vk::DescriptorPoolSize::default()
                     .ty(vk::DescriptorType::STORAGE_BUFFER)
@@ -408,12 +422,23 @@ impl Recorder {
 
     /// Record `d` with `binds` (binding number, buffer) for its storage bindings; the
     /// parameter block (binding 0) and the `extra` data are bound here. Every binding the
-    /// kernel declares must be given.
+    /// kernel's entry point uses must be given.
     pub fn dispatch(
         &mut self,
         pipelines: &mut Pipelines,
         d: &Dispatch,
         binds: &[(u32, &Buffer)],
+    ) -> Result<(), VulkanError> {
+        let binds: Vec<(u32, Bind<'_>)> = binds.iter().map(|&(n, b)| (n, Bind::Buffer(b))).collect();
+        self.dispatch_with(pipelines, d, &binds)
+    }
+
+    /// [`Recorder::dispatch`] with uniform and image bindings too.
+    pub fn dispatch_with(
+        &mut self,
+        pipelines: &mut Pipelines,
+        d: &Dispatch,
+        binds: &[(u32, Bind<'_>)],
     ) -> Result<(), VulkanError> {
         let params_span = (d.params.len() as u64).max(16).div_ceil(16) * 16;
         let extra_span = d.extra.as_ref().map_or(0, |(_, e)| (e.len() as u64).max(4));
@@ -452,8 +477,19 @@ impl Recorder {
         let sets = unsafe { raw.allocate_descriptor_sets(&alloc) }
             .map_err(|e| VulkanError::failed("vkAllocateDescriptorSets", e))?;
         self.sets_used += sets.len() as u32;
-        let mut infos: Vec<(u32, u32, vk::DescriptorType, vk::DescriptorBufferInfo)> = Vec::new();
+        let unbound = |n: u32| VulkanError::Unsupported {
+            kernel: d.kernel.variant(),
+            problem: format!("binding {n} is not bound"),
+        };
+        let given = |n: u32| binds.iter().find(|(at, _)| *at == n).map(|(_, b)| *b);
+        let mut buffer_infos: Vec<(u32, u32, vk::DescriptorType, [vk::DescriptorBufferInfo; 1])> = Vec::new();
+        let mut image_infos: Vec<(u32, u32, [vk::DescriptorImageInfo; 1])> = Vec::new();
         for b in bindings.iter() {
+            let whole = |buf: &Buffer| {
+                vk::DescriptorBufferInfo::default()
+                    .buffer(buf.raw)
+                    .range(vk::WHOLE_SIZE)
+            };
             let (ty, info) = match (b.kind, b.binding) {
                 (BindingKind::Uniform, 0) => (
                     vk::DescriptorType::UNIFORM_BUFFER,
@@ -462,48 +498,60 @@ impl Recorder {
                         .offset(u_off)
                         .range(params_span),
                 ),
+                (BindingKind::Uniform, n) => match given(n) {
+                    Some(Bind::Uniform(buf, len)) => (
+                        vk::DescriptorType::UNIFORM_BUFFER,
+                        vk::DescriptorBufferInfo::default().buffer(buf.raw).range(len),
+                    ),
+                    _ => return Err(unbound(n)),
+                },
+                (BindingKind::SampledImage, n) => match given(n) {
+                    Some(Bind::Image(img)) => {
+                        let info = vk::DescriptorImageInfo::default()
+                            .image_view(img.view)
+                            .image_layout(vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL);
+                        image_infos.push((b.group, n, [info]));
+                        continue;
+                    }
+                    _ => return Err(unbound(n)),
+                },
                 (BindingKind::Storage | BindingKind::StorageRead, n) => {
-                    let info = match &d.extra {
-                        Some((at, _)) if *at == n => vk::DescriptorBufferInfo::default()
+                    let info = match (&d.extra, given(n)) {
+                        (Some((at, _)), _) if *at == n => vk::DescriptorBufferInfo::default()
                             .buffer(extras.raw)
                             .offset(e_off)
                             .range(extra_span),
-                        _ => {
-                            let buf = binds.iter().find(|(at, _)| *at == n).map(|(_, b)| *b).ok_or_else(|| {
-                                VulkanError::Unsupported {
-                                    kernel: d.kernel.variant(),
-                                    problem: format!("binding {n} is not bound"),
-                                }
-                            })?;
-                            vk::DescriptorBufferInfo::default()
-                                .buffer(buf.raw)
-                                .offset(0)
-                                .range(vk::WHOLE_SIZE)
-                        }
+                        (_, Some(Bind::Buffer(buf))) => whole(buf),
+                        _ => return Err(unbound(n)),
                     };
                     (vk::DescriptorType::STORAGE_BUFFER, info)
                 }
                 (kind, n) => {
                     return Err(VulkanError::Unsupported {
                         kernel: d.kernel.variant(),
-                        problem: format!("binding {n} is a {kind:?}, which this device layer does not bind yet"),
+                        problem: format!("binding {n} is a {kind:?}, which this device layer does not bind"),
                     })
                 }
             };
-            infos.push((b.group, b.binding, ty, info));
+            buffer_infos.push((b.group, b.binding, ty, [info]));
         }
-        let buffer_infos: Vec<[vk::DescriptorBufferInfo; 1]> = infos.iter().map(|i| [i.3]).collect();
-        let writes: Vec<vk::WriteDescriptorSet> = infos
+        let mut writes: Vec<vk::WriteDescriptorSet> = buffer_infos
             .iter()
-            .zip(&buffer_infos)
-            .map(|(&(group, binding, ty, _), bi)| {
+            .map(|(group, binding, ty, bi)| {
                 vk::WriteDescriptorSet::default()
-                    .dst_set(sets[group as usize])
-                    .dst_binding(binding)
-                    .descriptor_type(ty)
+                    .dst_set(sets[*group as usize])
+                    .dst_binding(*binding)
+                    .descriptor_type(*ty)
                     .buffer_info(bi)
             })
             .collect();
+        writes.extend(image_infos.iter().map(|(group, binding, ii)| {
+            vk::WriteDescriptorSet::default()
+                .dst_set(sets[*group as usize])
+                .dst_binding(*binding)
+                .descriptor_type(vk::DescriptorType::SAMPLED_IMAGE)
+                .image_info(ii)
+        }));
         let (gx, gy, gz) = d.groups;
         let timed = self
             .profiler
@@ -601,6 +649,85 @@ impl Recorder {
         staging.write(0, data)?;
         self.copy(&staging, 0, dst, offset, data.len() as u64)?;
         self.stats.staged_bytes += data.len() as u64;
+        self.staging.push(staging);
+        Ok(())
+    }
+
+    /// Fill `image` with `data` (`width * height` texels of 16 bytes, rows in order) through a
+    /// staging buffer, and leave it ready for kernels to read.
+    pub fn upload_image(&mut self, image: &Image, data: &[u8]) -> Result<(), VulkanError> {
+        let want = u64::from(image.width) * u64::from(image.height) * 16;
+        if data.len() as u64 != want {
+            return Err(VulkanError::Unsupported {
+                kernel: "image".into(),
+                problem: format!("{} bytes for an image of {want}", data.len()),
+            });
+        }
+        let staging = self
+            .memory
+            .alloc(want, vk::BufferUsageFlags::TRANSFER_SRC, Location::Host)?;
+        staging.write(0, data)?;
+        self.begin()?;
+        let range = vk::ImageSubresourceRange::default()
+            .aspect_mask(vk::ImageAspectFlags::COLOR)
+            .level_count(1)
+            .layer_count(1);
+        let to_copy = vk::ImageMemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::empty())
+            .dst_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .old_layout(vk::ImageLayout::UNDEFINED)
+            .new_layout(vk::ImageLayout::TRANSFER_DST_OPTIMAL)
+            .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+            .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+            .image(image.raw)
+            .subresource_range(range);
+        let to_read = to_copy
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ)
+            .old_layout(vk::ImageLayout::TRANSFER_DST_OPTIMAL)
+            .new_layout(vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL);
+        let region = vk::BufferImageCopy::default()
+            .image_subresource(
+                vk::ImageSubresourceLayers::default()
+                    .aspect_mask(vk::ImageAspectFlags::COLOR)
+                    .layer_count(1),
+            )
+            .image_extent(vk::Extent3D {
+                width: image.width,
+                height: image.height,
+                depth: 1,
+            });
+        let raw = self.memory.device().raw();
+        // SAFETY: recording; the image and staging buffer are live; the image's whole
+        // subresource moves UNDEFINED -> TRANSFER_DST -> SHADER_READ_ONLY around the copy.
+        unsafe {
+            raw.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::TOP_OF_PIPE,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::DependencyFlags::empty(),
+                &[],
+                &[],
+                &[to_copy],
+            );
+            raw.cmd_copy_buffer_to_image(
+                self.cmd,
+                staging.raw,
+                image.raw,
+                vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+                &[region],
+            );
+            raw.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::DependencyFlags::empty(),
+                &[],
+                &[],
+                &[to_read],
+            );
+        }
+        self.stats.staged_bytes += want;
         self.staging.push(staging);
         Ok(())
     }

@@ -91,11 +91,41 @@ impl Buffer {
     }
 }
 
+/// A 2-D image of `Rgba32Uint` texels (texture-held weights), read by kernels with
+/// `textureLoad`: a range of a block, like a [`Buffer`], with its view.
+#[derive(Debug)]
+pub struct Image {
+    pub raw: vk::Image,
+    pub view: vk::ImageView,
+    pub width: u32,
+    pub height: u32,
+    block: usize,
+    offset: u64,
+    span: u64,
+}
+
+// SAFETY: plain handles; the memory is the `Memory`'s.
+unsafe impl Send for Image {}
+unsafe impl Sync for Image {}
+
+/// What waits in [`Memory::retire`].
+#[derive(Debug)]
+enum Retired {
+    Buffer(Buffer),
+    Image(Image),
+}
+
+/// The texel format of [`Image`]s: four 32-bit words, as WebGPU's `Rgba32Uint`.
+pub const IMAGE_FORMAT: vk::Format = vk::Format::R32G32B32A32_UINT;
+
 /// One `vkAllocateMemory` and the ranges of it that are free.
 struct Block {
     memory: vk::DeviceMemory,
     type_index: u32,
     location: Location,
+    /// Holds optimally tiled images (kept apart from buffers, so no range needs padding to
+    /// `bufferImageGranularity`).
+    images: bool,
     size: u64,
     /// (offset, bytes), sorted by offset, neighbours merged.
     free: Vec<(u64, u64)>,
@@ -145,9 +175,10 @@ pub struct Memory {
     block_bytes: u64,
     force_staging: bool,
     blocks: Mutex<Vec<Option<Block>>>,
-    /// Buffers dropped while recorded work may still use them ([`Memory::retire`]), freed
-    /// after the next pass has been waited for ([`Memory::free_retired`]).
-    retired: Mutex<Vec<Buffer>>,
+    /// Buffers and images dropped while recorded work may still use them
+    /// ([`Memory::retire`]), freed after the next pass has been waited for
+    /// ([`Memory::free_retired`]).
+    retired: Mutex<Vec<Retired>>,
 }
 
 // SAFETY: blocks (and their mapped pointers) are only touched under the mutex.
@@ -232,19 +263,132 @@ impl Memory {
         let dev = self.device.raw();
         // SAFETY: `raw` is a live buffer of this device.
         let req = unsafe { dev.get_buffer_memory_requirements(raw) };
+        let (block, offset, memory, mapped) = self.reserve(req, location, false)?;
+        // SAFETY: the range [offset, offset + req.size) of the block's memory was free and
+        // meets the buffer's alignment and memory type; the buffer is bound once.
+        if let Err(e) = unsafe { dev.bind_buffer_memory(raw, memory, offset) } {
+            self.release(block, offset, req.size);
+            return Err(VulkanError::failed("vkBindBufferMemory", e));
+        }
+        let mapped = match (location, self.force_staging) {
+            (Location::Device, true) => None,
+            _ => mapped,
+        };
+        Ok(Buffer {
+            raw,
+            size,
+            block,
+            offset,
+            span: req.size,
+            mapped,
+        })
+    }
+
+    /// A device-local image of `width` x `height` [`IMAGE_FORMAT`] texels, optimally tiled,
+    /// for sampling and as a copy destination, with its view; its contents are undefined until
+    /// written (`Recorder::upload_image`).
+    pub fn alloc_image(&self, width: u32, height: u32) -> Result<Image, VulkanError> {
+        let dev = self.device.raw();
+        let info = vk::ImageCreateInfo::default()
+            .image_type(vk::ImageType::TYPE_2D)
+            .format(IMAGE_FORMAT)
+            .extent(vk::Extent3D {
+                width,
+                height,
+                depth: 1,
+            })
+            .mip_levels(1)
+            .array_layers(1)
+            .samples(vk::SampleCountFlags::TYPE_1)
+            .tiling(vk::ImageTiling::OPTIMAL)
+            .usage(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE)
+            .initial_layout(vk::ImageLayout::UNDEFINED);
+        // SAFETY: `info` lives across the call; the device is live.
+        let raw = unsafe { dev.create_image(&info, None) }.map_err(|e| VulkanError::failed("vkCreateImage", e))?;
+        // SAFETY: `raw` is a live image of this device.
+        let req = unsafe { dev.get_image_memory_requirements(raw) };
+        let placed = self
+            .reserve(req, Location::Device, true)
+            .and_then(|(block, offset, memory, _)| {
+                // SAFETY: a free range of an image block, of the image's alignment and type.
+                match unsafe { dev.bind_image_memory(raw, memory, offset) } {
+                    Ok(()) => Ok((block, offset)),
+                    Err(e) => {
+                        self.release(block, offset, req.size);
+                        Err(VulkanError::failed("vkBindImageMemory", e))
+                    }
+                }
+            });
+        let (block, offset) = match placed {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: the image was created above and is used by nothing.
+                unsafe { dev.destroy_image(raw, None) };
+                return Err(e);
+            }
+        };
+        let view_info = vk::ImageViewCreateInfo::default()
+            .image(raw)
+            .view_type(vk::ImageViewType::TYPE_2D)
+            .format(IMAGE_FORMAT)
+            .subresource_range(
+                vk::ImageSubresourceRange::default()
+                    .aspect_mask(vk::ImageAspectFlags::COLOR)
+                    .level_count(1)
+                    .layer_count(1),
+            );
+        let image = Image {
+            raw,
+            view: vk::ImageView::null(),
+            width,
+            height,
+            block,
+            offset,
+            span: req.size,
+        };
+        // SAFETY: the image is live and bound; `view_info` lives across the call.
+        match unsafe { dev.create_image_view(&view_info, None) } {
+            Ok(view) => Ok(Image { view, ..image }),
+            Err(e) => {
+                self.free_image(image);
+                Err(VulkanError::failed("vkCreateImageView", e))
+            }
+        }
+    }
+
+    /// Destroy `image` (and its view) and give its range back.
+    pub fn free_image(&self, image: Image) {
+        let dev = self.device.raw();
+        // SAFETY: the image belongs to this memory and the GPU no longer uses it (as `free`).
+        unsafe {
+            dev.destroy_image_view(image.view, None);
+            dev.destroy_image(image.raw, None);
+        }
+        self.release(image.block, image.offset, image.span);
+    }
+
+    /// A free range for `req` in a block of the memory type for `location` (a new block if
+    /// none has room): (block index, offset, the block's memory, the range's mapping).
+    fn reserve(
+        &self,
+        req: vk::MemoryRequirements,
+        location: Location,
+        images: bool,
+    ) -> Result<(usize, u64, vk::DeviceMemory, Option<*mut u8>), VulkanError> {
         let type_index = self.memory_type(req.memory_type_bits, location)?;
         let align = req.alignment.max(1);
         let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
         let found = blocks.iter_mut().enumerate().find_map(|(i, b)| {
             let b = b
                 .as_mut()
-                .filter(|b| b.location == location && b.type_index == type_index)?;
+                .filter(|b| b.location == location && b.type_index == type_index && b.images == images)?;
             b.take(req.size, align).map(|off| (i, off))
         });
         let (index, offset) = match found {
             Some(f) => f,
             None => {
-                let mut block = self.new_block(req.size.max(self.block_bytes), type_index, location)?;
+                let mut block = self.new_block(req.size.max(self.block_bytes), type_index, location, images)?;
                 let off = block.take(req.size, align).unwrap_or(0);
                 let slot = blocks.iter().position(Option::is_none).unwrap_or(blocks.len());
                 if slot == blocks.len() {
@@ -255,30 +399,30 @@ impl Memory {
             }
         };
         let block = blocks[index].as_ref().expect("the block just used");
-        // SAFETY: the range [offset, offset + req.size) of the block's memory was free and
-        // meets the buffer's alignment and memory type; the buffer is bound once.
-        if let Err(e) = unsafe { dev.bind_buffer_memory(raw, block.memory, offset) } {
-            if let Some(b) = blocks[index].as_mut() {
-                b.give_back(offset, req.size);
-            }
-            return Err(VulkanError::failed("vkBindBufferMemory", e));
-        }
-        let mapped = match (location, self.force_staging) {
-            (Location::Device, true) => None,
-            // SAFETY: the block is mapped whole; the offset lies inside it.
-            _ => block.mapped.map(|p| unsafe { p.add(offset as usize) }),
-        };
-        Ok(Buffer {
-            raw,
-            size,
-            block: index,
-            offset,
-            span: req.size,
-            mapped,
-        })
+        // SAFETY: the block is mapped whole; the offset lies inside it.
+        let mapped = block.mapped.map(|p| unsafe { p.add(offset as usize) });
+        Ok((index, offset, block.memory, mapped))
     }
 
-    fn new_block(&self, size: u64, type_index: u32, location: Location) -> Result<Block, VulkanError> {
+    /// Give a range back (an emptied block goes back to the driver).
+    fn release(&self, block: usize, offset: u64, span: u64) {
+        let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let emptied = match blocks.get_mut(block).and_then(Option::as_mut) {
+            Some(b) => {
+                b.give_back(offset, span);
+                b.is_empty()
+            }
+            None => false,
+        };
+        if emptied {
+            if let Some(b) = blocks[block].take() {
+                // SAFETY: nothing is bound to the block any more; unmapped by freeing.
+                unsafe { self.device.raw().free_memory(b.memory, None) };
+            }
+        }
+    }
+
+    fn new_block(&self, size: u64, type_index: u32, location: Location, images: bool) -> Result<Block, VulkanError> {
         let dev = self.device.raw();
         let info = vk::MemoryAllocateInfo::default()
             .allocation_size(size)
@@ -304,6 +448,7 @@ impl Memory {
             memory,
             type_index,
             location,
+            images,
             size,
             free: vec![(0, size)],
             mapped,
@@ -342,38 +487,38 @@ impl Memory {
 
     /// Destroy `buffer` and give its range back (an emptied block goes back to the driver).
     pub fn free(&self, buffer: Buffer) {
-        let dev = self.device.raw();
         // SAFETY: the buffer belongs to this memory; the caller guarantees the GPU no longer
         // uses it (passes are waited for before they end).
-        unsafe { dev.destroy_buffer(buffer.raw, None) };
-        let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
-        let emptied = match blocks.get_mut(buffer.block).and_then(Option::as_mut) {
-            Some(b) => {
-                b.give_back(buffer.offset, buffer.span);
-                b.is_empty()
-            }
-            None => false,
-        };
-        if emptied {
-            if let Some(b) = blocks[buffer.block].take() {
-                // SAFETY: no buffer is bound to the block any more; unmapped by freeing.
-                unsafe { dev.free_memory(b.memory, None) };
-            }
-        }
+        unsafe { self.device.raw().destroy_buffer(buffer.raw, None) };
+        self.release(buffer.block, buffer.offset, buffer.span);
     }
 
     /// Free `buffer` once the work recorded so far has finished: a buffer dropped in the middle
     /// of a pass may be named by a recorded command, which must not meet a destroyed buffer
     /// (nor its range handed to another one). [`Memory::free_retired`] frees it.
     pub fn retire(&self, buffer: Buffer) {
-        self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(buffer);
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Retired::Buffer(buffer));
+    }
+
+    /// [`Memory::retire`] for an image.
+    pub fn retire_image(&self, image: Image) {
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Retired::Image(image));
     }
 
     /// Free the [`Memory::retire`]d buffers; called when every submitted pass has finished.
     pub fn free_retired(&self) {
         let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
-        for b in retired {
-            self.free(b);
+        for r in retired {
+            match r {
+                Retired::Buffer(b) => self.free(b),
+                Retired::Image(i) => self.free_image(i),
+            }
         }
     }
 
@@ -392,11 +537,17 @@ impl Memory {
 impl Drop for Memory {
     fn drop(&mut self) {
         let dev = self.device.raw();
-        for b in self.retired.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            // SAFETY: waited for idle below before the memory goes; the buffer is unused.
-            unsafe {
-                let _ = dev.device_wait_idle();
-                dev.destroy_buffer(b.raw, None);
+        // SAFETY: after waiting for idle nothing uses the retired resources.
+        unsafe {
+            let _ = dev.device_wait_idle();
+            for r in self.retired.get_mut().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                match r {
+                    Retired::Buffer(b) => dev.destroy_buffer(b.raw, None),
+                    Retired::Image(i) => {
+                        dev.destroy_image_view(i.view, None);
+                        dev.destroy_image(i.raw, None);
+                    }
+                }
             }
         }
         let blocks = self.blocks.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -420,6 +571,7 @@ mod tests {
             memory: vk::DeviceMemory::null(),
             type_index: 0,
             location: Location::Device,
+            images: false,
             size,
             free: vec![(0, size)],
             mapped: None,

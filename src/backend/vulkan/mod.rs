@@ -21,7 +21,15 @@
 //!   per kernel), pipelines made on first use or ahead of it in parallel;
 //! - [`cache`]: the pipeline cache on disk, one file per device and driver.
 //!
-//! To come: texture-held weights and the [`super::Backend`] implementation over these.
+//! - [`buffers`] and [`backend`]: [`VulkanBackend`], the [`super::Backend`] over these layers
+//!   (the shared GPU layer's plans recorded pass by pass; weights in storage buffers, or in
+//!   images read with `textureLoad` on CPU devices, as WebGPU does on CPU adapters).
+//!
+//! Specializations with their fallbacks: subgroup operations (else workgroup-memory
+//! reductions), a required subgroup size (else the device's default), f16 products (else f32),
+//! packed integer dot products for Q8_0 matrices (`OpSDot` from WGSL's `dot4I8Packed`,
+//! matmul_dot.wgsl; else the float kernels). Not written yet: `VK_KHR_cooperative_matrix`
+//! kernels ([`Specializations`] reports the device's shapes; the plain kernels run).
 //!
 //! The Vulkan loader is opened at run time, so a machine without it gets
 //! [`VulkanError::NoLoader`] (and [`super::BackendError::Unavailable`]), never a link error.

@@ -178,6 +178,9 @@ fn check_features(device: &Device, kernel: &SpirvKernel) -> Result<(), String> {
             s.subgroup_operations
         ));
     }
+    if kernel.uses_integer_dot() && !device.enabled().integer_dot_product {
+        return Err(format!("needs packed integer dot products ({})", s.integer_dot_product));
+    }
     if kernel.uses_f16() && !device.enabled().float16 {
         return Err(format!(
             "needs f16 arithmetic and 16-bit storage ({})",

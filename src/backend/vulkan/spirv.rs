@@ -89,6 +89,12 @@ impl SpirvKernel {
     pub fn uses_f16(&self) -> bool {
         self.name.contains("_f16")
     }
+
+    /// Whether the module uses packed integer dot products (`OpSDot`: needs
+    /// `shaderIntegerDotProduct`).
+    pub fn uses_integer_dot(&self) -> bool {
+        self.name.starts_with("matmul_dot")
+    }
 }
 
 #[cfg(test)]

@@ -223,14 +223,7 @@ impl WebGpuBackend {
         };
         // Compile the fixed kernels now (weight kernels compile when a weight of the type loads).
         for k in kernels::all_variants() {
-            if !matches!(
-                k,
-                Kernel::Matmul { .. }
-                    | Kernel::MatmulRows(_)
-                    | Kernel::MatmulTex { .. }
-                    | Kernel::Embed(_)
-                    | Kernel::EmbedTex(_)
-            ) {
+            if !k.reads_weights() {
                 be.pipe(k)?;
             }
         }
