@@ -1,6 +1,7 @@
-//! The GPU layer shared by the GPU backends (wgpu today; the ash/Vulkan backend reuses it):
+//! The GPU layer shared by the GPU backends (WebGPU through wgpu, Vulkan through ash):
 //! everything about running a kernel that does not touch a device.
 //!
+//! - [`ops`]: the op bodies both backends share (check, plan, record through [`ops::Record`]);
 //! - [`compose`] and [`kernels`]: the WGSL kernel variants, composed from `shaders/` at build
 //!   time, and the [`Kernel`] naming one of them;
 //! - [`Strategy`]: which variant an op uses on a device (matmul layout, subgroups, f16
@@ -15,6 +16,7 @@
 
 pub mod compose;
 pub mod kernels;
+pub mod ops;
 pub mod plan;
 pub mod texlayout;
 

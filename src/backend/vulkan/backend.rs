@@ -22,14 +22,15 @@ use super::dispatch::{Bind, KernelTime, PassStats, Pipelines, Recorder};
 use super::memory::{Buffer, Location, Memory};
 use super::VulkanError;
 use crate::backend::checks::{self, shape, weight_matrix};
+use crate::backend::gpu::ops;
 use crate::backend::gpu::plan::{self, AttnPlan, MatShape, PartRows};
 use crate::backend::gpu::{
     kernels, texlayout, Dispatch, Kernel, MatmulVariant, Strategy, KV_CHUNK, TEX_ROW_BYTES, X_WINDOW_BYTES,
 };
 use crate::backend::readback::MaybeSend;
-use crate::backend::recurrent::{self, MAX_CONV_KERNEL};
+use crate::backend::recurrent::MAX_CONV_KERNEL;
 use crate::backend::{
-    moe, Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+    Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
 };
 use crate::gguf::{GgufFile, TensorView};
 use crate::quant::GgmlType;
@@ -531,6 +532,18 @@ impl VulkanBackend {
     }
 }
 
+impl ops::Record for VulkanBackend {
+    type Buf = Buffer;
+
+    fn record(&self, op: &'static str, d: &Dispatch, binds: &[(u32, &Buffer)]) -> Result<(), BackendError> {
+        VulkanBackend::record(self, op, d, binds)
+    }
+
+    fn dummy(&self) -> &Buffer {
+        self.inner.dummy.get()
+    }
+}
+
 impl Backend for VulkanBackend {
     type Buffer = VulkanBuffer;
     type Kv = VulkanKv;
@@ -714,94 +727,83 @@ impl Backend for VulkanBackend {
         })
     }
 
-    fn add_bias(&self, x: &mut VulkanBuffer, bias: &VulkanWeight, rows: usize) -> Result<(), BackendError> {
+    fn add_bias(&self, x: &mut Self::Buffer, bias: &Self::Weight, rows: usize) -> Result<(), BackendError> {
         let b = bias.dense("add_bias")?;
-        let len = rows * bias.n_in;
-        checks::elementwise("add_bias", x.len, None, len)?;
-        if let Some(d) = plan::elementwise("add_bias", Kernel::AddBias, len, bias.n_in, 0.0)? {
-            self.record("add_bias", &d, &[(1, x.buf.get()), (2, b)])?;
-        }
-        Ok(())
+        ops::add_bias(self, (x.buf.get(), x.len), (b, bias.n_in), rows)
     }
 
-    fn add(&self, x: &mut VulkanBuffer, y: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("add", x.len, Some(("y", y.len)), len)?;
-        if let Some(d) = plan::elementwise("add", Kernel::Add, len, 1, 0.0)? {
-            self.record("add", &d, &[(1, x.buf.get()), (2, y.buf.get())])?;
-        }
-        Ok(())
+    fn add(&self, x: &mut Self::Buffer, y: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(
+            self,
+            "add",
+            Kernel::Add,
+            (x.buf.get(), x.len),
+            ("y", (y.buf.get(), y.len)),
+            len,
+        )
     }
 
-    fn scale(&self, x: &mut VulkanBuffer, len: usize, s: f32) -> Result<(), BackendError> {
-        checks::elementwise("scale", x.len, None, len)?;
-        if let Some(d) = plan::elementwise("scale", Kernel::Scale, len, 1, s)? {
-            self.record("scale", &d, &[(1, x.buf.get())])?;
-        }
-        Ok(())
+    fn scale(&self, x: &mut Self::Buffer, len: usize, s: f32) -> Result<(), BackendError> {
+        ops::scale(self, (x.buf.get(), x.len), len, s)
     }
 
     fn rmsnorm(
         &self,
-        x: &VulkanBuffer,
-        w: &VulkanWeight,
+        x: &Self::Buffer,
+        w: &Self::Weight,
         groups: usize,
         eps: f32,
-        out: &mut VulkanBuffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        let n = w.dense("rmsnorm")?;
-        checks::norm(Some(x.len), out.len, groups, w.n_in)?;
-        if let Some(d) = plan::norm(Kernel::RmsNorm, w.n_in, groups, eps)? {
-            self.record("rmsnorm", &d, &[(1, x.buf.get()), (2, n), (3, out.buf.get())])?;
-        }
-        Ok(())
+        let n = (w.dense("rmsnorm")?, w.n_in);
+        ops::rmsnorm(self, (x.buf.get(), x.len), n, groups, eps, (out.buf.get(), out.len))
     }
 
     fn rmsnorm_inplace(
         &self,
-        x: &mut VulkanBuffer,
-        w: &VulkanWeight,
+        x: &mut Self::Buffer,
+        w: &Self::Weight,
         groups: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        let n = w.dense("rmsnorm")?;
-        checks::norm(None, x.len, groups, w.n_in)?;
-        if let Some(d) = plan::norm(Kernel::RmsNormInplace, w.n_in, groups, eps)? {
-            self.record("rmsnorm", &d, &[(2, n), (4, x.buf.get())])?;
-        }
-        Ok(())
+        let n = (w.dense("rmsnorm")?, w.n_in);
+        ops::rmsnorm_inplace(self, (x.buf.get(), x.len), n, groups, eps)
     }
 
     fn rope(
         &self,
-        x: &mut VulkanBuffer,
+        x: &mut Self::Buffer,
         n_head: usize,
         head_dim: usize,
         positions: &[u32],
         rope: &Rope,
-        factors: Option<&VulkanWeight>,
+        factors: Option<&Self::Weight>,
     ) -> Result<(), BackendError> {
-        let f = factors.map(|w| w.dense("rope")).transpose()?;
-        checks::rope(x.len, n_head, head_dim, positions, rope, factors.map(|w| w.n_in))?;
-        if let Some(d) = plan::rope(n_head, head_dim, positions, rope, f.is_some())? {
-            let f = f.unwrap_or(self.inner.dummy.get());
-            self.record("rope", &d, &[(1, x.buf.get()), (2, f)])?;
-        }
-        Ok(())
+        let f = factors.map(|w| w.dense("rope").map(|b| (b, w.n_in))).transpose()?;
+        ops::rope(self, (x.buf.get(), x.len), (n_head, head_dim), positions, rope, f)
     }
 
     fn kv_store(
         &self,
-        cache: &mut VulkanKv,
-        src: &VulkanBuffer,
+        cache: &mut Self::Kv,
+        src: &Self::Buffer,
         row0: usize,
         width: usize,
         positions: &[u32],
     ) -> Result<(), BackendError> {
-        checks::kv_store((cache.len, cache.ty), src.len, row0, width, positions)?;
-        if let Some(d) = plan::kv_store(row0, width, positions, cache.ty, cache.scales)? {
-            self.record("kv_store", &d, &[(1, src.buf.get()), (3, cache.buf.buf.get())])?;
-        }
-        Ok(())
+        ops::kv_store(
+            self,
+            ops::KvArg {
+                buf: cache.buf.buf.get(),
+                len: cache.len,
+                ty: cache.ty,
+                scales: cache.scales,
+            },
+            (src.buf.get(), src.len),
+            row0,
+            width,
+            positions,
+        )
     }
 
     fn attention(
@@ -825,67 +827,78 @@ impl Backend for VulkanBackend {
         Ok(())
     }
 
-    fn swiglu(&self, gate: &mut VulkanBuffer, up: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("swiglu", gate.len, Some(("up", up.len)), len)?;
-        if let Some(d) = plan::elementwise("swiglu", Kernel::Swiglu, len, 1, 0.0)? {
-            self.record("swiglu", &d, &[(1, gate.buf.get()), (2, up.buf.get())])?;
-        }
-        Ok(())
+    fn swiglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(
+            self,
+            "swiglu",
+            Kernel::Swiglu,
+            (gate.buf.get(), gate.len),
+            ("up", (up.buf.get(), up.len)),
+            len,
+        )
     }
 
-    fn geglu(&self, gate: &mut VulkanBuffer, up: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("geglu", gate.len, Some(("up", up.len)), len)?;
-        if let Some(d) = plan::elementwise("geglu", Kernel::Geglu, len, 1, 0.0)? {
-            self.record("geglu", &d, &[(1, gate.buf.get()), (2, up.buf.get())])?;
-        }
-        Ok(())
+    fn geglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(
+            self,
+            "geglu",
+            Kernel::Geglu,
+            (gate.buf.get(), gate.len),
+            ("up", (up.buf.get(), up.len)),
+            len,
+        )
     }
 
-    fn sigmoid_mul(&self, x: &mut VulkanBuffer, gate: &VulkanBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("sigmoid_mul", x.len, Some(("gate", gate.len)), len)?;
-        if let Some(d) = plan::elementwise("sigmoid_mul", Kernel::SigmoidMul, len, 1, 0.0)? {
-            self.record("sigmoid_mul", &d, &[(1, x.buf.get()), (2, gate.buf.get())])?;
-        }
-        Ok(())
+    fn sigmoid_mul(&self, x: &mut Self::Buffer, gate: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(
+            self,
+            "sigmoid_mul",
+            Kernel::SigmoidMul,
+            (x.buf.get(), x.len),
+            ("gate", (gate.buf.get(), gate.len)),
+            len,
+        )
     }
 
     fn swiglu_oai(
         &self,
-        gate: &mut VulkanBuffer,
-        up: &VulkanBuffer,
+        gate: &mut Self::Buffer,
+        up: &Self::Buffer,
         len: usize,
         alpha: f32,
         limit: f32,
     ) -> Result<(), BackendError> {
-        checks::elementwise("swiglu_oai", gate.len, Some(("up", up.len)), len)?;
-        if let Some(d) = plan::moe_elementwise("swiglu_oai", Kernel::SwigluOai, len, 1, 0, alpha, limit)? {
-            self.record("swiglu_oai", &d, &[(1, gate.buf.get()), (2, up.buf.get())])?;
-        }
-        Ok(())
+        ops::swiglu_oai(
+            self,
+            (gate.buf.get(), gate.len),
+            (up.buf.get(), up.len),
+            len,
+            alpha,
+            limit,
+        )
     }
 
     fn route_experts(
         &self,
-        logits: &VulkanBuffer,
+        logits: &Self::Buffer,
         rows: usize,
         route: &Route,
-        bias: Option<&VulkanWeight>,
-        ids: &mut VulkanBuffer,
-        weights: &mut VulkanBuffer,
+        bias: Option<&Self::Weight>,
+        ids: &mut Self::Buffer,
+        weights: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        let b = bias.map(|w| w.dense("route_experts")).transpose()?;
-        let bias_len = bias.map(|w| w.n_in * w.n_out);
-        route.check_call(rows, logits.len, bias_len, ids.len, weights.len)?;
-        if let Some(d) = plan::route(rows, route, b.is_some())? {
-            let binds = [
-                (1, logits.buf.get()),
-                (2, b.unwrap_or(self.inner.dummy.get())),
-                (3, ids.buf.get()),
-                (4, weights.buf.get()),
-            ];
-            self.record("route_experts", &d, &binds)?;
-        }
-        Ok(())
+        let b = bias
+            .map(|w| w.dense("route_experts").map(|b| (b, w.n_in * w.n_out)))
+            .transpose()?;
+        ops::route_experts(
+            self,
+            (logits.buf.get(), logits.len),
+            rows,
+            route,
+            b,
+            (ids.buf.get(), ids.len),
+            (weights.buf.get(), weights.len),
+        )
     }
 
     fn matmul_id(
@@ -935,98 +948,103 @@ impl Backend for VulkanBackend {
 
     fn moe_combine(
         &self,
-        experts: &VulkanBuffer,
-        weights: &VulkanBuffer,
+        experts: &Self::Buffer,
+        weights: &Self::Buffer,
         rows: usize,
         slots: usize,
         width: usize,
-        out: &mut VulkanBuffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        moe::check_combine(rows, slots, width, experts.len, weights.len, out.len)?;
-        let len = rows * width;
-        if let Some(d) = plan::moe_elementwise("moe_combine", Kernel::MoeCombine, len, width, slots, 0.0, 0.0)? {
-            let binds = [(1, out.buf.get()), (2, experts.buf.get()), (3, weights.buf.get())];
-            self.record("moe_combine", &d, &binds)?;
-        }
-        Ok(())
+        ops::moe_combine(
+            self,
+            (experts.buf.get(), experts.len),
+            (weights.buf.get(), weights.len),
+            (rows, slots, width),
+            (out.buf.get(), out.len),
+        )
     }
 
     fn ssm_conv(
         &self,
-        x: &VulkanBuffer,
-        w: &VulkanWeight,
+        x: &Self::Buffer,
+        w: &Self::Weight,
         p: &Conv,
         seq: SeqRows,
-        state: &mut VulkanBuffer,
-        out: &mut VulkanBuffer,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        let (wv, wn) = w.values("ssm_conv")?;
-        p.check(seq, x.len, wn, state.len, out.len)?;
-        if let Some(d) = plan::ssm_conv(p, seq)? {
-            let binds = [(1, x.buf.get()), (2, wv), (3, state.buf.get()), (4, out.buf.get())];
-            self.record("ssm_conv", &d, &binds)?;
-        }
-        Ok(())
+        let wv = w.values("ssm_conv")?;
+        ops::ssm_conv(
+            self,
+            (x.buf.get(), x.len),
+            wv,
+            p,
+            seq,
+            (state.buf.get(), state.len),
+            (out.buf.get(), out.len),
+        )
     }
 
     fn delta_gates(
         &self,
-        alpha: &mut VulkanBuffer,
-        beta: &mut VulkanBuffer,
+        alpha: &mut Self::Buffer,
+        beta: &mut Self::Buffer,
         rows: usize,
-        dt_bias: &VulkanWeight,
-        a: &VulkanWeight,
+        dt_bias: &Self::Weight,
+        a: &Self::Weight,
     ) -> Result<(), BackendError> {
-        let (dt, n_head) = dt_bias.values("delta_gates")?;
-        let (av, an) = a.values("delta_gates")?;
-        recurrent::check_gates(rows, n_head, alpha.len, beta.len, n_head, an)?;
-        if let Some(d) = plan::delta_gates(rows, n_head)? {
-            let binds = [(1, alpha.buf.get()), (2, beta.buf.get()), (3, dt), (4, av)];
-            self.record("delta_gates", &d, &binds)?;
-        }
-        Ok(())
+        let (dt, av) = (dt_bias.values("delta_gates")?, a.values("delta_gates")?);
+        ops::delta_gates(
+            self,
+            (alpha.buf.get(), alpha.len),
+            (beta.buf.get(), beta.len),
+            rows,
+            dt,
+            av,
+        )
     }
 
-    /// Token by token in either form, as on WebGPU (delta_net.wgsl).
+    /// Token by token in either form (delta_net.wgsl): the forms agree to f32 rounding, and
+    /// one token's work is already spread over every state column.
     fn delta_net(
         &self,
         p: &DeltaNet,
         form: Form,
         seq: SeqRows,
-        qkv: &VulkanBuffer,
-        gate: &VulkanBuffer,
-        beta: &VulkanBuffer,
-        state: &mut VulkanBuffer,
-        out: &mut VulkanBuffer,
+        qkv: &Self::Buffer,
+        gate: &Self::Buffer,
+        beta: &Self::Buffer,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        p.check(seq, form, qkv.len, gate.len, beta.len, state.len, out.len)?;
-        if let Some(d) = plan::delta_net(p, seq)? {
-            let binds = [
-                (1, qkv.buf.get()),
-                (2, gate.buf.get()),
-                (3, beta.buf.get()),
-                (4, state.buf.get()),
-                (5, out.buf.get()),
-            ];
-            self.record("delta_net", &d, &binds)?;
-        }
-        Ok(())
+        let bufs = (
+            (qkv.buf.get(), qkv.len),
+            (gate.buf.get(), gate.len),
+            (beta.buf.get(), beta.len),
+        );
+        ops::delta_net(
+            self,
+            p,
+            form,
+            seq,
+            bufs.0,
+            bufs.1,
+            bufs.2,
+            (state.buf.get(), state.len),
+            (out.buf.get(), out.len),
+        )
     }
 
     fn rmsnorm_gated(
         &self,
-        x: &mut VulkanBuffer,
-        z: &VulkanBuffer,
-        w: &VulkanWeight,
+        x: &mut Self::Buffer,
+        z: &Self::Buffer,
+        w: &Self::Weight,
         groups: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        let n = w.dense("rmsnorm_gated")?;
-        recurrent::check_gated_norm(groups, w.n_in, x.len, z.len)?;
-        if let Some(d) = plan::norm(Kernel::RmsNormGated, w.n_in, groups, eps)? {
-            self.record("rmsnorm_gated", &d, &[(1, z.buf.get()), (2, n), (4, x.buf.get())])?;
-        }
-        Ok(())
+        let n = (w.dense("rmsnorm_gated")?, w.n_in);
+        ops::rmsnorm_gated(self, (x.buf.get(), x.len), (z.buf.get(), z.len), n, groups, eps)
     }
 
     fn copy_strided(&self, src: &VulkanBuffer, dst: &mut VulkanBuffer, c: &Strided) -> Result<(), BackendError> {

@@ -51,13 +51,14 @@ use recorder::{Bind, Recorder};
 pub use wgpu;
 
 use super::checks::{self, shape, weight_matrix};
+use super::gpu::ops;
 use super::gpu::plan::{self, AttnPlan, MatShape, PartRows};
 pub use super::gpu::{kernels, MatmulVariant, KV_CHUNK};
 use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_BYTES};
 use super::readback::MaybeSend;
-use super::recurrent::{self, MAX_CONV_KERNEL};
+use super::recurrent::MAX_CONV_KERNEL;
 use super::{
-    moe, Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
+    Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
 };
 use crate::gguf::{GgufFile, TensorView};
 use crate::quant::GgmlType;
@@ -627,6 +628,18 @@ impl WebGpuBackend {
     }
 }
 
+impl ops::Record for WebGpuBackend {
+    type Buf = wgpu::Buffer;
+
+    fn record(&self, op: &'static str, d: &Dispatch, binds: &[(u32, &wgpu::Buffer)]) -> Result<(), BackendError> {
+        WebGpuBackend::record(self, op, d, binds)
+    }
+
+    fn dummy(&self) -> &wgpu::Buffer {
+        &self.dummy
+    }
+}
+
 impl Backend for WebGpuBackend {
     type Buffer = WebGpuBuffer;
     type Kv = WebGpuKv;
@@ -821,93 +834,76 @@ impl Backend for WebGpuBackend {
         Ok(())
     }
 
-    fn add_bias(&self, x: &mut WebGpuBuffer, bias: &WebGpuWeight, rows: usize) -> Result<(), BackendError> {
+    fn add_bias(&self, x: &mut Self::Buffer, bias: &Self::Weight, rows: usize) -> Result<(), BackendError> {
         let b = bias.dense("add_bias")?;
-        let len = rows * bias.n_in;
-        checks::elementwise("add_bias", x.len, None, len)?;
-        if let Some(d) = plan::elementwise("add_bias", Kernel::AddBias, len, bias.n_in, 0.0)? {
-            self.record("add_bias", &d, &[(1, &x.buf), (2, b)])?;
-        }
-        Ok(())
+        ops::add_bias(self, (&x.buf, x.len), (b, bias.n_in), rows)
     }
 
-    fn add(&self, x: &mut WebGpuBuffer, y: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("add", x.len, Some(("y", y.len)), len)?;
-        if let Some(d) = plan::elementwise("add", Kernel::Add, len, 1, 0.0)? {
-            self.record("add", &d, &[(1, &x.buf), (2, &y.buf)])?;
-        }
-        Ok(())
+    fn add(&self, x: &mut Self::Buffer, y: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(self, "add", Kernel::Add, (&x.buf, x.len), ("y", (&y.buf, y.len)), len)
     }
 
-    fn scale(&self, x: &mut WebGpuBuffer, len: usize, s: f32) -> Result<(), BackendError> {
-        checks::elementwise("scale", x.len, None, len)?;
-        if let Some(d) = plan::elementwise("scale", Kernel::Scale, len, 1, s)? {
-            self.record("scale", &d, &[(1, &x.buf)])?;
-        }
-        Ok(())
+    fn scale(&self, x: &mut Self::Buffer, len: usize, s: f32) -> Result<(), BackendError> {
+        ops::scale(self, (&x.buf, x.len), len, s)
     }
 
     fn rmsnorm(
         &self,
-        x: &WebGpuBuffer,
-        w: &WebGpuWeight,
+        x: &Self::Buffer,
+        w: &Self::Weight,
         groups: usize,
         eps: f32,
-        out: &mut WebGpuBuffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        let n = w.dense("rmsnorm")?;
-        checks::norm(Some(x.len), out.len, groups, w.n_in)?;
-        if let Some(d) = plan::norm(Kernel::RmsNorm, w.n_in, groups, eps)? {
-            self.record("rmsnorm", &d, &[(1, &x.buf), (2, n), (3, &out.buf)])?;
-        }
-        Ok(())
+        let n = (w.dense("rmsnorm")?, w.n_in);
+        ops::rmsnorm(self, (&x.buf, x.len), n, groups, eps, (&out.buf, out.len))
     }
 
     fn rmsnorm_inplace(
         &self,
-        x: &mut WebGpuBuffer,
-        w: &WebGpuWeight,
+        x: &mut Self::Buffer,
+        w: &Self::Weight,
         groups: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        let n = w.dense("rmsnorm")?;
-        checks::norm(None, x.len, groups, w.n_in)?;
-        if let Some(d) = plan::norm(Kernel::RmsNormInplace, w.n_in, groups, eps)? {
-            self.record("rmsnorm", &d, &[(2, n), (4, &x.buf)])?;
-        }
-        Ok(())
+        let n = (w.dense("rmsnorm")?, w.n_in);
+        ops::rmsnorm_inplace(self, (&x.buf, x.len), n, groups, eps)
     }
 
     fn rope(
         &self,
-        x: &mut WebGpuBuffer,
+        x: &mut Self::Buffer,
         n_head: usize,
         head_dim: usize,
         positions: &[u32],
         rope: &Rope,
-        factors: Option<&WebGpuWeight>,
+        factors: Option<&Self::Weight>,
     ) -> Result<(), BackendError> {
-        let f = factors.map(|w| w.dense("rope")).transpose()?;
-        checks::rope(x.len, n_head, head_dim, positions, rope, factors.map(|w| w.n_in))?;
-        if let Some(d) = plan::rope(n_head, head_dim, positions, rope, f.is_some())? {
-            self.record("rope", &d, &[(1, &x.buf), (2, f.unwrap_or(&self.dummy))])?;
-        }
-        Ok(())
+        let f = factors.map(|w| w.dense("rope").map(|b| (b, w.n_in))).transpose()?;
+        ops::rope(self, (&x.buf, x.len), (n_head, head_dim), positions, rope, f)
     }
 
     fn kv_store(
         &self,
-        cache: &mut WebGpuKv,
-        src: &WebGpuBuffer,
+        cache: &mut Self::Kv,
+        src: &Self::Buffer,
         row0: usize,
         width: usize,
         positions: &[u32],
     ) -> Result<(), BackendError> {
-        checks::kv_store((cache.len, cache.ty), src.len, row0, width, positions)?;
-        if let Some(d) = plan::kv_store(row0, width, positions, cache.ty, cache.scales)? {
-            self.record("kv_store", &d, &[(1, &src.buf), (3, &cache.buf.buf)])?;
-        }
-        Ok(())
+        ops::kv_store(
+            self,
+            ops::KvArg {
+                buf: &cache.buf.buf,
+                len: cache.len,
+                ty: cache.ty,
+                scales: cache.scales,
+            },
+            (&src.buf, src.len),
+            row0,
+            width,
+            positions,
+        )
     }
 
     fn attention(
@@ -931,67 +927,71 @@ impl Backend for WebGpuBackend {
         Ok(())
     }
 
-    fn swiglu(&self, gate: &mut WebGpuBuffer, up: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("swiglu", gate.len, Some(("up", up.len)), len)?;
-        if let Some(d) = plan::elementwise("swiglu", Kernel::Swiglu, len, 1, 0.0)? {
-            self.record("swiglu", &d, &[(1, &gate.buf), (2, &up.buf)])?;
-        }
-        Ok(())
+    fn swiglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(
+            self,
+            "swiglu",
+            Kernel::Swiglu,
+            (&gate.buf, gate.len),
+            ("up", (&up.buf, up.len)),
+            len,
+        )
     }
 
-    fn geglu(&self, gate: &mut WebGpuBuffer, up: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("geglu", gate.len, Some(("up", up.len)), len)?;
-        if let Some(d) = plan::elementwise("geglu", Kernel::Geglu, len, 1, 0.0)? {
-            self.record("geglu", &d, &[(1, &gate.buf), (2, &up.buf)])?;
-        }
-        Ok(())
+    fn geglu(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(
+            self,
+            "geglu",
+            Kernel::Geglu,
+            (&gate.buf, gate.len),
+            ("up", (&up.buf, up.len)),
+            len,
+        )
     }
 
-    fn sigmoid_mul(&self, x: &mut WebGpuBuffer, gate: &WebGpuBuffer, len: usize) -> Result<(), BackendError> {
-        checks::elementwise("sigmoid_mul", x.len, Some(("gate", gate.len)), len)?;
-        if let Some(d) = plan::elementwise("sigmoid_mul", Kernel::SigmoidMul, len, 1, 0.0)? {
-            self.record("sigmoid_mul", &d, &[(1, &x.buf), (2, &gate.buf)])?;
-        }
-        Ok(())
+    fn sigmoid_mul(&self, x: &mut Self::Buffer, gate: &Self::Buffer, len: usize) -> Result<(), BackendError> {
+        ops::binary(
+            self,
+            "sigmoid_mul",
+            Kernel::SigmoidMul,
+            (&x.buf, x.len),
+            ("gate", (&gate.buf, gate.len)),
+            len,
+        )
     }
 
     fn swiglu_oai(
         &self,
-        gate: &mut WebGpuBuffer,
-        up: &WebGpuBuffer,
+        gate: &mut Self::Buffer,
+        up: &Self::Buffer,
         len: usize,
         alpha: f32,
         limit: f32,
     ) -> Result<(), BackendError> {
-        checks::elementwise("swiglu_oai", gate.len, Some(("up", up.len)), len)?;
-        if let Some(d) = plan::moe_elementwise("swiglu_oai", Kernel::SwigluOai, len, 1, 0, alpha, limit)? {
-            self.record("swiglu_oai", &d, &[(1, &gate.buf), (2, &up.buf)])?;
-        }
-        Ok(())
+        ops::swiglu_oai(self, (&gate.buf, gate.len), (&up.buf, up.len), len, alpha, limit)
     }
 
     fn route_experts(
         &self,
-        logits: &WebGpuBuffer,
+        logits: &Self::Buffer,
         rows: usize,
         route: &Route,
-        bias: Option<&WebGpuWeight>,
-        ids: &mut WebGpuBuffer,
-        weights: &mut WebGpuBuffer,
+        bias: Option<&Self::Weight>,
+        ids: &mut Self::Buffer,
+        weights: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        let b = bias.map(|w| w.dense("route_experts")).transpose()?;
-        let bias_len = bias.map(|w| w.n_in * w.n_out);
-        route.check_call(rows, logits.len, bias_len, ids.len, weights.len)?;
-        if let Some(d) = plan::route(rows, route, b.is_some())? {
-            let binds = [
-                (1, &logits.buf),
-                (2, b.unwrap_or(&self.dummy)),
-                (3, &ids.buf),
-                (4, &weights.buf),
-            ];
-            self.record("route_experts", &d, &binds)?;
-        }
-        Ok(())
+        let b = bias
+            .map(|w| w.dense("route_experts").map(|b| (b, w.n_in * w.n_out)))
+            .transpose()?;
+        ops::route_experts(
+            self,
+            (&logits.buf, logits.len),
+            rows,
+            route,
+            b,
+            (&ids.buf, ids.len),
+            (&weights.buf, weights.len),
+        )
     }
 
     fn matmul_id(
@@ -1040,59 +1040,53 @@ impl Backend for WebGpuBackend {
 
     fn moe_combine(
         &self,
-        experts: &WebGpuBuffer,
-        weights: &WebGpuBuffer,
+        experts: &Self::Buffer,
+        weights: &Self::Buffer,
         rows: usize,
         slots: usize,
         width: usize,
-        out: &mut WebGpuBuffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        moe::check_combine(rows, slots, width, experts.len, weights.len, out.len)?;
-        let len = rows * width;
-        if let Some(d) = plan::moe_elementwise("moe_combine", Kernel::MoeCombine, len, width, slots, 0.0, 0.0)? {
-            self.record(
-                "moe_combine",
-                &d,
-                &[(1, &out.buf), (2, &experts.buf), (3, &weights.buf)],
-            )?;
-        }
-        Ok(())
+        ops::moe_combine(
+            self,
+            (&experts.buf, experts.len),
+            (&weights.buf, weights.len),
+            (rows, slots, width),
+            (&out.buf, out.len),
+        )
     }
 
     fn ssm_conv(
         &self,
-        x: &WebGpuBuffer,
-        w: &WebGpuWeight,
+        x: &Self::Buffer,
+        w: &Self::Weight,
         p: &Conv,
         seq: SeqRows,
-        state: &mut WebGpuBuffer,
-        out: &mut WebGpuBuffer,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        let (wv, wn) = w.values("ssm_conv")?;
-        p.check(seq, x.len, wn, state.len, out.len)?;
-        if let Some(d) = plan::ssm_conv(p, seq)? {
-            let binds = [(1, &x.buf), (2, wv), (3, &state.buf), (4, &out.buf)];
-            self.record("ssm_conv", &d, &binds)?;
-        }
-        Ok(())
+        let wv = w.values("ssm_conv")?;
+        ops::ssm_conv(
+            self,
+            (&x.buf, x.len),
+            wv,
+            p,
+            seq,
+            (&state.buf, state.len),
+            (&out.buf, out.len),
+        )
     }
 
     fn delta_gates(
         &self,
-        alpha: &mut WebGpuBuffer,
-        beta: &mut WebGpuBuffer,
+        alpha: &mut Self::Buffer,
+        beta: &mut Self::Buffer,
         rows: usize,
-        dt_bias: &WebGpuWeight,
-        a: &WebGpuWeight,
+        dt_bias: &Self::Weight,
+        a: &Self::Weight,
     ) -> Result<(), BackendError> {
-        let (dt, n_head) = dt_bias.values("delta_gates")?;
-        let (av, an) = a.values("delta_gates")?;
-        recurrent::check_gates(rows, n_head, alpha.len, beta.len, n_head, an)?;
-        if let Some(d) = plan::delta_gates(rows, n_head)? {
-            let binds = [(1, &alpha.buf), (2, &beta.buf), (3, dt), (4, av)];
-            self.record("delta_gates", &d, &binds)?;
-        }
-        Ok(())
+        let (dt, av) = (dt_bias.values("delta_gates")?, a.values("delta_gates")?);
+        ops::delta_gates(self, (&alpha.buf, alpha.len), (&beta.buf, beta.len), rows, dt, av)
     }
 
     /// Token by token in either form (delta_net.wgsl): the forms agree to f32 rounding, and
@@ -1102,40 +1096,36 @@ impl Backend for WebGpuBackend {
         p: &DeltaNet,
         form: Form,
         seq: SeqRows,
-        qkv: &WebGpuBuffer,
-        gate: &WebGpuBuffer,
-        beta: &WebGpuBuffer,
-        state: &mut WebGpuBuffer,
-        out: &mut WebGpuBuffer,
+        qkv: &Self::Buffer,
+        gate: &Self::Buffer,
+        beta: &Self::Buffer,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
     ) -> Result<(), BackendError> {
-        p.check(seq, form, qkv.len, gate.len, beta.len, state.len, out.len)?;
-        if let Some(d) = plan::delta_net(p, seq)? {
-            let binds = [
-                (1, &qkv.buf),
-                (2, &gate.buf),
-                (3, &beta.buf),
-                (4, &state.buf),
-                (5, &out.buf),
-            ];
-            self.record("delta_net", &d, &binds)?;
-        }
-        Ok(())
+        let bufs = ((&qkv.buf, qkv.len), (&gate.buf, gate.len), (&beta.buf, beta.len));
+        ops::delta_net(
+            self,
+            p,
+            form,
+            seq,
+            bufs.0,
+            bufs.1,
+            bufs.2,
+            (&state.buf, state.len),
+            (&out.buf, out.len),
+        )
     }
 
     fn rmsnorm_gated(
         &self,
-        x: &mut WebGpuBuffer,
-        z: &WebGpuBuffer,
-        w: &WebGpuWeight,
+        x: &mut Self::Buffer,
+        z: &Self::Buffer,
+        w: &Self::Weight,
         groups: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        let n = w.dense("rmsnorm_gated")?;
-        recurrent::check_gated_norm(groups, w.n_in, x.len, z.len)?;
-        if let Some(d) = plan::norm(Kernel::RmsNormGated, w.n_in, groups, eps)? {
-            self.record("rmsnorm_gated", &d, &[(1, &z.buf), (2, n), (4, &x.buf)])?;
-        }
-        Ok(())
+        let n = (w.dense("rmsnorm_gated")?, w.n_in);
+        ops::rmsnorm_gated(self, (&x.buf, x.len), (&z.buf, z.len), n, groups, eps)
     }
 
     fn copy_strided(&self, src: &WebGpuBuffer, dst: &mut WebGpuBuffer, c: &Strided) -> Result<(), BackendError> {
