@@ -16,6 +16,8 @@ apt_install() {
 python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
 # The server tests drive `tinyllm-native serve` with the official OpenAI client.
 python3 -c "import openai" 2>/dev/null || python3 -m pip install -q openai
+# The structured-output test judges answers with the `jsonschema` package.
+python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q jsonschema
 # The browser test drives the chat page in Debian's Chromium with playwright-core (npm).
 # playwright-core wants Node >= 20 (the image has it; Debian 12's own nodejs is 18).
 [ -x /usr/bin/chromium ] || apt_install chromium
@@ -26,6 +28,7 @@ ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || apt_install mesa-vu
 ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1 ' >/dev/null || apt_install libvulkan1
 command -v npm >/dev/null || apt_install nodejs npm
 [ -d native/tests/browser/node_modules/playwright-core ] || (cd native/tests/browser && npm ci --no-audit --no-fund)
+[ -x native/tests/opencode/node_modules/.bin/opencode ] || (cd native/tests/opencode && npm ci --no-audit --no-fund)
 # The npm package's tests: playwright-core, wasm-opt (binaryen) and @wllama/wllama (the speed
 # comparison) from web/package.json.
 [ -d web/node_modules/playwright-core ] || (cd web && npm ci --no-audit --no-fund)

@@ -19,6 +19,7 @@ pub mod chat;
 pub mod engine;
 mod error;
 pub mod gguf;
+pub mod grammar;
 pub mod model;
 pub mod openai;
 pub mod quant;

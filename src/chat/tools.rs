@@ -1,13 +1,14 @@
 //! What `tool_choice` asks of an answer, and how an answer is made to begin with a call.
 //!
 //! `none` renders no tools and parses no calls; `auto` leaves the choice to the model.
-//! Without grammar-constrained decoding (llama-server forces `required` with a grammar),
 //! `required` and a named function are enforced by answer prefilling: the prompt ends with the
 //! opening of a call in the model's tool format (for a named function, up to its arguments),
-//! so the model continues inside a call; the router is fed that opening as if generated. For
-//! `required` the opening ends at the name, and generation masks the next tokens to those of a
-//! declared tool name. The arguments are not constrained: a continuation that does not parse
-//! as a call comes back as content (never dropped).
+//! so the model continues inside a call; the router is fed that opening as if generated. What
+//! follows is held by a grammar ([`crate::grammar::tool_call_grammar`]): a declared name, then
+//! arguments valid under that tool's parameter schema, then the call's closing. GLM's and
+//! Qwen3-Coder's XML-like arguments have no grammar yet: there `required` masks the next tokens
+//! to a declared tool name and leaves the arguments free (a continuation that does not parse
+//! as a call comes back as content, never dropped).
 
 use serde_json::Value;
 

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use super::generation::{Generation, Settings};
-use super::request::{tool_names, Prepared, Prompt};
+use super::request::{tool_names, Prepared, Prompt, Request};
 use super::{EngineError, Session, SessionConfig};
 use crate::backend::{Backend, KvType};
 use crate::chat::router::{RouterConfig, ToolFormat};
 use crate::chat::tools::{forced_call_opening, ToolChoice};
 use crate::chat::{ChatTemplate, RenderRequest};
 use crate::gguf::GgufFile;
+use crate::grammar::{tool_call_grammar, AnswerFormat, GrammarError, Grammars};
 use crate::model::{Model, Placed};
 use crate::tokenizer::Tokenizer;
 
@@ -22,6 +23,9 @@ pub struct Engine<B: Backend> {
     pub template: Arc<ChatTemplate>,
     /// How the model writes tool calls (from its template).
     pub tool_format: ToolFormat,
+    /// The grammar compiler of the tokenizer's vocabulary (built on the first constrained
+    /// request).
+    pub grammars: Arc<Grammars>,
 }
 
 impl<B: Backend> Clone for Engine<B> {
@@ -31,6 +35,7 @@ impl<B: Backend> Clone for Engine<B> {
             tokenizer: Arc::clone(&self.tokenizer),
             template: Arc::clone(&self.template),
             tool_format: self.tool_format,
+            grammars: Arc::clone(&self.grammars),
         }
     }
 }
@@ -51,11 +56,12 @@ impl<B: Backend> Engine<B> {
     }
 
     fn with_model(model: Model<B>, file: &GgufFile) -> Result<Self, crate::Error> {
-        let tokenizer = Tokenizer::from_gguf(file)?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(file)?);
         let template = ChatTemplate::from_gguf(file)?;
         Ok(Engine {
             model: Arc::new(model),
-            tokenizer: Arc::new(tokenizer),
+            grammars: Arc::new(Grammars::new(Arc::clone(&tokenizer))),
+            tokenizer,
             tool_format: ToolFormat::detect(template.source()),
             template: Arc::new(template),
         })
@@ -89,8 +95,18 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Render, tokenize and route `prompt`.
+    /// Render, tokenize and route `prompt`, its answer free.
     pub fn prepare(&self, prompt: &Prompt) -> Result<Prepared, EngineError> {
+        self.prepare_as(prompt, &AnswerFormat::Free)
+    }
+
+    /// Render, tokenize and route `req`'s prompt, and compile the grammar its answer is held
+    /// to (its `format`, or a forced tool call's).
+    pub fn prepare_request(&self, req: &Request) -> Result<Prepared, EngineError> {
+        self.prepare_as(&req.prompt, &req.format)
+    }
+
+    fn prepare_as(&self, prompt: &Prompt, format: &AnswerFormat) -> Result<Prepared, EngineError> {
         let prepared = match prompt {
             Prompt::Ids(ids) => {
                 let n_vocab = self.model.info().n_vocab;
@@ -109,12 +125,28 @@ impl<B: Backend> Engine<B> {
                 tools,
                 tool_choice,
                 kwargs,
-            } => self.prepare_chat(messages, tools, tool_choice, kwargs)?,
+            } => self.prepare_chat(messages, tools, tool_choice, kwargs, format)?,
         };
+        let mut prepared = prepared;
         if prepared.prompt.is_empty() {
             return Err(EngineError::EmptyInput);
         }
+        if let Some(lark) = format.lark() {
+            prepared.constraint = Some(self.compile(&lark, format.param())?);
+        }
         Ok(prepared)
+    }
+
+    /// `lark` compiled; a grammar that does not compile is the request's error, named by
+    /// `param`.
+    fn compile(&self, lark: &str, param: &'static str) -> Result<crate::grammar::Constraint, EngineError> {
+        self.grammars.compile(lark, param).map_err(|e| match e {
+            GrammarError::Invalid { param, problem } => EngineError::Invalid {
+                param: param.into(),
+                problem: format!("{param}: {problem}"),
+            },
+            other => EngineError::Grammar(other),
+        })
     }
 
     fn prepare_chat(
@@ -123,6 +155,7 @@ impl<B: Backend> Engine<B> {
         tools: &[serde_json::Value],
         choice: &ToolChoice,
         kwargs: &serde_json::Map<String, serde_json::Value>,
+        format: &AnswerFormat,
     ) -> Result<Prepared, EngineError> {
         if messages.is_empty() {
             return Err(EngineError::Invalid {
@@ -131,6 +164,16 @@ impl<B: Backend> Engine<B> {
             });
         }
         let names = tool_names(tools, choice)?;
+        let forcing = matches!(choice, ToolChoice::Required | ToolChoice::Named(_));
+        if forcing && *format != AnswerFormat::Free {
+            return Err(EngineError::Invalid {
+                param: format.param().into(),
+                problem: format!(
+                    "{} and a forced tool_choice both constrain the answer: send one of them",
+                    format.param()
+                ),
+            });
+        }
         let mut rendered = self.template.render(&RenderRequest {
             messages,
             tools: (!names.is_empty()).then_some(tools),
@@ -138,8 +181,15 @@ impl<B: Backend> Engine<B> {
             kwargs,
         })?;
         let opening = forced_call_opening(self.tool_format, choice);
-        // `required`: the opening stops right before the name, which must be a declared one.
-        let must_start = if *choice == ToolChoice::Required {
+        // The rest of a forced call: a declared name, arguments valid under its schema.
+        let tool_grammar = tool_call_grammar(&self.tokenizer, self.tool_format, choice, tools);
+        let constraint = match &tool_grammar {
+            Some(g) => Some(self.compile(g, "tool_choice")?),
+            None => None,
+        };
+        // `required` without a grammar for the format: the opening stops right before the
+        // name, which must be a declared one.
+        let must_start = if *choice == ToolChoice::Required && constraint.is_none() {
             names
                 .iter()
                 .map(|n| self.tokenizer.encode(n, false, false))
@@ -148,11 +198,12 @@ impl<B: Backend> Engine<B> {
         } else {
             Vec::new()
         };
+        if (opening.is_some() || *format != AnswerFormat::Free) && rendered.trim_end().ends_with("<think>") {
+            // A call or a formatted answer is wanted now: close the thinking block the
+            // template opened (the grammar holds the answer, not the reasoning).
+            rendered.push_str("\n\n</think>\n\n");
+        }
         if let Some(open) = &opening {
-            if rendered.trim_end().ends_with("<think>") {
-                // A call is wanted now: close the thinking block the template opened.
-                rendered.push_str("\n\n</think>\n\n");
-            }
             rendered.push_str(open);
         }
         Ok(Prepared {
@@ -166,6 +217,7 @@ impl<B: Backend> Engine<B> {
             }),
             opening,
             must_start,
+            constraint,
         })
     }
 

@@ -17,6 +17,7 @@ use super::request::Prepared;
 use super::stop::StopMatcher;
 use super::EngineError;
 use crate::chat::router::{OutputRouter, Routed};
+use crate::grammar::Constraint;
 use crate::model::HeadWant;
 use crate::sample::{log_softmax_top_k, Candidates, Plan, Sampler, SamplerConfig};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -203,6 +204,8 @@ pub struct Generation<'t> {
     opening: Vec<Routed>,
     /// One of these token sequences must start the answer (empty: free).
     must_start: Vec<Vec<u32>>,
+    /// The grammar the answer is held to.
+    constraint: Option<Constraint>,
     logprobs: Option<usize>,
     max_tokens: Option<usize>,
     parallel_tool_calls: bool,
@@ -237,6 +240,7 @@ impl<'t> Generation<'t> {
             router,
             opening: Vec::new(),
             must_start: prepared.must_start,
+            constraint: prepared.constraint,
             logprobs: settings.logprobs,
             max_tokens: settings.max_tokens,
             parallel_tool_calls: settings.parallel_tool_calls,
@@ -276,7 +280,7 @@ impl<'t> Generation<'t> {
 
     /// What the output head must hand back after `next` is evaluated behind `history`.
     pub fn want(&self, history: &[u32], next: &[u32]) -> Want {
-        if self.logprobs.is_some() || !self.must_start.is_empty() {
+        if self.logprobs.is_some() || !self.must_start.is_empty() || self.constraint.is_some() {
             return Want::Logits;
         }
         match self.sampler.plan_after(history, next) {
@@ -303,7 +307,7 @@ impl<'t> Generation<'t> {
             Head::Argmax(t) => (t, None),
             Head::Candidates(c, plan) => (self.sampler.sample_candidates(&c, &plan, history), None),
             Head::Logits(logits) => {
-                let token = self.sample_logits(&logits, history);
+                let token = self.sample_logits(&logits, history)?;
                 let lp = self.logprobs.map(|k| self.logprob(&logits, token, k));
                 (token, lp)
             }
@@ -429,10 +433,18 @@ impl<'t> Generation<'t> {
             .collect()
     }
 
-    /// Sample from the whole row, masked to the forced start while there is one.
-    fn sample_logits(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+    /// Sample from the whole row, masked to the grammar or to the forced start while there is
+    /// one.
+    fn sample_logits(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, EngineError> {
+        if let Some(c) = &mut self.constraint {
+            let mut masked = logits.to_vec();
+            c.mask(&mut masked)?;
+            let token = self.sampler.sample(&masked, history);
+            c.commit(token, self.tok.is_eog(token))?;
+            return Ok(token);
+        }
         if self.must_start.is_empty() {
-            return self.sampler.sample(logits, history);
+            return Ok(self.sampler.sample(logits, history));
         }
         let k = self.usage.completion_tokens;
         let mut masked = vec![f32::NEG_INFINITY; logits.len()];
@@ -448,7 +460,7 @@ impl<'t> Generation<'t> {
         if done {
             self.must_start.clear();
         }
-        token
+        Ok(token)
     }
 
     /// The model's log-probability of `token` (before sampling settings) and the top `k`.

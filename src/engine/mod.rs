@@ -29,6 +29,7 @@ pub use stop::StopMatcher;
 
 use crate::backend::BackendError;
 use crate::chat::TemplateError;
+use crate::grammar::GrammarError;
 use crate::model::ModelError;
 use crate::sample::SamplerError;
 
@@ -43,6 +44,8 @@ pub enum EngineError {
     Template(#[from] TemplateError),
     #[error(transparent)]
     Sampler(#[from] SamplerError),
+    #[error(transparent)]
+    Grammar(#[from] GrammarError),
     #[error("{needed} tokens do not fit the context of {n_ctx} tokens")]
     ContextOverflow { needed: usize, n_ctx: usize },
     #[error(

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use super::generation::Settings;
 use crate::chat::router::RouterConfig;
 use crate::chat::tools::ToolChoice;
+use crate::grammar::{AnswerFormat, Constraint};
 
 /// What the model is asked to continue.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +50,8 @@ impl Prompt {
 pub struct Request {
     pub prompt: Prompt,
     pub settings: Settings,
+    /// What the answer must be (JSON, a schema, a grammar); free by default.
+    pub format: AnswerFormat,
 }
 
 /// A request made ready for a [`super::Generation`].
@@ -63,6 +66,9 @@ pub struct Prepared {
     /// One of these token sequences must start the answer (`tool_choice: "required"`: the
     /// declared tool names).
     pub must_start: Vec<Vec<u32>>,
+    /// The grammar the answer is held to (`response_format`, `grammar`, or a forced tool
+    /// call's arguments), compiled; it replaces `must_start` where both would apply.
+    pub constraint: Option<Constraint>,
 }
 
 impl Prepared {
@@ -73,6 +79,7 @@ impl Prepared {
             router: None,
             opening: None,
             must_start: Vec::new(),
+            constraint: None,
         }
     }
 }

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use super::OpenAiError as ApiError;
 use crate::chat::tools::ToolChoice as ToolMode;
 use crate::engine::{Prompt, Request, Settings};
+use crate::grammar::AnswerFormat;
 use crate::sample::{SamplerConfig, SamplerError};
 
 /// Parse a request body: syntax, then the typed shape (errors name the field).
@@ -159,7 +160,10 @@ pub struct GenRequest {
     /// OpenAI's reasoning effort; see [`template_kwargs`].
     pub reasoning_effort: Option<String>,
     pub n: Option<u32>,
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}`.
     pub response_format: Option<Value>,
+    /// A Lark grammar (llguidance's dialect) the answer must follow.
+    pub grammar: Option<String>,
     pub echo: Option<bool>,
 }
 
@@ -176,15 +180,6 @@ impl GenRequest {
                 "n",
                 "n other than 1 is not supported: send one request per choice",
             ));
-        }
-        if let Some(rf) = &self.response_format {
-            let text = rf.get("type").and_then(Value::as_str) == Some("text");
-            if !text {
-                return Err(ApiError::bad_param(
-                    "response_format",
-                    "response_format (JSON mode / schemas) is not supported yet",
-                ));
-            }
         }
         if self.echo == Some(true) {
             return Err(ApiError::bad_param("echo", "echo is not supported"));
@@ -302,6 +297,63 @@ impl GenRequest {
         self.parallel_tool_calls.unwrap_or(true)
     }
 
+    /// What the answer must be: `response_format` or `grammar` (not both).
+    pub fn answer_format(&self) -> Result<AnswerFormat, ApiError> {
+        let bad = |problem: String| ApiError::bad_param("response_format", problem);
+        let from_rf = match &self.response_format {
+            None => AnswerFormat::Free,
+            Some(rf) => match rf.get("type").and_then(Value::as_str) {
+                Some("text") => AnswerFormat::Free,
+                Some("json_object") => match rf.get("schema") {
+                    // llama-server's extension: a schema beside json_object.
+                    Some(schema) => AnswerFormat::JsonSchema {
+                        schema: checked_schema(schema).map_err(bad)?,
+                        strict: true,
+                    },
+                    None => AnswerFormat::JsonObject,
+                },
+                Some("json_schema") => {
+                    let js = rf.get("json_schema").ok_or_else(|| {
+                        bad("response_format of type json_schema needs a `json_schema` object".into())
+                    })?;
+                    let schema = js.get("schema").ok_or_else(|| {
+                        bad("response_format.json_schema needs a `schema` (a JSON schema object)".into())
+                    })?;
+                    let strict = match js.get("strict") {
+                        None | Some(Value::Null) => true,
+                        Some(Value::Bool(b)) => *b,
+                        Some(other) => {
+                            return Err(bad(format!(
+                                "response_format.json_schema.strict must be a boolean, got {other}"
+                            )))
+                        }
+                    };
+                    AnswerFormat::JsonSchema {
+                        schema: checked_schema(schema).map_err(bad)?,
+                        strict,
+                    }
+                }
+                other => {
+                    return Err(bad(format!(
+                        "response_format.type must be \"text\", \"json_object\" or \"json_schema\", got {}",
+                        other.map_or_else(|| "nothing".to_string(), |t| format!("{t:?}"))
+                    )))
+                }
+            },
+        };
+        match (&self.grammar, from_rf) {
+            (None, f) => Ok(f),
+            (Some(g), AnswerFormat::Free) if g.trim().is_empty() => {
+                Err(ApiError::bad_param("grammar", "grammar must not be empty"))
+            }
+            (Some(g), AnswerFormat::Free) => Ok(AnswerFormat::Lark(g.clone())),
+            (Some(_), _) => Err(ApiError::bad_param(
+                "grammar",
+                "send either `grammar` or a JSON `response_format`, not both",
+            )),
+        }
+    }
+
     /// The generation settings (sampler, budget, logprobs, stop strings).
     pub fn settings(&self) -> Result<Settings, ApiError> {
         Ok(Settings {
@@ -338,6 +390,7 @@ impl GenRequest {
                 kwargs: template_kwargs(&self.chat_template_kwargs, self.reasoning_effort.as_deref()),
             },
             settings: self.settings()?,
+            format: self.answer_format()?,
         })
     }
 
@@ -360,7 +413,17 @@ impl GenRequest {
         Ok(Request {
             prompt,
             settings: self.settings()?,
+            format: self.answer_format()?,
         })
+    }
+}
+
+/// A JSON schema as a request gives it: an object, or `true` (anything).
+fn checked_schema(schema: &Value) -> Result<Value, String> {
+    match schema {
+        Value::Object(_) => Ok(schema.clone()),
+        Value::Bool(true) => Ok(serde_json::json!({})),
+        other => Err(format!("the JSON schema must be an object, got {other}")),
     }
 }
 

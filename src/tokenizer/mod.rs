@@ -486,6 +486,10 @@ impl Tokenizer {
     pub fn is_eog(&self, id: u32) -> bool {
         self.eog.binary_search(&id).is_ok()
     }
+    /// The end-of-generation tokens, ascending.
+    pub fn eog_tokens(&self) -> &[u32] {
+        &self.eog
+    }
     /// Whether `encode(.., add_special = true, ..)` prepends BOS.
     pub fn add_bos(&self) -> bool {
         self.add_bos && self.bos.is_some()

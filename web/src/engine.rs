@@ -337,6 +337,7 @@ fn generate_request(o: &Value) -> Result<Request, WebError> {
             logprobs: logprobs.filter(|&n| n > 0),
             ..Settings::default()
         },
+        format: Default::default(),
     })
 }
 
@@ -356,7 +357,7 @@ impl WebEngine {
             let logprobs_on = gen_req.settings.logprobs.is_some();
             let prepared = i
                 .engine
-                .prepare(&gen_req.prompt)
+                .prepare_request(&gen_req)
                 .map_err(|e| WebError::engine(e, prompt_param))?;
             tinyllm::engine::check_fits(prepared.prompt.len(), i.session.n_ctx())
                 .map_err(|e| WebError::engine(e, prompt_param))?;

@@ -4,8 +4,14 @@
 //! decode at context position N (`--prompt-tokens 4096`: at a 4k context). With several
 //! `--cache-type`s (`f16,q8_0`) each prompt length is measured once per KV cache format, the
 //! rows side by side, each with the cache's bytes per token.
+//!
+//! The reference benchmark's other measures: `--decode-position N` times decode at depth N
+//! without timing the prefill that gets there (llama-bench's `-d`), `--chunk-size` sets the
+//! prefill's micro-batch (llama-bench's `-ub`), `--json-schema` times decode held to a JSON
+//! schema against the same decode free, and the JSON carries the startup timings (model
+//! fetch, load, warmup, first token since the process started).
 
-use super::load::{load, BackendArg, Loaded, ModelArgs};
+use super::load::{BackendArg, Loaded, ModelArgs};
 use super::InputError;
 use serde_json::json;
 use std::io::Write;
@@ -13,7 +19,9 @@ use std::time::Instant;
 use tinyllm::backend::vulkan::{Startup, VulkanBackend, VulkanOptions};
 use tinyllm::backend::{AnyBackend, Backend, KvType};
 use tinyllm::engine::{Session, SessionConfig};
+use tinyllm::grammar::AnswerFormat;
 use tinyllm::model::KvCache;
+use tinyllm::sample::{Sampler, SamplerConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -46,6 +54,43 @@ pub struct Args {
     /// the cold start wrote), in a temporary cache directory, before the model runs.
     #[arg(long)]
     startup: bool,
+    /// Decode at this context depth: prefill this many tokens untimed, then time
+    /// `--decode-tokens` steps (instead of the `--prompt-tokens` runs).
+    #[arg(long)]
+    decode_position: Option<usize>,
+    /// Most tokens per prefill forward pass (the micro-batch).
+    #[arg(long, default_value_t = 512)]
+    chunk_size: usize,
+    /// Also time greedy decode held to this JSON schema (a file) against the same decode
+    /// free, both through the generation pipeline (sampler on the whole logits row), after
+    /// the first prompt length.
+    #[arg(long)]
+    json_schema: Option<std::path::PathBuf>,
+}
+
+/// Most tokens one prefill pass may take (`--chunk-size`): its scratch buffers grow with it.
+const MAX_CHUNK: usize = 8192;
+
+/// Seconds spent getting to the first token.
+#[derive(Debug, Clone, Copy, Default)]
+struct StartupTimes {
+    /// Finding the model (fetching an alias on first use) and reading its header.
+    fetch_s: f64,
+    /// The backend opened and the weights placed.
+    load_s: f64,
+    warmup_s: f64,
+    /// From the process's start to the first token's logits (the warmup's when there is one).
+    first_token_s: f64,
+}
+
+/// Greedy decode free and held to a JSON schema (`--json-schema`).
+#[derive(Debug, Clone, Copy)]
+struct Constrained {
+    free_tok_s: f64,
+    json_tok_s: f64,
+    /// Decode steps timed in each.
+    free_steps: usize,
+    json_steps: usize,
 }
 
 /// The decode bound of this machine and model (`--bandwidth`).
@@ -99,7 +144,29 @@ struct RunTimes {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let prompts = parse_lengths(&a.prompt_tokens)?;
+    let deep = a.decode_position.is_some();
+    let prompts = match a.decode_position {
+        Some(0) => return Err(InputError("--decode-position must be at least 1".into()).into()),
+        Some(n) => vec![n],
+        None => parse_lengths(&a.prompt_tokens)?,
+    };
+    if !(1..=MAX_CHUNK).contains(&a.chunk_size) {
+        return Err(InputError(format!(
+            "--chunk-size must be from 1 to {MAX_CHUNK}, got {}",
+            a.chunk_size
+        ))
+        .into());
+    }
+    let schema = match &a.json_schema {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| InputError(format!("--json-schema {}: {e}", path.display())))?;
+            let schema: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| InputError(format!("--json-schema {}: not JSON: {e}", path.display())))?;
+            Some(AnswerFormat::JsonSchema { schema, strict: true })
+        }
+    };
     let decode = positive(a.decode_tokens, "--decode-tokens")?;
     let reps = positive(a.repetitions, "--repetitions")?;
     let is_vulkan = a.model.backend == BackendArg::Vulkan;
@@ -116,7 +183,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         None
     };
-    let loaded = load(&a.model)?;
+    let mut times = StartupTimes::default();
+    let t = Instant::now();
+    let opened = super::load::open(&a.model)?;
+    times.fetch_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let loaded = super::load::load_opened(&a.model, opened)?;
+    times.load_s = t.elapsed().as_secs_f64();
     let cfg = loaded.engine.model.info();
     let cap = if a.model.ctx == 0 {
         cfg.context_length
@@ -137,12 +210,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let ids = prompt_ids(&loaded, longest)?;
     let cache_types = a.model.cache_types();
     let mut results = Vec::with_capacity(prompts.len() * cache_types.len());
+    let mut constrained = None;
     for &cache_type in &cache_types {
         let mut session = Session::new(
             loaded.engine.model.clone(),
             SessionConfig {
                 n_ctx: longest + decode,
                 cache_type,
+                n_batch: a.chunk_size,
                 ..SessionConfig::default()
             },
         )?;
@@ -153,7 +228,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if !a.no_warmup {
             let n = longest.min(16);
             eprintln!("[bench] {cache_type} KV cache: warmup: {n} prompt tokens, 2 decode steps");
-            measure(&mut session, &ids[..n], 2)?;
+            let t = Instant::now();
+            let run = measure(&mut session, &ids[..n], 2)?;
+            if times.warmup_s == 0.0 {
+                times.warmup_s = t.elapsed().as_secs_f64();
+                times.first_token_s = since_start(t) + run.ttft_s;
+            }
         }
         if let Some(vk) = loaded.engine.model.backend().vulkan().filter(|_| a.profile) {
             vk.enable_profile()?;
@@ -165,9 +245,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     "[bench] {cache_type} KV cache: prompt {p} tokens, decode {decode}: run {}/{reps}",
                     r + 1
                 );
-                runs.push(measure(&mut session, &ids[..p], decode)?);
+                let t = Instant::now();
+                let run = measure(&mut session, &ids[..p], decode)?;
+                if times.first_token_s == 0.0 {
+                    times.first_token_s = since_start(t) + run.ttft_s;
+                }
+                runs.push(run);
             }
             results.push(summarize(p, cache_type, kv_bytes, decode, &runs));
+        }
+        if let (Some(format), None) = (&schema, &constrained) {
+            let p = prompts[0];
+            eprintln!("[bench] {cache_type} KV cache: prompt {p} tokens, {decode} greedy tokens free and held to the JSON schema");
+            constrained = Some(measure_constrained(&loaded, &mut session, &ids[..p], decode, format)?);
         }
     }
     // Side by side: each prompt length's rows together, in the order the types were given.
@@ -197,11 +287,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .map(|r| {
                 json!({
                     "prompt_tokens": r.prompt_tokens,
+                    "decode_position": a.decode_position,
                     "cache_type": r.cache_type.name(),
                     "kv_bytes_per_token": r.kv_bytes_per_token,
                     "decode_tokens": decode,
-                    "ttft_s": r.ttft_s,
-                    "prefill_tok_s": r.prefill_tok_s,
+                    "ttft_s": (!deep).then_some(r.ttft_s),
+                    "prefill_tok_s": (!deep).then_some(r.prefill_tok_s),
                     "decode_tok_s": r.decode_tok_s,
                     "decode_p50_ms": r.decode_p50_ms,
                     "decode_p95_ms": r.decode_p95_ms,
@@ -223,6 +314,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "weight_bytes_per_token": bound.map(|b| b.weight_bytes),
             "decode_bound_tok_s": bound.map(|b| b.tok_s()),
             "results": rows,
+            "chunk_size": a.chunk_size,
+            "startup": {
+                "model_fetch_s": times.fetch_s,
+                "load_s": times.load_s,
+                "warmup_s": times.warmup_s,
+                "first_token_s": times.first_token_s,
+            },
+            "json_schema": constrained.map(|c| json!({
+                "schema": a.json_schema,
+                "free_decode_tok_s": c.free_tok_s,
+                "constrained_decode_tok_s": c.json_tok_s,
+                "slowdown": 1.0 - c.json_tok_s / c.free_tok_s.max(1e-9),
+                "free_steps": c.free_steps,
+                "constrained_steps": c.json_steps,
+            })),
             "vulkan_startup": opened.map(startup_json),
             "vulkan_startup_cold": startup.map(|(c, _)| startup_json(c)),
             "vulkan_startup_warm": startup.map(|(_, w)| startup_json(w)),
@@ -240,6 +346,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "{:>8} {:>6} {:>9} {:>10} {:>14} {:>13} {:>9} {:>9}",
             "prompt", "cache", "KV B/tok", "ttft s", "prefill tok/s", "decode tok/s", "p50 ms", "p95 ms"
         )?;
+        if deep {
+            writeln!(
+                out,
+                "decode at context position {} (the prefill there is not timed)",
+                prompts[0]
+            )?;
+        }
         for r in &results {
             let kv = r.kv_bytes_per_token.map_or("-".to_string(), |b| b.to_string());
             writeln!(
@@ -272,6 +385,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     100.0 * r.decode_tok_s / b.tok_s()
                 )?;
             }
+        }
+        writeln!(
+            out,
+            "startup: model fetch {:.2} s, load {:.2} s, warmup {:.2} s, first token {:.2} s after the process started",
+            times.fetch_s, times.load_s, times.warmup_s, times.first_token_s
+        )?;
+        if let Some(c) = constrained {
+            writeln!(
+                out,
+                "greedy decode through the sampler: free {:.2} tok/s ({} steps), held to the JSON schema {:.2} tok/s ({} steps): {:.1}% slower",
+                c.free_tok_s,
+                c.free_steps,
+                c.json_tok_s,
+                c.json_steps,
+                100.0 * (1.0 - c.json_tok_s / c.free_tok_s.max(1e-9))
+            )?;
         }
         if let Some(s) = opened {
             writeln!(out, "vulkan startup: {}", describe(&s))?;
@@ -362,6 +491,69 @@ fn describe(s: &Startup) -> String {
             format!("warm, {} bytes read", s.cache_bytes)
         }
     )
+}
+
+/// Seconds from the process's start to `t`.
+fn since_start(t: Instant) -> f64 {
+    crate::PROCESS_START
+        .get()
+        .map_or(0.0, |s| t.saturating_duration_since(*s).as_secs_f64())
+}
+
+/// Greedy decode of `decode` tokens after `prompt`, the sampler taking the whole logits row,
+/// free and then held to `format`: the two loops differ only in the mask and its update, so
+/// the difference is what the constraint costs per token (on a GPU both read back the row).
+/// As in [`measure`], an end-of-generation token does not stop the run; where the grammar
+/// ends, a fresh constraint starts (its compile time is not counted).
+fn measure_constrained(
+    loaded: &Loaded,
+    session: &mut Session<AnyBackend>,
+    prompt: &[u32],
+    decode: usize,
+    format: &AnswerFormat,
+) -> anyhow::Result<Constrained> {
+    let engine = &loaded.engine;
+    let compile = |lark: &str| {
+        engine
+            .grammars
+            .compile(lark, format.param())
+            .map_err(|e| InputError(format!("--json-schema: {e}")))
+    };
+    let mut run = |lark: Option<&str>| -> anyhow::Result<(f64, usize)> {
+        let mut constraint = lark.map(compile).transpose()?;
+        let mut sampler = Sampler::new(SamplerConfig::greedy())?;
+        session.reset();
+        let mut history = prompt.to_vec();
+        let mut logits = session.forward(prompt)?;
+        let mut spent = 0.0;
+        for _ in 0..decode {
+            let t = Instant::now();
+            if let Some(c) = &mut constraint {
+                c.mask(&mut logits)?;
+            }
+            let token = sampler.sample(&logits, &history);
+            let eog = engine.tokenizer.is_eog(token);
+            if let Some(c) = &mut constraint {
+                c.commit(token, eog)?;
+            }
+            logits = session.forward(&[token])?;
+            spent += t.elapsed().as_secs_f64();
+            history.push(token);
+            if let (true, Some(lark)) = (eog, lark) {
+                constraint = Some(compile(lark)?);
+            }
+        }
+        Ok((rate(decode, spent), decode))
+    };
+    let (free_tok_s, free_steps) = run(None)?;
+    let lark = format.lark().unwrap_or_default();
+    let (json_tok_s, json_steps) = run(Some(&lark))?;
+    Ok(Constrained {
+        free_tok_s,
+        json_tok_s,
+        free_steps,
+        json_steps,
+    })
 }
 
 /// Prefill `prompt` from an empty session, pick the first token, then `decode` greedy steps.

@@ -25,6 +25,18 @@ const DS_OPENERS: [&str; 5] = [
 const DS_CALLS_END: &str = "<｜tool▁calls▁end｜>";
 const DS_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
 const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
+/// A Markdown code fence.
+const FENCE: &str = "```";
+
+/// The inside of an answer that is exactly one fenced block (info string empty or `json`).
+fn fenced_body(text: &str) -> Option<&str> {
+    let t = text.trim();
+    let (info, rest) = t.strip_prefix(FENCE)?.split_once('\n')?;
+    if !matches!(info.trim().to_ascii_lowercase().as_str(), "" | "json") {
+        return None;
+    }
+    rest.trim_end().strip_suffix(FENCE)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -39,6 +51,11 @@ enum Mode {
     /// Tools are declared and the answer starts with `{` or `[`: it may be one bare JSON call
     /// (or a list of them), which only the end of the answer can tell.
     BareJson,
+    /// Tools are declared and the answer starts with a code fence: it may be one fenced JSON
+    /// call (```` ```json\n{"name": ...}\n``` ````), which small models write instead of
+    /// their format's markers. Held until the answer ends, or until the fence's first line
+    /// shows it is not JSON.
+    FencedJson,
     /// Inside DeepSeek's `<｜tool▁calls▁begin｜>`: calls until `<｜tool▁calls▁end｜>`.
     DeepSeekCalls,
 }
@@ -195,6 +212,7 @@ impl TaggedRouter {
                 true
             }
             Mode::DeepSeekCalls => self.step_deepseek(out),
+            Mode::FencedJson => self.step_fenced(out),
             Mode::MistralCalls | Mode::BareJson => false,
         }
     }
@@ -252,6 +270,27 @@ impl TaggedRouter {
         false
     }
 
+    /// Inside a fence that opened the answer: once its first line and the first character
+    /// after it are known, a fence that cannot hold a JSON call is content from then on.
+    fn step_fenced(&mut self, out: &mut Vec<Routed>) -> bool {
+        let t = self.buf.trim_start();
+        let Some((info, body)) = t[FENCE.len()..].split_once('\n') else {
+            return false;
+        };
+        let info_ok = matches!(info.trim().to_ascii_lowercase().as_str(), "" | "json");
+        let first = body.trim_start().chars().next();
+        if info_ok && first.is_none() {
+            return false;
+        }
+        if info_ok && matches!(first, Some('{' | '[')) {
+            // Still possibly a call: only the end can tell.
+            return false;
+        }
+        emit(out, Routed::Content(std::mem::take(&mut self.buf)));
+        self.mode = Mode::Content;
+        false
+    }
+
     /// Enter a call opened by `<function=NAME>` alone, which stays in the buffer as the start of
     /// the call's text (a Qwen3-Coder call whose `<tool_call>` the model left out); it still
     /// ends at `</tool_call>`, as llama.cpp requires.
@@ -279,6 +318,9 @@ impl TaggedRouter {
         let ws = self.buf.len() - trimmed.len();
         let mut markers = vec![THINK_OPEN];
         markers.extend(self.call_markers());
+        if self.tools_on() {
+            markers.push(FENCE);
+        }
         markers.extend(self.bare_openers.iter().map(String::as_str));
         // A marker still being written: wait for the rest.
         if markers
@@ -302,14 +344,15 @@ impl TaggedRouter {
             self.open(m);
             return true;
         }
-        let bare_json = matches!(
-            self.cfg.format,
-            ToolFormat::Hermes | ToolFormat::Llama3Json | ToolFormat::Mistral
-        );
-        if self.tools_on() && bare_json && (trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        if self.tools_on() && (trimmed.starts_with('{') || trimmed.starts_with('[')) {
             self.opened = "";
             self.mode = Mode::BareJson;
             return false;
+        }
+        if self.tools_on() && trimmed.starts_with(FENCE) {
+            self.opened = "";
+            self.mode = Mode::FencedJson;
+            return true;
         }
         if self.drop_leading_ws {
             self.buf.drain(..ws);
@@ -340,6 +383,12 @@ impl TaggedRouter {
                 Some(calls) => out.extend(calls.into_iter().map(Routed::ToolCall)),
                 None => emit(&mut out, Routed::Content(format!("{}{rest}", self.opened))),
             },
+            Mode::FencedJson => {
+                match fenced_body(&rest).and_then(|b| parse_calls(b, Some(self.cfg.tools.as_slice()))) {
+                    Some(calls) => out.extend(calls.into_iter().map(Routed::ToolCall)),
+                    None => emit(&mut out, Routed::Content(rest)),
+                }
+            }
             // Bare JSON, or what followed Llama 3's `<|python_tag|>` (then in `opened`).
             Mode::BareJson => match parse_calls(&rest, Some(self.cfg.tools.as_slice())) {
                 Some(calls) => out.extend(calls.into_iter().map(Routed::ToolCall)),
@@ -367,6 +416,7 @@ impl TaggedRouter {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
+    use super::super::OutputRouter;
     use super::*;
 
     #[test]
@@ -470,6 +520,50 @@ mod tests {
         let c = cfg(ToolFormat::Hermes, &[], false);
         let text = "{\"name\": \"get_weather\", \"arguments\": {}}";
         check(&c, text, &[content(text)]);
+    }
+
+    #[test]
+    fn fenced_json_naming_a_declared_tool_is_a_call() {
+        for format in [ToolFormat::Hermes, ToolFormat::Qwen3Coder, ToolFormat::DeepSeekV3] {
+            let c = cfg(format, &["get_weather"], false);
+            check(
+                &c,
+                "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Tokyo\"}}\n```",
+                &[call("get_weather", r#"{"city":"Tokyo"}"#)],
+            );
+            check(
+                &c,
+                "\n```\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Tokyo\"}}\n```\n",
+                &[call("get_weather", r#"{"city":"Tokyo"}"#)],
+            );
+        }
+    }
+
+    #[test]
+    fn fenced_json_that_is_not_a_declared_call_stays_content() {
+        let c = cfg(ToolFormat::Hermes, &["get_weather"], false);
+        for text in [
+            "```json\n{\"name\": \"other_tool\", \"arguments\": {}}\n```",
+            "```json\n{\"name\": \"get_weather\", \"arguments\": {}}\n```\nDone.",
+            "```python\nprint(1)\n```",
+            "```json\n[1, 2]\n```",
+            "```json\n{\"name\": \"get_weather\", \"arguments\": {}}",
+            "``not a fence",
+        ] {
+            check(&c, text, &[content(text)]);
+        }
+        let c = cfg(ToolFormat::Hermes, &[], false);
+        let text = "```json\n{\"name\": \"get_weather\", \"arguments\": {}}\n```";
+        check(&c, text, &[content(text)]);
+    }
+
+    #[test]
+    fn a_fence_that_cannot_be_a_call_streams_at_once() {
+        let c = cfg(ToolFormat::Hermes, &["f"], false);
+        let mut r = OutputRouter::new(c);
+        assert!(r.push("```py").is_empty(), "the fence's first line is not known yet");
+        assert_eq!(r.push("thon\nx = 1"), [content("```python\nx = 1")]);
+        assert_eq!(r.push("\n```"), [content("\n```")]);
     }
 
     #[test]
@@ -623,8 +717,10 @@ mod tests {
         ] {
             check(&c, text, &[content(text)]);
         }
-        // GLM answers never route bare JSON as a call.
-        let text = "{\"name\": \"f\", \"arguments\": {}}";
+        // A whole answer that is a JSON call of a declared tool is a call in every format
+        // (small models write it instead of their markers); another name stays content.
+        check(&c, "{\"name\": \"f\", \"arguments\": {}}", &[call("f", "{}")]);
+        let text = "{\"name\": \"g\", \"arguments\": {}}";
         check(&c, text, &[content(text)]);
     }
 
@@ -739,9 +835,10 @@ mod tests {
             &format!("{broken}\n{QWEN_CALL}"),
             &[content(&format!("{broken}\n")), call("get_weather", QWEN_ARGS)],
         );
-        // Qwen answers never route bare JSON as a call, and without tools the tags are text.
+        // A whole answer that is a JSON call of a declared tool is a call here too; without
+        // tools the tags are text.
         let text = "{\"name\": \"get_weather\", \"arguments\": {}}";
-        check(&c, text, &[content(text)]);
+        check(&c, text, &[call("get_weather", "{}")]);
         check(
             &cfg(ToolFormat::Qwen3Coder, &[], false),
             QWEN_CALL,

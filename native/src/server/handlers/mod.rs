@@ -47,7 +47,7 @@ pub struct Launched {
 pub fn launch(st: &AppState, kind: &'static str, req: GenRequest, prompt_param: &str) -> Result<Launched, ApiError> {
     let prepared = st
         .engine
-        .prepare(&req.prompt)
+        .prepare_request(&req)
         .map_err(|e| ApiError::engine(e, prompt_param))?;
     check_fits(prepared.prompt.len(), st.n_ctx).map_err(|e| ApiError::engine(e, prompt_param))?;
     let (tx, rx) = mpsc::unbounded_channel();
