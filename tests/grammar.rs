@@ -246,3 +246,43 @@ fn a_format_and_a_forced_call_together_are_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Where the grammar fixes the text, every spelling of it is allowed, not only the
+/// tokenizer's own: the scripted harmony model writes a forced call's arguments as one token
+/// (`{"city": "Lyon"}`), which a canonical-only mask (byte pieces here) would forbid, sending
+/// the model off its script.
+#[test]
+fn forced_text_allows_the_models_own_spelling() {
+    let path = common::scripted::write_model("grammar-harmony.gguf", &common::scripted::harmony_model());
+    let e = Engine::load(CpuBackend::new(1).unwrap(), Arc::new(GgufFile::open(&path).unwrap())).unwrap();
+    let tok = &e.tokenizer;
+    let whole = (0..tok.vocab_size() as u32)
+        .find(|&i| tok.token_to_piece(i).unwrap() == br#"{"city": "Lyon"}"#)
+        .expect("the scripted token");
+    let canonical = tok.encode(r#"{"city": "Lyon"}"#, false, false);
+    assert!(canonical.len() > 1 && !canonical.contains(&whole));
+    let tools = [
+        json!({"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}),
+    ];
+    let literal = "start: \"{\\\"city\\\": \\\"Lyon\\\"}\"\n".to_string();
+    let forced = tinyllm::grammar::tool_call_grammar(
+        tok,
+        tinyllm::chat::router::ToolFormat::Harmony,
+        &ToolChoice::Named("get_weather".into()),
+        &tools,
+    )
+    .unwrap();
+    for g in [forced, literal] {
+        let mut c = e.grammars.compile(&g, "grammar").unwrap();
+        let mut logits = vec![0.0f32; tok.vocab_size()];
+        c.mask(&mut logits).unwrap();
+        let allowed: Vec<u32> = (0..logits.len() as u32)
+            .filter(|&i| logits[i as usize] == 0.0)
+            .collect();
+        assert!(
+            allowed.contains(&whole) && allowed.contains(&canonical[0]),
+            "{g}: {allowed:?}"
+        );
+    }
+}

@@ -852,19 +852,26 @@ fn real_qwen_tool_call_round_trip() {
 /// The official `openai` Python client (installed by `.ci/run`) speaks to the server.
 #[test]
 fn openai_python_client() {
-    let s = fixture(&[]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_openai.py");
+    python_client("server_openai.py", &fixture(&[]), &[], "the fixture");
+}
+
+/// Run `tests/SCRIPT BASE_URL ARGS...` (the official Python clients) against `s`; it must
+/// succeed (`what` names the case in the failure). Returns its stdout.
+fn python_client(script: &str, s: &Server, args: &[&str], what: &str) -> String {
+    let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("python3")
-        .arg(script)
+        .arg(&script)
         .arg(format!("http://{}/v1", s.addr))
+        .args(args)
         .output()
         .expect("python3 is needed for this test");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "openai client test failed (needs `pip install openai`):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
+        "{script} failed on {what} (scripts/setup-test-deps.sh installs openai and jsonschema):\n{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    stdout
 }
 
 /// Structured output through the official `openai` client on both real models
@@ -876,25 +883,13 @@ fn openai_python_client() {
 /// comes back as a tool call.
 #[test]
 fn structured_output_on_both_real_models() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_structured.py");
     for (model, extra) in [
         ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", &["--lenient"][..]),
         ("gemma-3-270m-q4_k_m.gguf", &[][..]),
     ] {
         let s = Server::start(&real_model(model), &["--threads", "2"]);
-        let out = Command::new("python3")
-            .arg(script)
-            .arg(format!("http://{}/v1", s.addr))
-            .args(extra)
-            .output()
-            .expect("python3 is needed for this test");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        eprintln!("{model}: {stdout}");
-        assert!(
-            out.status.success(),
-            "structured output failed on {model} (needs `pip install openai jsonschema`):\n{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let counts = python_client("server_structured.py", &s, extra, model);
+        eprintln!("{model}: {counts}");
     }
 }
 
@@ -1308,7 +1303,6 @@ fn qwen35_scripted_reasoning_and_xml_tool_call() {
 /// The official `openai` Python client against the scripted models (streamed and not).
 #[test]
 fn openai_python_client_reads_reasoning_and_tool_calls() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_openai_tools.py");
     for (name, model, family) in [
         ("harmony-py.gguf", scripted::harmony_model(), "harmony"),
         ("deepseek-py.gguf", scripted::deepseek_model(), "deepseek"),
@@ -1319,18 +1313,11 @@ fn openai_python_client_reads_reasoning_and_tool_calls() {
         ),
         ("qwen3.5-py.gguf", scripted::qwen35_model(), "qwen3.5"),
     ] {
-        let s = scripted_server(name, model);
-        let out = Command::new("python3")
-            .arg(script)
-            .arg(format!("http://{}/v1", s.addr))
-            .arg(family)
-            .output()
-            .expect("python3 is needed for this test");
-        assert!(
-            out.status.success(),
-            "openai client test failed for {family} (needs `pip install openai`):\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        python_client(
+            "server_openai_tools.py",
+            &scripted_server(name, model),
+            &[family],
+            family,
         );
     }
 }

@@ -122,6 +122,14 @@ impl TokenizerEnv for VocabEnv {
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
         self.tok.encode(&String::from_utf8_lossy(s), false, false)
     }
+
+    /// Not canonical as far as the grammar goes: where the grammar forces text, llguidance
+    /// would otherwise allow only this tokenizer's spelling of it (byte-level pieces for
+    /// Qwen's `</tool_call>`, which the model writes as one user-defined token). Masks from
+    /// the trie let every spelling of the forced text through and the model pick its own.
+    fn tokenize_is_canonical(&self) -> bool {
+        false
+    }
 }
 
 /// The grammar compiler of one model's vocabulary; the vocabulary's trie is built on first
@@ -240,12 +248,24 @@ impl Constraint {
         if allowed.is_zero() {
             return Err(self.failed("the grammar allows no token here"));
         }
-        let n = allowed.len();
-        for (i, l) in logits.iter_mut().enumerate() {
-            if i >= n || !allowed.get(i) {
-                *l = f32::NEG_INFINITY;
+        // Word by word: most words of a mask are all allowed (inside a string) or all
+        // forbidden (between lexemes), so whole runs of 32 are skipped or filled at once.
+        let n = allowed.len().min(logits.len());
+        let (head, tail) = logits.split_at_mut(n);
+        for (chunk, &word) in head.chunks_mut(32).zip(allowed.as_slice()) {
+            match word {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                w => {
+                    for (bit, l) in chunk.iter_mut().enumerate() {
+                        if w >> bit & 1 == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
+        tail.fill(f32::NEG_INFINITY);
         Ok(())
     }
 

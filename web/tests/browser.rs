@@ -340,6 +340,24 @@ fn bad_input_gives_typed_errors_and_the_worker_answers_after() {
     assert!(got["chunksBeforeAbort"].as_u64().unwrap() >= 3, "{got}");
     assert_eq!(got["tokensAfter"].as_array().map(Vec::len), Some(3), "{got}");
     assert_eq!(got["wholeAfter"]["object"], "chat.completion", "{got}");
+    // Structured output in the worker: answers follow the schema, streamed and not.
+    let valid = |v: &Value| {
+        let keys: Vec<&String> = v.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+        keys.len() == 2
+            && ["red", "green"].contains(&v["color"].as_str().unwrap_or(""))
+            && (1..=9).contains(&v["n"].as_i64().unwrap_or(0))
+    };
+    let answers = got["jsonAnswers"].as_array().expect("jsonAnswers");
+    assert_eq!(answers.len(), 2, "{got}");
+    for a in answers {
+        let v: Value = serde_json::from_str(a.as_str().unwrap_or("")).unwrap_or(Value::Null);
+        assert!(valid(&v), "not valid under the schema: {a}");
+    }
+    assert_eq!(code("badGrammar"), "BAD_REQUEST", "{got}");
+    let call = &got["forcedCall"][0]["function"];
+    assert_eq!(call["name"], "get_weather", "{got}");
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap_or("")).unwrap_or(Value::Null);
+    assert!(valid(&args), "forced call arguments not valid: {got}");
     assert_eq!(code("unloaded"), "UNLOADED", "{got}");
 }
 

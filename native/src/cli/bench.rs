@@ -88,9 +88,11 @@ struct StartupTimes {
 struct Constrained {
     free_tok_s: f64,
     json_tok_s: f64,
-    /// Decode steps timed in each.
+    /// Decode steps timed in each run.
     free_steps: usize,
     json_steps: usize,
+    /// Computing and applying the mask, per constrained step.
+    mask_ms: f64,
 }
 
 /// The decode bound of this machine and model (`--bandwidth`).
@@ -257,7 +259,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if let (Some(format), None) = (&schema, &constrained) {
             let p = prompts[0];
             eprintln!("[bench] {cache_type} KV cache: prompt {p} tokens, {decode} greedy tokens free and held to the JSON schema");
-            constrained = Some(measure_constrained(&loaded, &mut session, &ids[..p], decode, format)?);
+            constrained = Some(measure_constrained(
+                &loaded,
+                &mut session,
+                &ids[..p],
+                decode,
+                format,
+                reps,
+            )?);
         }
     }
     // Side by side: each prompt length's rows together, in the order the types were given.
@@ -328,6 +337,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 "slowdown": 1.0 - c.json_tok_s / c.free_tok_s.max(1e-9),
                 "free_steps": c.free_steps,
                 "constrained_steps": c.json_steps,
+                "mask_ms_per_token": c.mask_ms,
             })),
             "vulkan_startup": opened.map(startup_json),
             "vulkan_startup_cold": startup.map(|(c, _)| startup_json(c)),
@@ -355,14 +365,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         for r in &results {
             let kv = r.kv_bytes_per_token.map_or("-".to_string(), |b| b.to_string());
+            // At a decode position the prefill that got there is not a measurement.
+            let (ttft, prefill) = if deep {
+                ("-".to_string(), "-".to_string())
+            } else {
+                (format!("{:.3}", r.ttft_s), format!("{:.1}", r.prefill_tok_s))
+            };
             writeln!(
                 out,
-                "{:>8} {:>6} {:>9} {:>10.3} {:>14.1} {:>13.2} {:>9.2} {:>9.2}",
+                "{:>8} {:>6} {:>9} {:>10} {:>14} {:>13.2} {:>9.2} {:>9.2}",
                 r.prompt_tokens,
                 r.cache_type.name(),
                 kv,
-                r.ttft_s,
-                r.prefill_tok_s,
+                ttft,
+                prefill,
                 r.decode_tok_s,
                 r.decode_p50_ms,
                 r.decode_p95_ms
@@ -394,12 +410,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if let Some(c) = constrained {
             writeln!(
                 out,
-                "greedy decode through the sampler: free {:.2} tok/s ({} steps), held to the JSON schema {:.2} tok/s ({} steps): {:.1}% slower",
+                "greedy decode through the sampler: free {:.2} tok/s ({} steps), held to the JSON schema {:.2} tok/s ({} steps): {:.1}% slower; the mask took {:.3} ms per token",
                 c.free_tok_s,
                 c.free_steps,
                 c.json_tok_s,
                 c.json_steps,
-                100.0 * (1.0 - c.json_tok_s / c.free_tok_s.max(1e-9))
+                100.0 * (1.0 - c.json_tok_s / c.free_tok_s.max(1e-9)),
+                c.mask_ms
             )?;
         }
         if let Some(s) = opened {
@@ -501,7 +518,7 @@ fn since_start(t: Instant) -> f64 {
 }
 
 /// Greedy decode of `decode` tokens after `prompt`, the sampler taking the whole logits row,
-/// free and then held to `format`: the two loops differ only in the mask and its update, so
+/// free and held to `format`, `reps` times each: the two loops differ only in the mask and its update, so
 /// the difference is what the constraint costs per token (on a GPU both read back the row).
 /// As in [`measure`], an end-of-generation token does not stop the run; where the grammar
 /// ends, a fresh constraint starts (its compile time is not counted).
@@ -511,6 +528,7 @@ fn measure_constrained(
     prompt: &[u32],
     decode: usize,
     format: &AnswerFormat,
+    reps: usize,
 ) -> anyhow::Result<Constrained> {
     let engine = &loaded.engine;
     let compile = |lark: &str| {
@@ -519,17 +537,18 @@ fn measure_constrained(
             .compile(lark, format.param())
             .map_err(|e| InputError(format!("--json-schema: {e}")))
     };
-    let mut run = |lark: Option<&str>| -> anyhow::Result<(f64, usize)> {
+    let mut run = |lark: Option<&str>| -> anyhow::Result<(f64, usize, f64)> {
         let mut constraint = lark.map(compile).transpose()?;
         let mut sampler = Sampler::new(SamplerConfig::greedy())?;
         session.reset();
         let mut history = prompt.to_vec();
         let mut logits = session.forward(prompt)?;
-        let mut spent = 0.0;
+        let (mut spent, mut masking) = (0.0, 0.0);
         for _ in 0..decode {
             let t = Instant::now();
             if let Some(c) = &mut constraint {
                 c.mask(&mut logits)?;
+                masking += t.elapsed().as_secs_f64();
             }
             let token = sampler.sample(&logits, &history);
             let eog = engine.tokenizer.is_eog(token);
@@ -543,16 +562,29 @@ fn measure_constrained(
                 constraint = Some(compile(lark)?);
             }
         }
-        Ok((rate(decode, spent), decode))
+        Ok((rate(decode, spent), decode, masking))
     };
-    let (free_tok_s, free_steps) = run(None)?;
     let lark = format.lark().unwrap_or_default();
-    let (json_tok_s, json_steps) = run(Some(&lark))?;
+    // Interleaved, the order swapped every repetition, medians of each: a machine that
+    // speeds up or slows down over the runs favours neither.
+    let (mut free, mut held, mut masking) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..reps {
+        for constrained in [r % 2 == 1, r % 2 == 0] {
+            if constrained {
+                let (tok_s, _, m) = run(Some(&lark))?;
+                held.push(tok_s);
+                masking.push(m * 1e3 / decode as f64);
+            } else {
+                free.push(run(None)?.0);
+            }
+        }
+    }
     Ok(Constrained {
-        free_tok_s,
-        json_tok_s,
-        free_steps,
-        json_steps,
+        free_tok_s: median(free),
+        json_tok_s: median(held),
+        free_steps: decode,
+        json_steps: decode,
+        mask_ms: median(masking),
     })
 }
 

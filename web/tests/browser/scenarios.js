@@ -115,6 +115,43 @@ window.scenarios = {
     out.tokensAfter = after.tokens;
     const whole = await llm.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4, temperature: 0 });
     out.wholeAfter = { object: whole.object, finish: whole.choices[0].finish_reason, usage: whole.usage };
+    // Constrained decoding runs in the worker too (llguidance built for wasm32): the fixture's
+    // random weights write noise unless held to the schema, a grammar or a forced call.
+    const schema = {
+      type: 'object',
+      properties: { color: { enum: ['red', 'green'] }, n: { type: 'integer', minimum: 1, maximum: 9 } },
+      required: ['color', 'n'],
+      additionalProperties: false,
+    };
+    out.jsonAnswers = [];
+    for (const stream of [false, true]) {
+      const req = {
+        messages: [{ role: 'user', content: 'A color and a digit.' }],
+        max_tokens: 40,
+        temperature: 1,
+        seed: 7,
+        stream,
+        response_format: { type: 'json_schema', json_schema: { name: 'pick', schema, strict: true } },
+      };
+      let text = '';
+      if (stream) {
+        for await (const c of await llm.chat.completions.create(req)) text += (c.choices[0] && c.choices[0].delta.content) || '';
+      } else {
+        text = (await llm.chat.completions.create(req)).choices[0].message.content;
+      }
+      out.jsonAnswers.push(text);
+    }
+    out.badGrammar = await expectError(() =>
+      llm.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], grammar: 'start: (' }));
+    const forced = await llm.chat.completions.create({
+      messages: [{ role: 'user', content: 'Weather?' }],
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: schema } }],
+      tool_choice: 'required',
+      max_tokens: 60,
+      temperature: 1,
+      seed: 3,
+    });
+    out.forcedCall = forced.choices[0].message.tool_calls || null;
     await llm.unload();
     out.unloaded = await expectError(() => llm.generate({ promptIds: [1] }));
     return out;
