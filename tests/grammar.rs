@@ -286,3 +286,120 @@ fn forced_text_allows_the_models_own_spelling() {
         );
     }
 }
+
+/// A tiny xorshift generator: the "model" below picks uniformly among the tokens a mask allows.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+#[test]
+fn a_call_begun_under_auto_is_held_to_its_tools_schema() {
+    use tinyllm::grammar::{Grammars, LazyCalls, Watch};
+    use tinyllm::tokenizer::Tokenizer;
+    let file = GgufFile::open(golden("fixtures/qwen2.Q8_0.gguf")).expect("fixture");
+    let tok = Arc::new(Tokenizer::from_gguf(&file).expect("tokenizer"));
+    let grammars = Arc::new(Grammars::new(Arc::clone(&tok)));
+    let validator = |name: &str| {
+        let t = tools()
+            .into_iter()
+            .find(|t| t["function"]["name"] == name)
+            .expect("declared");
+        jsonschema::validator_for(&t["function"]["parameters"]).unwrap()
+    };
+
+    // (how the answer begins, fed a character at a time; the piece that completes the name,
+    // with text past its quote as one token may carry; what must close the call; Hermes tags)
+    let openings = [
+        ("{\"name\": \"ad", "d\"", "", false),
+        ("\n```json\n{\n  \"name\": \"get_weather", "\",\n  ", "```", false),
+        (
+            "<tool_call>\n{\"name\":\"ad",
+            "d\", \"arguments\"",
+            "</tool_call>",
+            true,
+        ),
+    ];
+    for (prefix, last, close, tagged) in openings {
+        let opening = format!("{prefix}{last}");
+        for seed in 1..=4u64 {
+            let mut lazy = LazyCalls::new(Arc::clone(&grammars), &tools(), tagged).expect("tools");
+            for (i, ch) in prefix.chars().enumerate() {
+                assert!(
+                    matches!(lazy.push(&ch.to_string()), Watch::Pending),
+                    "{prefix:?} at {i}"
+                );
+            }
+            let constraint = match lazy.push(last) {
+                Watch::Call { constraint, release } => {
+                    assert_eq!(release, tagged, "{opening:?}");
+                    Some(*constraint)
+                }
+                _ => None,
+            };
+            let mut c = constraint.unwrap_or_else(|| panic!("{opening:?}: never triggered"));
+            // The rest, picked at random among what the grammar allows.
+            let mut rng = seed * 0x9E37_79B9_7F4A_7C15;
+            let mut ids = Vec::new();
+            for _ in 0..2000 {
+                let mut logits: Vec<f32> = (0..tok.vocab_size())
+                    .map(|_| (xorshift(&mut rng) % 1000) as f32)
+                    .collect();
+                c.mask(&mut logits).expect("mask");
+                let t = (0..logits.len())
+                    .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                    .unwrap() as u32;
+                let end = tok.is_eog(t);
+                c.commit(t, end).expect("commit");
+                if end {
+                    break;
+                }
+                ids.push(t);
+                if tagged && c.is_accepting() {
+                    break;
+                }
+            }
+            let text = format!("{opening}{}", tok.decode(&ids).unwrap());
+            let body = text
+                .trim()
+                .trim_start_matches("```json")
+                .trim_start_matches("<tool_call>");
+            let body = body
+                .trim()
+                .strip_suffix(close)
+                .unwrap_or_else(|| panic!("{text:?} does not end with {close:?}"));
+            let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            let name = v["name"].as_str().unwrap();
+            let args = v.get("arguments").or_else(|| v.get("parameters")).expect("arguments");
+            let errors: Vec<String> = validator(name).iter_errors(args).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{text:?}: {errors:?}");
+        }
+    }
+
+    // Answers that do not begin a call of a declared tool are left alone.
+    for (text, tagged) in [
+        ("Hello", true),
+        ("{\"city\": \"Oslo\"}", false),
+        ("{\"name\": \"other\"", false),
+        ("{\"name\": \"Add\"", false),
+        ("```python\nprint(1)", false),
+        ("<tool_call>{\"name\": \"add\"", false),
+        ("[{\"name\": \"add\"", true),
+    ] {
+        let mut lazy = LazyCalls::new(Arc::clone(&grammars), &tools(), tagged).expect("tools");
+        let mut freed = false;
+        for ch in text.chars() {
+            match lazy.push(&ch.to_string()) {
+                Watch::Pending => {}
+                Watch::Free => {
+                    freed = true;
+                    break;
+                }
+                Watch::Call { .. } => panic!("{text:?} triggered a call"),
+            }
+        }
+        assert!(freed, "{text:?} still watched");
+    }
+}

@@ -136,9 +136,12 @@ fn text_mode_prints_a_table() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("prefill tok/s"), "{text}");
-    let row = text.lines().last().unwrap();
+    // The header, then one row per prompt length (the startup line follows the table).
+    let mut lines = text.lines().skip_while(|l| !l.contains("prefill tok/s"));
+    assert!(lines.next().is_some(), "no table header:\n{text}");
+    let row = lines.next().unwrap_or_default();
     assert_eq!(row.split_whitespace().next(), Some("16"), "{text}");
+    assert!(text.contains("startup: model fetch"), "{text}");
 }
 
 #[test]

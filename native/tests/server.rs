@@ -1343,3 +1343,96 @@ fn malformed_gguf_template_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("chat template syntax error at line 2"), "{stderr}");
 }
+
+/// The `access-control-allow-origin` header of a response, if any.
+fn allow_origin(r: &serve_support::Response) -> Option<String> {
+    r.head
+        .lines()
+        .find_map(|l| l.strip_prefix("access-control-allow-origin:"))
+        .map(|v| v.trim().to_string())
+}
+
+#[test]
+fn foreign_web_origins_are_refused_unless_configured() {
+    let preflight = |s: &Server, origin: &str| {
+        s.request(
+            "OPTIONS",
+            "/v1/chat/completions",
+            &[
+                ("Origin", origin),
+                ("Access-Control-Request-Method", "POST"),
+                ("Access-Control-Request-Headers", "content-type"),
+            ],
+            b"",
+        )
+    };
+    let post = |s: &Server, origin: &str| {
+        let body = chat_body("Hi", json!({"max_tokens": 2})).to_string();
+        s.request(
+            "POST",
+            "/v1/chat/completions",
+            &[("Origin", origin), ("Content-Type", "text/plain")],
+            body.as_bytes(),
+        )
+    };
+    let evil = "http://evil.example";
+
+    let s = fixture(&[]);
+    // A foreign page: its preflight gets no allow-origin, and a "simple" request (one a
+    // browser sends without a preflight) is refused before it reaches the model.
+    assert_eq!(allow_origin(&preflight(&s, evil)), None);
+    let r = post(&s, evil);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "origin_not_allowed", "{}", r.text());
+    assert!(r.text().contains("--cors-origin"), "{}", r.text());
+    // Pages from this machine and the server's own page work; clients without an Origin too.
+    for origin in [
+        "http://localhost:5173",
+        "http://127.0.0.1:3000",
+        &format!("http://{}", s.addr),
+    ] {
+        assert_eq!(
+            allow_origin(&preflight(&s, origin)).as_deref(),
+            Some(origin),
+            "{origin}"
+        );
+        let r = post(&s, origin);
+        assert_eq!(r.status, 200, "{origin}: {}", r.text());
+    }
+    assert_eq!(
+        s.post("/v1/chat/completions", &chat_body("Hi", json!({"max_tokens": 2})))
+            .status,
+        200
+    );
+    drop(s);
+
+    // Configured: that origin only, or every origin with '*'.
+    let s = fixture(&["--cors-origin", evil]);
+    assert_eq!(allow_origin(&preflight(&s, evil)).as_deref(), Some(evil));
+    assert_eq!(post(&s, evil).status, 200);
+    assert_eq!(post(&s, "http://other.example").status, 403);
+    drop(s);
+    let s = fixture(&["--cors-origin", "*"]);
+    assert_eq!(allow_origin(&preflight(&s, evil)).as_deref(), Some("*"));
+    assert_eq!(post(&s, evil).status, 200);
+    drop(s);
+
+    // Not an origin: refused at startup with a message naming it.
+    let out = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
+        .args([
+            "serve",
+            "-m",
+            &golden(FIXTURE).to_string_lossy(),
+            "--port",
+            "0",
+            "--cors-origin",
+            "evil.example",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cors-origin \"evil.example\""),
+        "{out:?}"
+    );
+}

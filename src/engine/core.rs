@@ -12,7 +12,7 @@ use crate::chat::router::{RouterConfig, ToolFormat};
 use crate::chat::tools::{forced_call_opening, ToolChoice};
 use crate::chat::{ChatTemplate, RenderRequest};
 use crate::gguf::GgufFile;
-use crate::grammar::{tool_call_grammar, AnswerFormat, GrammarError, Grammars};
+use crate::grammar::{json_arguments, tool_call_grammar, AnswerFormat, GrammarError, Grammars, LazyCalls};
 use crate::model::{Model, Placed};
 use crate::tokenizer::Tokenizer;
 
@@ -198,6 +198,20 @@ impl<B: Backend> Engine<B> {
         } else {
             Vec::new()
         };
+        // `auto` with tools and no other constraint: a call, once begun, is held to its schema
+        // (formats whose arguments are JSON; GLM's and Qwen3-Coder's are not).
+        let lazy_calls = (*choice == ToolChoice::Auto
+            && *format == AnswerFormat::Free
+            && !names.is_empty()
+            && json_arguments(self.tool_format))
+        .then(|| {
+            LazyCalls::new(
+                Arc::clone(&self.grammars),
+                tools,
+                self.tool_format == ToolFormat::Hermes,
+            )
+        })
+        .flatten();
         if (opening.is_some() || *format != AnswerFormat::Free) && rendered.trim_end().ends_with("<think>") {
             // A call or a formatted answer is wanted now: close the thinking block the
             // template opened (the grammar holds the answer, not the reasoning).
@@ -218,6 +232,7 @@ impl<B: Backend> Engine<B> {
             opening,
             must_start,
             constraint,
+            lazy_calls,
         })
     }
 

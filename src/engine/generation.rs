@@ -17,7 +17,7 @@ use super::request::Prepared;
 use super::stop::StopMatcher;
 use super::EngineError;
 use crate::chat::router::{OutputRouter, Routed};
-use crate::grammar::Constraint;
+use crate::grammar::{Constraint, LazyCalls, Watch};
 use crate::model::HeadWant;
 use crate::sample::{log_softmax_top_k, Candidates, Plan, Sampler, SamplerConfig};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -206,6 +206,10 @@ pub struct Generation<'t> {
     must_start: Vec<Vec<u32>>,
     /// The grammar the answer is held to.
     constraint: Option<Constraint>,
+    /// Watching a free answer for the start of a tool call (then `constraint` holds the call).
+    lazy_calls: Option<LazyCalls>,
+    /// `constraint` holds a part of the answer (a tagged call): dropped once it accepts.
+    release_constraint: bool,
     logprobs: Option<usize>,
     max_tokens: Option<usize>,
     parallel_tool_calls: bool,
@@ -241,6 +245,8 @@ impl<'t> Generation<'t> {
             opening: Vec::new(),
             must_start: prepared.must_start,
             constraint: prepared.constraint,
+            lazy_calls: prepared.lazy_calls,
+            release_constraint: false,
             logprobs: settings.logprobs,
             max_tokens: settings.max_tokens,
             parallel_tool_calls: settings.parallel_tool_calls,
@@ -319,6 +325,7 @@ impl<'t> Generation<'t> {
             return Ok(self.end(token, logprob, outputs, Finish::EndOfGeneration));
         }
         let piece = self.decoder.push(token).unwrap_or_default();
+        self.watch_for_call(&piece);
         let (mut text, matched) = self.stop.push(&piece);
         let budget = self.max_tokens.is_some_and(|m| self.usage.completion_tokens >= m);
         // Prompt and answer together fill the context (the token just sampled would take its
@@ -433,6 +440,21 @@ impl<'t> Generation<'t> {
             .collect()
     }
 
+    /// Under `auto`: hold a call to its schema once `piece` (the answer's latest text) has
+    /// begun one.
+    fn watch_for_call(&mut self, piece: &str) {
+        let Some(lazy) = &mut self.lazy_calls else { return };
+        match lazy.push(piece) {
+            Watch::Pending => {}
+            Watch::Free => self.lazy_calls = None,
+            Watch::Call { constraint, release } => {
+                self.constraint = Some(*constraint);
+                self.release_constraint = release;
+                self.lazy_calls = None;
+            }
+        }
+    }
+
     /// Sample from the whole row, masked to the grammar or to the forced start while there is
     /// one.
     fn sample_logits(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, EngineError> {
@@ -441,6 +463,10 @@ impl<'t> Generation<'t> {
             c.mask(&mut masked)?;
             let token = self.sampler.sample(&masked, history);
             c.commit(token, self.tok.is_eog(token))?;
+            if self.release_constraint && c.is_accepting() {
+                self.constraint = None;
+                self.release_constraint = false;
+            }
             return Ok(token);
         }
         if self.must_start.is_empty() {

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::generation::Settings;
 use crate::chat::router::RouterConfig;
 use crate::chat::tools::ToolChoice;
-use crate::grammar::{AnswerFormat, Constraint};
+use crate::grammar::{AnswerFormat, Constraint, LazyCalls};
 
 /// What the model is asked to continue.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +69,9 @@ pub struct Prepared {
     /// The grammar the answer is held to (`response_format`, `grammar`, or a forced tool
     /// call's arguments), compiled; it replaces `must_start` where both would apply.
     pub constraint: Option<Constraint>,
+    /// Under `tool_choice: "auto"`: what holds a tool call to its schema once the answer has
+    /// begun one (see [`LazyCalls`]).
+    pub lazy_calls: Option<LazyCalls>,
 }
 
 impl Prepared {
@@ -80,6 +83,7 @@ impl Prepared {
             opening: None,
             must_start: Vec::new(),
             constraint: None,
+            lazy_calls: None,
         }
     }
 }

@@ -14,9 +14,11 @@
 //! `<|name|>` or `<[id]>`. The end-of-generation tokens end a grammar: they are allowed once
 //! it accepts, and are all that is allowed once it can take nothing else.
 
+mod lazy;
 mod tools;
 
-pub use tools::tool_call_grammar;
+pub use lazy::{LazyCalls, Watch};
+pub use tools::{json_arguments, tool_call_grammar};
 
 use std::sync::{Arc, OnceLock};
 
@@ -147,6 +149,11 @@ impl Grammars {
         }
     }
 
+    /// The vocabulary's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tok
+    }
+
     fn factory(&self) -> Result<&Arc<ParserFactory>, GrammarError> {
         self.factory
             .get_or_init(|| build_factory(&self.tok))
@@ -267,6 +274,11 @@ impl Constraint {
         }
         tail.fill(f32::NEG_INFINITY);
         Ok(())
+    }
+
+    /// Whether the text taken so far is a whole sentence of the grammar.
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
     }
 
     /// Take `token`, which the last mask allowed. An end-of-generation token ends the answer

@@ -26,9 +26,14 @@ fn frame(format: ToolFormat) -> Option<(&'static str, &'static str)> {
     })
 }
 
+/// Whether `format` writes a call's arguments as JSON, so a grammar can hold them to a schema.
+pub fn json_arguments(format: ToolFormat) -> bool {
+    frame(format).is_some()
+}
+
 /// `text` as a Lark sequence: its control tokens (`<|message|>`) as token references, the rest
 /// as JSON-escaped string literals. Empty text is `""`.
-fn literal(tok: &Tokenizer, text: &str) -> String {
+pub(super) fn literal(tok: &Tokenizer, text: &str) -> String {
     let mut parts = Vec::new();
     let mut run: Vec<u32> = Vec::new();
     let flush = |run: &mut Vec<u32>, parts: &mut Vec<String>| {
@@ -55,7 +60,7 @@ fn literal(tok: &Tokenizer, text: &str) -> String {
 }
 
 /// A tool's parameter schema (`{"type": "object"}` when it declares none).
-fn parameters(tool: &Value) -> Value {
+pub(super) fn parameters(tool: &Value) -> Value {
     tool.pointer("/function/parameters")
         .filter(|p| p.is_object())
         .cloned()

@@ -35,7 +35,8 @@ pub struct Args {
     /// Require `Authorization: Bearer KEY` on the API routes.
     #[arg(long, env = "TINYLLM_API_KEY")]
     api_key: Option<String>,
-    /// Browser origin allowed by CORS (repeatable; default any).
+    /// A web origin (http(s)://host[:port]) whose pages may use the API, besides the server's
+    /// own and localhost ones (repeatable; '*' allows every site)
     #[arg(long = "cors-origin")]
     cors_origin: Vec<String>,
     /// Largest request body in bytes.

@@ -57,6 +57,19 @@ impl ApiError {
         .with_code("invalid_api_key")
     }
 
+    /// 403: a web page from an origin the server does not allow.
+    pub fn forbidden_origin(origin: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            format!(
+                "requests from the web origin {origin:?} are not allowed: start the server with \
+                 --cors-origin {origin} (or --cors-origin '*') to allow it"
+            ),
+        )
+        .with_code("origin_not_allowed")
+    }
+
     pub fn not_found(path: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route for {path}")).with_code("not_found")
     }

@@ -10,12 +10,13 @@
 mod errors;
 mod handlers;
 mod metrics;
+mod origins;
 mod page;
 mod scheduler;
 mod sse;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, Method};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,7 +27,6 @@ use scheduler::{Scheduler, SlotConfig};
 use std::sync::Arc;
 use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::Engine;
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 /// Server settings from the command line.
 pub struct Options {
@@ -41,7 +41,7 @@ pub struct Options {
     /// Each slot's KV cache format (`--cache-type`).
     pub cache_type: KvType,
     pub api_key: Option<String>,
-    /// Allowed browser origins; empty or `*` allows any.
+    /// Browser origins allowed besides the server's own and localhost ones (`*`: any).
     pub cors_origins: Vec<String>,
     pub max_body_bytes: usize,
 }
@@ -87,26 +87,10 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<Router> 
         max_body_bytes: opts.max_body_bytes,
         metrics,
     });
-    Ok(routes(state, cors(&opts.cors_origins)?))
+    Ok(routes(state, Arc::new(origins::Origins::parse(&opts.cors_origins)?)))
 }
 
-fn cors(origins: &[String]) -> anyhow::Result<CorsLayer> {
-    let allow = if origins.is_empty() || origins.iter().any(|o| o == "*") {
-        AllowOrigin::any()
-    } else {
-        let list = origins
-            .iter()
-            .map(|o| HeaderValue::from_str(o).map_err(|_| anyhow::anyhow!("--cors-origin {o:?} is not a valid origin")))
-            .collect::<Result<Vec<_>, _>>()?;
-        AllowOrigin::list(list)
-    };
-    Ok(CorsLayer::new()
-        .allow_origin(allow)
-        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-        .allow_headers(Any))
-}
-
-fn routes(state: Shared, cors: CorsLayer) -> Router {
+fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
     use handlers::{generate, info, tokens};
     Router::new()
         .route("/", get(page::index))
@@ -127,7 +111,8 @@ fn routes(state: Shared, cors: CorsLayer) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(middleware::from_fn_with_state(state.clone(), auth))
-        .layer(cors)
+        .layer(middleware::from_fn_with_state(Arc::clone(&origins), origins::guard))
+        .layer(origins.cors_layer())
         .with_state(state)
 }
 

@@ -7,18 +7,34 @@ use super::ToolCall;
 
 /// One call object: `{"name": string, "arguments"|"parameters": object}` (arguments given as a
 /// JSON string holding an object are accepted too). With `declared`, the name must be one of
-/// them.
+/// them ([`declared_name`]).
 fn call_from_value(v: &Value, declared: Option<&[String]>) -> Option<ToolCall> {
     let obj = v.as_object()?;
     let name = obj.get("name")?.as_str()?;
-    if declared.is_some_and(|d| !d.iter().any(|t| t == name)) {
-        return None;
-    }
+    let name = match declared {
+        Some(d) => declared_name(name, d)?,
+        None => name,
+    };
     let args = obj.get("arguments").or_else(|| obj.get("parameters"))?;
     Some(ToolCall {
         name: name.to_string(),
         arguments: arguments_text(args)?,
     })
+}
+
+/// The declared tool a JSON answer names: the one spelled exactly so, else the only one equal
+/// to it up to ASCII case. Small models capitalise tool names in their JSON answers (Qwen2.5
+/// 0.5B writes `"Read"` for OpenCode's `read` in a quarter of its untagged calls); a name that
+/// matches two tools up to case, or none, names no declared tool.
+fn declared_name<'d>(name: &str, declared: &'d [String]) -> Option<&'d str> {
+    if let Some(exact) = declared.iter().find(|t| *t == name) {
+        return Some(exact);
+    }
+    let mut folded = declared.iter().filter(|t| t.eq_ignore_ascii_case(name));
+    match (folded.next(), folded.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
 }
 
 /// An arguments object (or a JSON string holding one) as compact JSON text.

@@ -540,6 +540,32 @@ mod tests {
     }
 
     #[test]
+    fn json_call_names_match_a_declared_tool_up_to_case_when_only_one_does() {
+        // What Qwen2.5-Coder 0.5B writes for OpenCode's `read` tool: the call keeps the
+        // declared spelling.
+        let c = cfg(ToolFormat::Hermes, &["read", "write"], false);
+        check(
+            &c,
+            "{\n  \"name\": \"Read\",\n  \"arguments\": {\"filePath\": \"notes.txt\"}\n}",
+            &[call("read", r#"{"filePath":"notes.txt"}"#)],
+        );
+        check(
+            &c,
+            "```json\n{\"name\": \"WRITE\", \"arguments\": {}}\n```",
+            &[call("write", "{}")],
+        );
+        // Two tools equal up to case: an exact spelling picks one, any other picks none.
+        let c = cfg(ToolFormat::Hermes, &["read", "Read"], false);
+        check(&c, "{\"name\": \"Read\", \"arguments\": {}}", &[call("Read", "{}")]);
+        let text = "{\"name\": \"READ\", \"arguments\": {}}";
+        check(&c, text, &[content(text)]);
+        // Case is all that is forgiven.
+        let c = cfg(ToolFormat::Hermes, &["read"], false);
+        let text = "{\"name\": \"read_file\", \"arguments\": {}}";
+        check(&c, text, &[content(text)]);
+    }
+
+    #[test]
     fn fenced_json_that_is_not_a_declared_call_stays_content() {
         let c = cfg(ToolFormat::Hermes, &["get_weather"], false);
         for text in [

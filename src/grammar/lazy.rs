@@ -1,0 +1,244 @@
+//! Tool calls under `tool_choice: "auto"`, held to their schemas once the model has begun one.
+//!
+//! `auto` leaves the model free to answer in text or to call a tool. Small models that choose
+//! to call often botch the rest: Qwen2.5-Coder 0.5B, given OpenCode's ten tools, stops before
+//! the call's last `}`, or fills arguments its tool does not take. So, as llama.cpp's "lazy"
+//! grammars do, the answer is watched while free; once it has written the start of a call of a
+//! declared tool, up to the name's closing quote,
+//!
+//! ```text
+//! [```json | ``` | <tool_call>]  {  "name"  :  "NAME"
+//! ```
+//!
+//! (at the start of the answer, whitespace allowed between the parts), the rest is held to a
+//! grammar: `"arguments"` (or `"parameters"`) valid under that tool's schema, the object's
+//! `}`, then the fence's closing or `</tool_call>`. A fenced or bare call is the whole answer,
+//! so its grammar then ends it; a tagged call lets the answer go on freely after
+//! `</tool_call>`. An answer that starts any other way (text, JSON of another shape, a name
+//! that is not declared) is never constrained, so it stays what the model wrote.
+//!
+//! The trigger text is matched on the decoded answer, not on tokens: the token that completes
+//! the name may carry text past its quote (Qwen writes `",` as one token), and that text is
+//! fed to the fresh grammar before the next mask.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::tools::{literal, parameters};
+use super::{Constraint, Grammars};
+use crate::tokenizer::Tokenizer;
+
+/// What opened the call, which decides how it must close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opener {
+    /// `{` at the start of the answer: the object is the whole answer.
+    Bare,
+    /// A code fence (```` ```json ```` or ```` ``` ````): the object, then the closing fence.
+    Fence,
+    /// Hermes' `<tool_call>`: the object, then `</tool_call>`, then free text again.
+    Tag,
+}
+
+/// The call openers each answer may start with, besides `{`.
+const FENCES: [&str; 2] = ["```json", "```"];
+const TAG_OPEN: &str = "<tool_call>";
+const TAG_CLOSE: &str = "</tool_call>";
+
+/// The declared tools, and the answer's text while it may still begin a call.
+#[derive(Clone)]
+pub struct LazyCalls {
+    grammars: Arc<Grammars>,
+    /// `(name as written inside a JSON string, parameter schema)` per declared tool.
+    tools: Arc<[(String, Value)]>,
+    /// Whether `<tool_call>` opens a call (the Hermes format).
+    tagged: bool,
+    /// The answer so far (only while it may still begin a call, so short).
+    text: String,
+}
+
+/// What the answer's latest text did to a [`LazyCalls`].
+pub enum Watch {
+    /// It may still begin a call: keep watching.
+    Pending,
+    /// It cannot begin one any more: stop watching, the answer stays free.
+    Free,
+    /// It began a call: the rest is held to this grammar. `release`: the grammar ends a part
+    /// of the answer, not the answer (drop it once it accepts).
+    Call { constraint: Box<Constraint>, release: bool },
+}
+
+impl LazyCalls {
+    /// Watch for calls of `tools` (OpenAI declarations, already checked to be functions with
+    /// names); `tagged`: the model's own call tag is Hermes' `<tool_call>`.
+    pub fn new(grammars: Arc<Grammars>, tools: &[Value], tagged: bool) -> Option<Self> {
+        let tools: Vec<(String, Value)> = tools
+            .iter()
+            .filter_map(|t| {
+                let name = t.pointer("/function/name")?.as_str()?;
+                let quoted = Value::String(name.to_string()).to_string();
+                Some((quoted[1..quoted.len() - 1].to_string(), parameters(t)))
+            })
+            .collect();
+        (!tools.is_empty()).then(|| LazyCalls {
+            grammars,
+            tools: tools.into(),
+            tagged,
+            text: String::new(),
+        })
+    }
+
+    /// Take the answer's next piece of text.
+    pub fn push(&mut self, piece: &str) -> Watch {
+        self.text.push_str(piece);
+        match self.trigger() {
+            Match::More => Watch::Pending,
+            Match::No => Watch::Free,
+            Match::Call { tool, opener, rest } => {
+                let rest = self.text[rest..].to_string();
+                match self.compile(tool, opener, &rest) {
+                    Some(constraint) => Watch::Call {
+                        constraint: Box::new(constraint),
+                        release: opener == Opener::Tag,
+                    },
+                    // A schema llguidance cannot take, or text past the name that already
+                    // breaks the grammar: the answer stays free.
+                    None => Watch::Free,
+                }
+            }
+        }
+    }
+
+    /// Where the answer stands against the call openings.
+    fn trigger(&self) -> Match {
+        let mut c = Cursor::new(&self.text);
+        c.skip_ws();
+        let opener = if c.at_end() {
+            return Match::More;
+        } else if c.rest().starts_with('{') {
+            Opener::Bare
+        } else if let Some(m) = c.literal_of(&FENCES) {
+            match m {
+                Err(()) => return Match::More,
+                Ok(_) => Opener::Fence,
+            }
+        } else if self.tagged {
+            match c.literal_of(&[TAG_OPEN]) {
+                Some(Err(())) => return Match::More,
+                Some(Ok(_)) => Opener::Tag,
+                None => return Match::No,
+            }
+        } else {
+            return Match::No;
+        };
+        for part in ["{", "\"name\"", ":", "\""] {
+            c.skip_ws();
+            match c.literal_of(&[part]) {
+                Some(Ok(_)) => {}
+                Some(Err(())) => return Match::More,
+                None if c.at_end() => return Match::More,
+                None => return Match::No,
+            }
+        }
+        let rest = c.rest();
+        match rest.find('"') {
+            Some(end) => match self.tools.iter().position(|(n, _)| *n == rest[..end]) {
+                Some(tool) => Match::Call {
+                    tool,
+                    opener,
+                    rest: self.text.len() - rest.len() + end + 1,
+                },
+                None => Match::No,
+            },
+            None if self.tools.iter().any(|(n, _)| n.starts_with(rest)) => Match::More,
+            None => Match::No,
+        }
+    }
+
+    /// The grammar of what follows tool `tool`'s name, advanced over `rest` (text the model
+    /// already wrote past the name).
+    fn compile(&self, tool: usize, opener: Opener, rest: &str) -> Option<Constraint> {
+        let tok: &Tokenizer = self.grammars.tokenizer();
+        let close = match opener {
+            Opener::Bare => String::new(),
+            Opener::Fence => " ws \"```\"".into(),
+            Opener::Tag => format!(" ws {}", literal(tok, TAG_CLOSE)),
+        };
+        let lark = format!(
+            "start: ws \",\" ws KEY ws \":\" ws args ws \"}}\"{close}\n\
+             KEY: /\"(arguments|parameters)\"/\n\
+             ws: WS?\n\
+             WS: /[ \\t\\r\\n]+/\n\
+             args: %json {}\n",
+            self.tools[tool].1
+        );
+        let mut constraint = self.grammars.compile(&lark, "tools").ok()?;
+        for t in tok.encode(rest, false, false) {
+            constraint.commit(t, false).ok()?;
+        }
+        Some(constraint)
+    }
+}
+
+impl PartialEq for LazyCalls {
+    fn eq(&self, other: &Self) -> bool {
+        self.tools == other.tools && self.tagged == other.tagged && self.text == other.text
+    }
+}
+
+impl std::fmt::Debug for LazyCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.tools.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("LazyCalls")
+            .field("tools", &names)
+            .field("tagged", &self.tagged)
+            .field("text", &self.text)
+            .finish()
+    }
+}
+
+/// The answer against the openings: needs more text, cannot match, or began a call of tool
+/// `tool` whose name's closing quote ends at byte `rest`.
+enum Match {
+    More,
+    No,
+    Call { tool: usize, opener: Opener, rest: usize },
+}
+
+/// A position in the answer's text.
+struct Cursor<'a> {
+    text: &'a str,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(text: &'a str) -> Self {
+        Cursor { text }
+    }
+
+    fn rest(&self) -> &'a str {
+        self.text
+    }
+
+    fn at_end(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    fn skip_ws(&mut self) {
+        self.text = self.text.trim_start_matches([' ', '\t', '\r', '\n']);
+    }
+
+    /// The first of `options` the text starts with (consumed: `Ok(index)`), or `Err` when the
+    /// text is a proper prefix of one (more may complete it), or `None`.
+    fn literal_of(&mut self, options: &[&str]) -> Option<Result<usize, ()>> {
+        // A longer option the text may still become comes first (```` ``` ```` vs ```` ```json ````).
+        if options
+            .iter()
+            .any(|o| o.len() > self.text.len() && o.starts_with(self.text))
+        {
+            return Some(Err(()));
+        }
+        let i = options.iter().position(|o| self.text.starts_with(o))?;
+        self.text = &self.text[options[i].len()..];
+        Some(Ok(i))
+    }
+}
