@@ -27,6 +27,8 @@ python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q jsonsche
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || apt_install mesa-vulkan-drivers
 ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1 ' >/dev/null || apt_install libvulkan1
 command -v npm >/dev/null || apt_install nodejs npm
+# The replicas test (native/tests/replicas.rs) puts Debian's nginx in front of two servers.
+[ -x /usr/sbin/nginx ] || apt_install nginx-light
 [ -d native/tests/browser/node_modules/playwright-core ] || (cd native/tests/browser && npm ci --no-audit --no-fund)
 [ -x native/tests/opencode/node_modules/.bin/opencode ] || (cd native/tests/opencode && npm ci --no-audit --no-fund)
 # The npm package's tests: playwright-core, wasm-opt (binaryen) and @wllama/wllama (the speed

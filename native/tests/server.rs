@@ -1436,3 +1436,97 @@ fn foreign_web_origins_are_refused_unless_configured() {
         "{out:?}"
     );
 }
+
+#[test]
+fn readiness_turns_true_only_after_load_and_warmup() {
+    // The load is held back 1.5 s (a test hook) so the probes are seen while it runs.
+    let mut s = Server::spawn(
+        &golden(FIXTURE),
+        &["--threads", "1"],
+        &[("TINYLLM_TEST_LOAD_DELAY_MS", "1500")],
+    );
+    let ready = s.request("GET", "/ready", &[], b"");
+    assert_eq!((ready.status, ready.json()), (503, json!({"status": "loading"})));
+    let live = s.request("GET", "/health", &[], b"");
+    assert_eq!((live.status, live.json()), (200, json!({"status": "loading"})));
+    let r = s.post("/v1/chat/completions", &chat_body("Hi", json!({})));
+    assert_eq!(r.error(503)["code"], "loading");
+    assert!(r.head.contains("retry-after: 1"), "{}", r.head);
+    s.wait_ready();
+    assert!(s.log().contains("ready: model loaded and warm"), "{}", s.log());
+    assert_eq!(s.request("GET", "/health", &[], b"").json(), json!({"status": "ok"}));
+    assert_eq!(s.post("/v1/chat/completions", &chat_body("Hi", json!({}))).status, 200);
+    // What an autoscaler reads: the answer's time to first token, and the KV cache it left.
+    let m = s.metrics(&[
+        "tinyllm_time_to_first_token_seconds_count",
+        "tinyllm_kv_cache_tokens",
+        "tinyllm_kv_cache_usage_ratio",
+        "tinyllm_requests_queued",
+    ]);
+    assert_eq!(m[0], 1.0, "{m:?}");
+    assert!(m[1] > 0.0 && m[2] > 0.0 && m[2] < 1.0 && m[3] == 0.0, "{m:?}");
+}
+
+#[test]
+fn sigterm_drains_running_streams_and_refuses_new_ones() {
+    let mut s = fixture(&["--parallel", "4", "--drain-timeout", "60"]);
+    // Four streams of 1500 tokens: seconds of decoding on the fixture, so the signal lands
+    // while they run.
+    let mut streams: Vec<_> = ["one", "two", "three", "four"]
+        .iter()
+        .map(|p| {
+            let body = chat_body(p, json!({"stream": true, "max_tokens": 1500}));
+            let mut sse = s.open_stream("/v1/chat/completions", &body);
+            sse.next_data().expect("the stream starts");
+            sse
+        })
+        .collect();
+    let t0 = Instant::now();
+    s.terminate();
+    // Readiness drops at once; a new request gets 503 with Retry-After.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.request("GET", "/ready", &[], b"").status != 503 {
+        assert!(Instant::now() < deadline, "/ready stayed 200 after SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = s.post("/v1/chat/completions", &chat_body("late", json!({})));
+    let e = r.error(503);
+    assert_eq!(e["code"], "draining", "{e}");
+    assert!(r.head.contains("retry-after: 1"), "{}", r.head);
+    let running = s.metric("tinyllm_slots_busy");
+    // Every running stream ends with [DONE], its length budget spent.
+    let handles: Vec<_> = streams
+        .drain(..)
+        .map(|mut sse| {
+            std::thread::spawn(move || {
+                let mut last = None;
+                let mut finish = None;
+                while let Some(d) = sse.next_data() {
+                    if let Ok(v) = serde_json::from_str::<Value>(&d) {
+                        if let Some(f) = v["choices"][0]["finish_reason"].as_str() {
+                            finish = Some(f.to_string());
+                        }
+                    }
+                    last = Some(d);
+                }
+                (last, finish)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (last, finish) = h.join().unwrap();
+        assert_eq!(last.as_deref(), Some("[DONE]"), "a stream was cut");
+        assert!(finish.is_some(), "no finish_reason");
+    }
+    let st = s
+        .wait_exit(Duration::from_secs(60))
+        .expect("the server did not exit after draining");
+    assert!(st.success(), "exit status {st}\n{}", s.log());
+    eprintln!(
+        "drain: {running} streams still running after the 503; all 4 ended with [DONE]; exit 0 after {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(running >= 1.0, "the streams had ended before the drain was tested");
+    let log = s.wait_log("drained: exiting");
+    assert!(log.contains("drained: exiting"), "{log}");
+}

@@ -208,7 +208,8 @@ pub struct Generation<'t> {
     constraint: Option<Constraint>,
     /// Watching a free answer for the start of a tool call (then `constraint` holds the call).
     lazy_calls: Option<LazyCalls>,
-    /// `constraint` holds a part of the answer (a tagged call): dropped once it accepts.
+    /// `constraint` holds a part of the answer (a call begun under `auto`): dropped once it
+    /// accepts.
     release_constraint: bool,
     logprobs: Option<usize>,
     max_tokens: Option<usize>,
@@ -447,9 +448,9 @@ impl<'t> Generation<'t> {
         match lazy.push(piece) {
             Watch::Pending => {}
             Watch::Free => self.lazy_calls = None,
-            Watch::Call { constraint, release } => {
+            Watch::Call(constraint) => {
                 self.constraint = Some(*constraint);
-                self.release_constraint = release;
+                self.release_constraint = true;
                 self.lazy_calls = None;
             }
         }

@@ -10,12 +10,13 @@
 //! [```json | ``` | <tool_call>]  {  "name"  :  "NAME"
 //! ```
 //!
-//! (at the start of the answer, whitespace allowed between the parts), the rest is held to a
-//! grammar: `"arguments"` (or `"parameters"`) valid under that tool's schema, the object's
-//! `}`, then the fence's closing or `</tool_call>`. A fenced or bare call is the whole answer,
-//! so its grammar then ends it; a tagged call lets the answer go on freely after
-//! `</tool_call>`. An answer that starts any other way (text, JSON of another shape, a name
-//! that is not declared) is never constrained, so it stays what the model wrote.
+//! (at the start of the answer, whitespace allowed between the parts), the rest of the call is
+//! held to a grammar: `"arguments"` (or `"parameters"`) valid under that tool's schema, the
+//! object's `}`, then the fence's closing or `</tool_call>`. After that the answer is free
+//! again: a model that goes on in prose after a bare or fenced object (showing a call, then
+//! answering) still gets its answer as content, as the router decides for whole answers only.
+//! An answer that starts any other way (text, JSON of another shape, a name that is not
+//! declared) is never constrained, so it stays what the model wrote.
 //!
 //! The trigger text is matched on the decoded answer, not on tokens: the token that completes
 //! the name may carry text past its quote (Qwen writes `",` as one token), and that text is
@@ -32,11 +33,11 @@ use crate::tokenizer::Tokenizer;
 /// What opened the call, which decides how it must close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Opener {
-    /// `{` at the start of the answer: the object is the whole answer.
+    /// `{` at the start of the answer: the object.
     Bare,
     /// A code fence (```` ```json ```` or ```` ``` ````): the object, then the closing fence.
     Fence,
-    /// Hermes' `<tool_call>`: the object, then `</tool_call>`, then free text again.
+    /// Hermes' `<tool_call>`: the object, then `</tool_call>`.
     Tag,
 }
 
@@ -63,9 +64,9 @@ pub enum Watch {
     Pending,
     /// It cannot begin one any more: stop watching, the answer stays free.
     Free,
-    /// It began a call: the rest is held to this grammar. `release`: the grammar ends a part
-    /// of the answer, not the answer (drop it once it accepts).
-    Call { constraint: Box<Constraint>, release: bool },
+    /// It began a call: the rest of the call is held to this grammar, to be dropped once it
+    /// accepts (the call is complete).
+    Call(Box<Constraint>),
 }
 
 impl LazyCalls {
@@ -97,10 +98,7 @@ impl LazyCalls {
             Match::Call { tool, opener, rest } => {
                 let rest = self.text[rest..].to_string();
                 match self.compile(tool, opener, &rest) {
-                    Some(constraint) => Watch::Call {
-                        constraint: Box::new(constraint),
-                        release: opener == Opener::Tag,
-                    },
+                    Some(constraint) => Watch::Call(Box::new(constraint)),
                     // A schema llguidance cannot take, or text past the name that already
                     // breaks the grammar: the answer stays free.
                     None => Watch::Free,
@@ -156,7 +154,10 @@ impl LazyCalls {
     }
 
     /// The grammar of what follows tool `tool`'s name, advanced over `rest` (text the model
-    /// already wrote past the name).
+    /// already wrote past the name). Anything may follow the call's closing (`TAIL`): the
+    /// grammar accepts there and is dropped, and the token that closes the call may carry
+    /// the text after it (Qwen writes `}}\n` as one token; without the tail the mask would
+    /// push the model off its own spelling, and it then ended answers it meant to go on with).
     fn compile(&self, tool: usize, opener: Opener, rest: &str) -> Option<Constraint> {
         let tok: &Tokenizer = self.grammars.tokenizer();
         let close = match opener {
@@ -165,8 +166,9 @@ impl LazyCalls {
             Opener::Tag => format!(" ws {}", literal(tok, TAG_CLOSE)),
         };
         let lark = format!(
-            "start: ws \",\" ws KEY ws \":\" ws args ws \"}}\"{close}\n\
+            "start: ws \",\" ws KEY ws \":\" ws args ws \"}}\"{close} TAIL?\n\
              KEY: /\"(arguments|parameters)\"/\n\
+             TAIL: /(?s:.+)/\n\
              ws: WS?\n\
              WS: /[ \\t\\r\\n]+/\n\
              args: %json {}\n",

@@ -1,6 +1,6 @@
 //! `serve`: the OpenAI-compatible HTTP server (see `crate::server`).
 
-use super::load::{load, ModelArgs};
+use super::load::{load_opened, open, ModelArgs, Opened};
 use super::InputError;
 use crate::server;
 use tinyllm::backend::Backend;
@@ -45,6 +45,10 @@ pub struct Args {
     /// Model name reported by the API (default: the model's file name).
     #[arg(long)]
     alias: Option<String>,
+    /// On SIGTERM/SIGINT: seconds to let running requests finish (new ones get 503) before
+    /// the process exits 0.
+    #[arg(long, default_value_t = 30.0)]
+    drain_timeout: f64,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -59,7 +63,56 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     });
     let cache_type = a.model.cache_type()?;
-    let loaded = load(&a.model)?;
+    if !(a.drain_timeout.is_finite() && a.drain_timeout >= 0.0) {
+        return Err(InputError(format!("--drain-timeout {}: give seconds, 0 or more", a.drain_timeout)).into());
+    }
+    let drain_timeout = std::time::Duration::from_secs_f64(a.drain_timeout);
+    // Resolve (fetching on first use) and read the header now: a wrong model is an error
+    // before anything listens.
+    let opened = open(&a.model)?;
+    // The model runs on the engine thread; HTTP needs little.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        // Listen before the weights are placed: the probes answer meanwhile (server::lifecycle).
+        let listener = server::bind(&a.host, a.port).await?;
+        let life = server::lifecycle::Lifecycle::new();
+        let mut serving = tokio::spawn(server::serve(listener, life.clone(), drain_timeout));
+        // Loading blocks for seconds: a thread of its own, so a drain need not wait for it.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_and_warm(a, opened, model_name, cache_type));
+        });
+        tokio::select! {
+            served = &mut serving => return served?,
+            loaded = rx => {
+                let (app, state) = loaded.map_err(|_| anyhow::anyhow!("the loading thread stopped"))??;
+                life.set_ready(app, state);
+                eprintln!("ready: model loaded and warm");
+            }
+        }
+        serving.await?
+    })
+}
+
+/// Place the weights, run one short forward pass (page faults, thread start-up: the first
+/// request should not pay them), and start the engine.
+fn load_and_warm(
+    a: Args,
+    opened: Opened,
+    model_name: String,
+    cache_type: tinyllm::backend::KvType,
+) -> anyhow::Result<(axum::Router, server::Shared)> {
+    // A test hook: readiness is tested against a load that takes this long.
+    if let Some(ms) = std::env::var("TINYLLM_TEST_LOAD_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    let loaded = load_opened(&a.model, opened)?;
     let backend = loaded.engine.model.backend();
     eprintln!(
         "model {model_name}: backend {} ({}), {} threads, {cache_type} KV cache",
@@ -67,7 +120,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         backend.detail(),
         loaded.threads
     );
-    let app = server::app(
+    let engine = &loaded.engine;
+    let ids = engine.tokenizer.encode("Hello", true, false);
+    if !ids.is_empty() {
+        let mut session = engine.session(ids.len() + 2)?;
+        let next = session.forward_argmax(&ids)?;
+        session.forward_argmax(&[next])?;
+    }
+    server::app(
         loaded.engine,
         server::Options {
             model_name,
@@ -81,11 +141,5 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             cors_origins: a.cors_origin,
             max_body_bytes: a.max_body_bytes,
         },
-    )?;
-    // The model runs on the engine thread; HTTP needs little.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(server::serve(app, &a.host, a.port))
+    )
 }

@@ -104,6 +104,14 @@ impl ApiError {
         }
     }
 
+    /// 503 while the model loads or the server drains: try again (elsewhere) in a second.
+    pub fn unavailable(message: impl Into<String>, code: &'static str) -> Self {
+        ApiError {
+            retry_after: Some(1),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message).with_code(code)
+        }
+    }
+
     /// 500: our fault, not the client's.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)

@@ -27,6 +27,45 @@ pub struct Metrics {
     /// Recurrent-state checkpoints held by all slots (hybrid models), and their bytes.
     pub checkpoints: AtomicU64,
     pub checkpoint_bytes: AtomicU64,
+    /// Tokens held in the slots' KV caches (kept for prefix reuse after a request ends).
+    pub kv_tokens: AtomicU64,
+    /// From a request taking a slot to its first token (queue wait excluded).
+    pub time_to_first_token: Histogram,
+}
+
+/// Upper bounds (seconds) of the time-to-first-token histogram's buckets.
+const TTFT_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// A Prometheus histogram of seconds: cumulative counts per bucket, the sum and the count.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; TTFT_BUCKETS.len()],
+    sum_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, seconds: f64) {
+        for (b, &le) in self.buckets.iter().zip(&TTFT_BUCKETS) {
+            if seconds <= le {
+                b.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sum_us
+            .fetch_add((seconds.max(0.0) * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (b, le) in self.buckets.iter().zip(TTFT_BUCKETS) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {}", get(b));
+        }
+        let count = get(&self.count);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {}", get(&self.sum_us) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {count}");
+    }
 }
 
 fn get(a: &AtomicU64) -> u64 {
@@ -54,8 +93,9 @@ impl Metrics {
         a.fetch_max(n, Ordering::Relaxed);
     }
 
-    /// The exposition text; `queued` and the slot count come from the scheduler.
-    pub fn render(&self, queued: usize, slots: usize) -> String {
+    /// The exposition text; `queued`, the slot count and each slot's context come from the
+    /// scheduler.
+    pub fn render(&self, queued: usize, slots: usize, n_ctx: usize) -> String {
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
         let rows: [(&str, &str, &str, f64); 18] = [
             (
@@ -172,6 +212,21 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
         let _ = writeln!(out, "# HELP tinyllm_slots_total Slots (parallel sequences)\n# TYPE tinyllm_slots_total gauge\ntinyllm_slots_total {slots}");
+        let kv = get(&self.kv_tokens);
+        let capacity = (slots * n_ctx).max(1);
+        let _ = writeln!(
+            out,
+            "# HELP tinyllm_kv_cache_tokens Tokens held in the slots' KV caches\n# TYPE tinyllm_kv_cache_tokens gauge\n\
+             tinyllm_kv_cache_tokens {kv}\n\
+             # HELP tinyllm_kv_cache_usage_ratio KV cache tokens held over the slots' capacity\n\
+             # TYPE tinyllm_kv_cache_usage_ratio gauge\ntinyllm_kv_cache_usage_ratio {}",
+            kv as f64 / capacity as f64
+        );
+        self.time_to_first_token.render(
+            &mut out,
+            "tinyllm_time_to_first_token_seconds",
+            "From a request taking a slot to its first token (queue wait excluded: see tinyllm_requests_queued)",
+        );
         out
     }
 }

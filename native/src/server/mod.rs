@@ -9,6 +9,7 @@
 
 mod errors;
 mod handlers;
+pub mod lifecycle;
 mod metrics;
 mod origins;
 mod page;
@@ -62,8 +63,8 @@ pub struct AppState {
 
 pub type Shared = Arc<AppState>;
 
-/// Start the engine and build the application (routes, auth, CORS).
-pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<Router> {
+/// Start the engine and build the application (routes, auth, CORS), with its state.
+pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<(Router, Shared)> {
     let metrics = Arc::new(Metrics::default());
     let n_vocab = engine.model.info().n_vocab;
     let n_ctx = engine.n_ctx(opts.n_ctx);
@@ -87,7 +88,8 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<Router> 
         max_body_bytes: opts.max_body_bytes,
         metrics,
     });
-    Ok(routes(state, Arc::new(origins::Origins::parse(&opts.cors_origins)?)))
+    let router = routes(state.clone(), Arc::new(origins::Origins::parse(&opts.cors_origins)?));
+    Ok((router, state))
 }
 
 fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
@@ -97,7 +99,6 @@ fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
         .route("/chat.js", get(page::asset))
         .route("/chat.css", get(page::asset))
         .route("/vendor/{file}", get(page::asset))
-        .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
         .route("/v1/models", get(info::models))
         .route("/models", get(info::models))
@@ -139,21 +140,58 @@ async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// Bind, print the address (tests start us on port 0 and read it), and serve until Ctrl-C.
-pub async fn serve(app: Router, host: &str, port: u16) -> anyhow::Result<()> {
+/// Bind and print the address (tests start us on port 0 and read it). The model may still be
+/// loading: see [`lifecycle`].
+pub async fn bind(host: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
     let listener = tokio::net::TcpListener::bind((host, port))
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{port}: {e}"))?;
     let addr = listener.local_addr()?;
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "tinyllm-native serve: listening on http://{addr}")?;
-        out.flush()?;
-    }
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "tinyllm-native serve: listening on http://{addr}")?;
+    out.flush()?;
+    Ok(listener)
+}
+
+/// Serve until SIGTERM or SIGINT, then drain: new generation requests get 503, running ones
+/// finish, for at most `drain_timeout`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    life: Arc<lifecycle::Lifecycle>,
+    drain_timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let drainer = Arc::clone(&life);
+    let deadline = tokio::spawn(async move {
+        lifecycle::termination().await;
+        let started = std::time::Instant::now();
+        drainer.drain();
+        eprintln!("draining: no new requests, waiting up to {drain_timeout:?} for running ones");
+        let idle = drainer.wait_idle(drain_timeout).await;
+        let _ = stop_tx.send(());
+        if !idle {
+            eprintln!("drain timeout: stopping with requests still running");
+        }
+        // Responses still being written get what is left of the timeout (at least a moment).
+        drain_timeout
+            .saturating_sub(started.elapsed())
+            .max(std::time::Duration::from_millis(500))
+    });
+    let app = life.router();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
+    });
+    let server = tokio::spawn(async move { server.await });
+    tokio::pin!(server);
+    let grace = tokio::select! {
+        r = &mut server => return Ok(r??),
+        g = deadline => g?,
     };
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    match tokio::time::timeout(grace, &mut server).await {
+        Ok(r) => r??,
+        Err(_) => eprintln!("drain timeout: closing the connections still open"),
+    }
+    eprintln!("drained: exiting");
     Ok(())
 }

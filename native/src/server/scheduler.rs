@@ -397,6 +397,8 @@ impl<'t> Loop<'t> {
         });
         m.checkpoints.store(held as u64, Ordering::Relaxed);
         m.checkpoint_bytes.store(bytes as u64, Ordering::Relaxed);
+        let kv: usize = self.slots.iter().map(|s| s.session.pos()).sum();
+        m.kv_tokens.store(kv as u64, Ordering::Relaxed);
         let results = match result {
             Ok(r) => r,
             Err(e) => {
@@ -449,6 +451,9 @@ impl<'t> Loop<'t> {
         Metrics::add(&m.prefill_us, (u.prefill_s * 1e6) as u64);
         Metrics::add(&m.decode_steps, u.completion_tokens.saturating_sub(1) as u64);
         Metrics::add(&m.decode_us, (u.decode_s * 1e6) as u64);
+        if u.completion_tokens > 0 {
+            m.time_to_first_token.observe(u.prefill_s);
+        }
         let how = match finish {
             Finish::EndOfGeneration | Finish::StopString => "stop",
             Finish::Length | Finish::ContextFull => "length",

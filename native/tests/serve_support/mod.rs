@@ -22,12 +22,21 @@ pub struct Server {
 }
 
 impl Server {
+    /// Start the server and wait until it is ready (model loaded and warm).
     pub fn start(model: &Path, extra: &[&str]) -> Server {
+        let mut server = Self::spawn(model, extra, &[]);
+        server.wait_ready();
+        server
+    }
+
+    /// Start the server with `env` set; return once it listens (it may still be loading).
+    pub fn spawn(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tinyllm-native"))
             .args(["serve", "-m"])
             .arg(model)
             .args(["--host", "127.0.0.1", "--port", "0"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -55,6 +64,46 @@ impl Server {
             addr: addr.to_string(),
             child,
             log,
+        }
+    }
+
+    /// Send SIGTERM (a drain).
+    pub fn terminate(&self) {
+        let st = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        assert!(st.is_ok_and(|s| s.success()), "kill -TERM failed");
+    }
+
+    /// The exit status once the process ends, or `None` after `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The server listens before its model is loaded: wait for `GET /ready` to answer 200.
+    pub fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(200));
+                panic!("server exited ({st}) before it was ready\n{}", self.log());
+            }
+            if self.request("GET", "/ready", &[], b"").status == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server not ready after 300 s\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -390,7 +390,9 @@ impl TaggedRouter {
                 }
             }
             // Bare JSON, or what followed Llama 3's `<|python_tag|>` (then in `opened`).
-            Mode::BareJson => match parse_calls(&rest, Some(self.cfg.tools.as_slice())) {
+            // A closing fence the model never opened (Qwen2.5 0.5B ends bare calls with
+            // "\n```" now and then) does not make a call text.
+            Mode::BareJson => match parse_calls(strip_stray_fence(&rest), Some(self.cfg.tools.as_slice())) {
                 Some(calls) => out.extend(calls.into_iter().map(Routed::ToolCall)),
                 None => emit(&mut out, Routed::Content(format!("{}{rest}", self.opened))),
             },
@@ -411,6 +413,12 @@ impl TaggedRouter {
         self.opened = "";
         out
     }
+}
+
+/// `text` without one closing code fence at its end.
+fn strip_stray_fence(text: &str) -> &str {
+    let t = text.trim_end();
+    t.strip_suffix(FENCE).unwrap_or(t)
 }
 
 #[cfg(test)]
@@ -537,6 +545,19 @@ mod tests {
                 &[call("get_weather", r#"{"city":"Tokyo"}"#)],
             );
         }
+    }
+
+    #[test]
+    fn a_bare_call_with_a_stray_closing_fence_is_a_call() {
+        let c = cfg(ToolFormat::Hermes, &["read"], false);
+        check(
+            &c,
+            "{\"name\": \"read\", \"arguments\": {\"filePath\": \"a.txt\"}}\n```",
+            &[call("read", r#"{"filePath":"a.txt"}"#)],
+        );
+        // Only a fence: other trailing text still makes it content.
+        let text = "{\"name\": \"read\", \"arguments\": {}}\n```\nDone";
+        check(&c, text, &[content(text)]);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `GET /health`, `GET /v1/models`, `GET /metrics`.
+//! `GET /v1/models`, `GET /metrics` (`/health` and `/ready` are the lifecycle's).
 
 use crate::server::Shared;
 use axum::extract::State;
@@ -6,10 +6,6 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::json;
 use tinyllm::openai::unix_now;
-
-pub async fn health() -> impl IntoResponse {
-    axum::Json(json!({"status": "ok"}))
-}
 
 pub async fn models(State(st): State<Shared>) -> impl IntoResponse {
     axum::Json(json!({
@@ -27,6 +23,6 @@ pub async fn models(State(st): State<Shared>) -> impl IntoResponse {
 pub async fn metrics(State(st): State<Shared>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.metrics.render(st.scheduler.queued(), st.scheduler.slots()),
+        st.metrics.render(st.scheduler.queued(), st.scheduler.slots(), st.n_ctx),
     )
 }
