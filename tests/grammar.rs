@@ -287,14 +287,6 @@ fn forced_text_allows_the_models_own_spelling() {
     }
 }
 
-/// A tiny xorshift generator: the "model" below picks uniformly among the tokens a mask allows.
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 #[test]
 fn a_call_begun_under_auto_is_held_to_its_tools_schema() {
     use tinyllm::grammar::{Grammars, LazyCalls, Watch};
@@ -338,12 +330,11 @@ fn a_call_begun_under_auto_is_held_to_its_tools_schema() {
             };
             let mut c = constraint.unwrap_or_else(|| panic!("{opening:?}: never triggered"));
             // The rest, picked at random among what the grammar allows.
-            let mut rng = seed * 0x9E37_79B9_7F4A_7C15;
+            // The "model": uniform random logits, so it picks at random among what the mask allows.
+            let mut rng = common::rng::Rng(seed * 0x9E37_79B9_7F4A_7C15);
             let mut ids = Vec::new();
             for _ in 0..2000 {
-                let mut logits: Vec<f32> = (0..tok.vocab_size())
-                    .map(|_| (xorshift(&mut rng) % 1000) as f32)
-                    .collect();
+                let mut logits = rng.vec(tok.vocab_size(), 1.0);
                 c.mask(&mut logits).expect("mask");
                 let t = (0..logits.len())
                     .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))

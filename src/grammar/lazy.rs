@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::tools::{literal, parameters};
+use super::tools::{json_string_body, literal, parameters};
 use super::{Constraint, Grammars};
 use crate::tokenizer::Tokenizer;
 
@@ -77,8 +77,7 @@ impl LazyCalls {
             .iter()
             .filter_map(|t| {
                 let name = t.pointer("/function/name")?.as_str()?;
-                let quoted = Value::String(name.to_string()).to_string();
-                Some((quoted[1..quoted.len() - 1].to_string(), parameters(t)))
+                Some((json_string_body(name), parameters(t)))
             })
             .collect();
         (!tools.is_empty()).then(|| LazyCalls {

@@ -59,6 +59,12 @@ pub(super) fn literal(tok: &Tokenizer, text: &str) -> String {
     }
 }
 
+/// `text` as it is written inside a JSON string (escaped, without the quotes).
+pub(super) fn json_string_body(text: &str) -> String {
+    let quoted = Value::String(text.to_string()).to_string();
+    quoted[1..quoted.len() - 1].to_string()
+}
+
 /// A tool's parameter schema (`{"type": "object"}` when it declares none).
 pub(super) fn parameters(tool: &Value) -> Value {
     tool.pointer("/function/parameters")
@@ -93,9 +99,7 @@ pub fn tool_call_grammar(tok: &Tokenizer, format: ToolFormat, choice: &ToolChoic
                     format,
                     ToolFormat::Hermes | ToolFormat::Llama3Json | ToolFormat::Mistral
                 ) {
-                    // Inside a JSON string: written escaped.
-                    let quoted = Value::String(name).to_string();
-                    name = quoted[1..quoted.len() - 1].to_string();
+                    name = json_string_body(&name);
                 }
                 alts.push(format!("call_{i}"));
                 g.push_str(&format!(

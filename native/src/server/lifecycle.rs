@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
 use super::errors::ApiError;
-use super::Shared;
+use super::{Shared, CHAT_PATHS, COMPLETION_PATHS};
 
 /// The header a proxy hashes on for session affinity (docs/deploy.md).
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -136,11 +136,8 @@ impl Lifecycle {
 
 /// A request that would start an answer.
 fn is_generation(req: &Request) -> bool {
-    req.method() == Method::POST
-        && matches!(
-            req.uri().path(),
-            "/v1/chat/completions" | "/chat/completions" | "/v1/completions" | "/completions"
-        )
+    let path = req.uri().path();
+    req.method() == Method::POST && (CHAT_PATHS.contains(&path) || COMPLETION_PATHS.contains(&path))
 }
 
 /// SIGTERM or SIGINT (Ctrl-C).

@@ -25,6 +25,7 @@ use axum::Router;
 use errors::ApiError;
 use metrics::Metrics;
 use scheduler::{Scheduler, SlotConfig};
+use std::future::IntoFuture;
 use std::sync::Arc;
 use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::Engine;
@@ -92,6 +93,11 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<(Router,
     Ok((router, state))
 }
 
+/// The routes that start an answer (POST), with and without the `/v1` prefix; a drain refuses
+/// new requests on these ([`lifecycle`]).
+pub const CHAT_PATHS: [&str; 2] = ["/v1/chat/completions", "/chat/completions"];
+pub const COMPLETION_PATHS: [&str; 2] = ["/v1/completions", "/completions"];
+
 fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
     use handlers::{generate, info, tokens};
     Router::new()
@@ -102,10 +108,10 @@ fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/v1/models", get(info::models))
         .route("/models", get(info::models))
-        .route("/v1/chat/completions", post(generate::chat))
-        .route("/chat/completions", post(generate::chat))
-        .route("/v1/completions", post(generate::completions))
-        .route("/completions", post(generate::completions))
+        .route(CHAT_PATHS[0], post(generate::chat))
+        .route(CHAT_PATHS[1], post(generate::chat))
+        .route(COMPLETION_PATHS[0], post(generate::completions))
+        .route(COMPLETION_PATHS[1], post(generate::completions))
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route("/apply-template", post(tokens::apply_template))
@@ -179,17 +185,18 @@ pub async fn serve(
             .max(std::time::Duration::from_millis(500))
     });
     let app = life.router();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = stop_rx.await;
-    });
-    let server = tokio::spawn(async move { server.await });
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop_rx.await;
+        })
+        .into_future();
     tokio::pin!(server);
     let grace = tokio::select! {
-        r = &mut server => return Ok(r??),
+        r = &mut server => return Ok(r?),
         g = deadline => g?,
     };
     match tokio::time::timeout(grace, &mut server).await {
-        Ok(r) => r??,
+        Ok(r) => r?,
         Err(_) => eprintln!("drain timeout: closing the connections still open"),
     }
     eprintln!("drained: exiting");

@@ -38,8 +38,7 @@ impl Origins {
         let mut list = Vec::new();
         for v in values {
             let o = v.trim_end_matches('/');
-            let rest = o.strip_prefix("http://").or_else(|| o.strip_prefix("https://"));
-            match rest {
+            match authority(o) {
                 Some(authority) if !authority.is_empty() && !authority.contains(['/', '?', '#', ' ']) => {
                     list.push(o.to_ascii_lowercase())
                 }
@@ -53,10 +52,7 @@ impl Origins {
     /// (its `Host` header) may go ahead.
     pub fn allows(&self, origin: &str, host: Option<&str>) -> bool {
         let origin = origin.to_ascii_lowercase();
-        let Some(authority) = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-        else {
+        let Some(authority) = authority(&origin) else {
             // `null` (sandboxed frames, file:// pages) and other schemes: only with `*`.
             return *self == Origins::Any;
         };
@@ -84,6 +80,13 @@ impl Origins {
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
             .allow_headers(Any)
     }
+}
+
+/// The `host[:port]` of an `http://` or `https://` origin.
+fn authority(origin: &str) -> Option<&str> {
+    origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
 }
 
 /// `localhost`, `127.0.0.1` or `[::1]`, with or without a port.
