@@ -56,9 +56,10 @@ fn two_replicas_behind_nginx_keep_sessions_and_drain_without_losing_requests() {
         .find(|p| Path::new(p).exists())
         .expect("nginx is missing: run scripts/setup-test-deps.sh (apt-get install nginx-light)");
     let args = ["--threads", "1", "--parallel", "2", "--drain-timeout", "60"];
+    // Slowed passes: the drain's streams are certainly running when the signal lands.
     let mut replicas = [
-        Server::start(&golden(FIXTURE), &args),
-        Server::start(&golden(FIXTURE), &args),
+        Server::start_with_env(&golden(FIXTURE), &args, &Server::SLOW_STEPS),
+        Server::start_with_env(&golden(FIXTURE), &args, &Server::SLOW_STEPS),
     ];
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -133,6 +134,8 @@ fn two_replicas_behind_nginx_keep_sessions_and_drain_without_losing_requests() {
     // Drain: the streams all finished; every late request completed.
     let drain = &report["drain"];
     let victim = drain["victim"].as_u64().unwrap() as usize;
+    let busy = drain["busy_at_sigterm"][victim].as_f64().unwrap();
+    assert!(busy >= 1.0, "the streams had ended before the signal: {drain}");
     let streams = drain["streams"].as_array().unwrap();
     for s in streams {
         assert!(
@@ -153,7 +156,7 @@ fn two_replicas_behind_nginx_keep_sessions_and_drain_without_losing_requests() {
     assert!(drained_log.contains("draining:"), "{drained_log}");
     eprintln!(
         "nginx: {} conversations (replicas {used:?}), second-turn cached tokens {cached:?}; \
-         drain: SIGTERM to replica {victim} with slots busy {}, {} streams finished ({:?} chunks), \
+         drain: SIGTERM to replica {victim} with requests in flight {}, {} streams finished ({:?} chunks), \
          {completed}/{} requests sent during/after the drain completed, replica exited 0",
         turns.len(),
         drain["busy_at_sigterm"],

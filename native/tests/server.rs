@@ -1469,13 +1469,17 @@ fn readiness_turns_true_only_after_load_and_warmup() {
 
 #[test]
 fn sigterm_drains_running_streams_and_refuses_new_ones() {
-    let mut s = fixture(&["--parallel", "4", "--drain-timeout", "60"]);
-    // Four streams of 1500 tokens: seconds of decoding on the fixture, so the signal lands
-    // while they run.
+    let mut s = Server::start_with_env(
+        &golden(FIXTURE),
+        &["--threads", "1", "--parallel", "4", "--drain-timeout", "60"],
+        &Server::SLOW_STEPS,
+    );
+    // Four streams of 600 tokens at 5 ms or more a pass: at least 3 s of decoding, so the
+    // signal lands while they run.
     let mut streams: Vec<_> = ["one", "two", "three", "four"]
         .iter()
         .map(|p| {
-            let body = chat_body(p, json!({"stream": true, "max_tokens": 1500}));
+            let body = chat_body(p, json!({"stream": true, "max_tokens": 600}));
             let mut sse = s.open_stream("/v1/chat/completions", &body);
             sse.next_data().expect("the stream starts");
             sse
@@ -1493,7 +1497,11 @@ fn sigterm_drains_running_streams_and_refuses_new_ones() {
     let e = r.error(503);
     assert_eq!(e["code"], "draining", "{e}");
     assert!(r.head.contains("retry-after: 1"), "{}", r.head);
-    let running = s.metric("tinyllm_slots_busy");
+    // In flight: generating in a slot, or handed to the engine and waiting for its next pass.
+    let running: f64 = s
+        .metrics(&["tinyllm_slots_busy", "tinyllm_requests_queued"])
+        .iter()
+        .sum();
     // Every running stream ends with [DONE], its length budget spent.
     let handles: Vec<_> = streams
         .drain(..)
@@ -1523,7 +1531,7 @@ fn sigterm_drains_running_streams_and_refuses_new_ones() {
         .expect("the server did not exit after draining");
     assert!(st.success(), "exit status {st}\n{}", s.log());
     eprintln!(
-        "drain: {running} streams still running after the 503; all 4 ended with [DONE]; exit 0 after {:.2} s",
+        "drain: {running} streams in flight after the 503; all 4 ended with [DONE]; exit 0 after {:.2} s",
         t0.elapsed().as_secs_f64()
     );
     assert!(running >= 1.0, "the streams had ended before the drain was tested");

@@ -17,7 +17,7 @@ use super::errors::ApiError;
 use super::metrics::Metrics;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::{
     forward_batch, head_of, BatchItem, Engine, Finish, Generation, Head, Prepared, Session, SessionConfig, Settings,
@@ -121,6 +121,7 @@ impl Scheduler {
                 clock: 0,
                 scratch,
                 prefill_chunk,
+                step_delay: test_step_delay(),
             };
             run.run(rx);
         })?;
@@ -218,6 +219,18 @@ struct Loop<'t> {
     scratch: tinyllm::model::Scratch<AnyBackend>,
     /// Most prompt tokens evaluated per pass.
     prefill_chunk: usize,
+    /// A pause after every pass; zero unless a test asks for it.
+    step_delay: Duration,
+}
+
+/// A test hook: `TINYLLM_TEST_STEP_DELAY_MS` slows every engine pass, so the drain tests can
+/// signal the server while streams are certainly still running (the fixture model decodes
+/// thousands of tokens a second, faster than a test thread on a busy machine reacts).
+fn test_step_delay() -> Duration {
+    std::env::var("TINYLLM_TEST_STEP_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_millis)
 }
 
 impl<'t> Loop<'t> {
@@ -240,6 +253,9 @@ impl<'t> Loop<'t> {
                 self.admit(job);
             }
             self.step();
+            if !self.step_delay.is_zero() {
+                std::thread::sleep(self.step_delay);
+            }
         }
     }
 

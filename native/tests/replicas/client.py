@@ -78,7 +78,7 @@ def drain(proxy: str, replicas: list) -> dict:
                 model="m",
                 messages=[{"role": "user", "content": f"Stream {i}: keep going"}],
                 temperature=0,
-                max_tokens=1500,
+                max_tokens=600,
                 stream=True,
             )
             for ch in s:
@@ -97,7 +97,8 @@ def drain(proxy: str, replicas: list) -> dict:
     for t in threads:
         t.start()
     started.wait(timeout=60)
-    busy = [metric(u, "tinyllm_slots_busy") for u, _ in replicas]
+    # In flight per replica: generating in a slot, or handed to the engine for its next pass.
+    busy = [metric(u, "tinyllm_slots_busy") + metric(u, "tinyllm_requests_queued") for u, _ in replicas]
     victim = busy.index(max(busy))
     os.kill(replicas[victim][1], signal.SIGTERM)
     # Requests sent while the victim drains, then after it is gone: nginx must route every

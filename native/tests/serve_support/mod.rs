@@ -24,10 +24,19 @@ pub struct Server {
 impl Server {
     /// Start the server and wait until it is ready (model loaded and warm).
     pub fn start(model: &Path, extra: &[&str]) -> Server {
-        let mut server = Self::spawn(model, extra, &[]);
+        Self::start_with_env(model, extra, &[])
+    }
+
+    /// [`Server::start`] with `env` set.
+    pub fn start_with_env(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut server = Self::spawn(model, extra, env);
         server.wait_ready();
         server
     }
+
+    /// The environment that slows every engine pass by 5 ms (a test hook of the server), so
+    /// a stream of a few hundred tokens is certainly still running when a test signals.
+    pub const SLOW_STEPS: [(&'static str, &'static str); 1] = [("TINYLLM_TEST_STEP_DELAY_MS", "5")];
 
     /// Start the server with `env` set; return once it listens (it may still be loading).
     pub fn spawn(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
