@@ -302,17 +302,14 @@ fn a_call_begun_under_auto_is_held_to_its_tools_schema() {
         jsonschema::validator_for(&t["function"]["parameters"]).unwrap()
     };
 
-    // (how the answer begins, fed a character at a time; the piece that completes the name,
-    // with text past its quote as one token may carry; what must close the call; Hermes tags)
+    // (how the answer begins, fed a character at a time; the piece that writes the name's
+    // opening quote, with text past it as one token may carry; what must close the call;
+    // Hermes tags). The name itself is the grammar's to hold to a declared one.
     let openings = [
-        ("{\"name\": \"ad", "d\"", "", false),
-        ("\n```json\n{\n  \"name\": \"get_weather", "\",\n  ", "```", false),
-        (
-            "<tool_call>\n{\"name\":\"ad",
-            "d\", \"arguments\"",
-            "</tool_call>",
-            true,
-        ),
+        ("{\"name\": ", "\"ad", "", false),
+        ("\n```json\n{\n  \"name\": ", "\"get_weather\",\n  ", "```", false),
+        ("<tool_call>\n{\"name\":", "\"", "</tool_call>", true),
+        ("{\"name\" :", " \"", "", false),
     ];
     for (prefix, last, close, tagged) in openings {
         let opening = format!("{prefix}{last}");
@@ -371,12 +368,36 @@ fn a_call_begun_under_auto_is_held_to_its_tools_schema() {
         }
     }
 
-    // Answers that do not begin a call of a declared tool are left alone.
+    // Once the quote is written, only declared names may follow: the model's own spelling of
+    // a name that is no tool (`Add`, `other`) is masked out, `add` is not.
+    let mut lazy = LazyCalls::new(Arc::clone(&grammars), &tools(), false).expect("tools");
+    let mut watch = Watch::Pending;
+    for ch in "{\"name\": \"".chars() {
+        watch = lazy.push(&ch.to_string());
+    }
+    let Watch::Call(mut c) = watch else {
+        panic!("the quote did not begin a call")
+    };
+    let mut logits = vec![0.0f32; tok.vocab_size()];
+    c.mask(&mut logits).expect("mask");
+    let allowed = |word: &str| {
+        let ids = tok.encode(word, false, false);
+        logits[ids[0] as usize] == 0.0
+    };
+    assert!(allowed("add") && allowed("get"), "declared names masked out");
+    assert!(!allowed("Add") && !allowed("other"), "undeclared names allowed");
+    // Text past the quote that is no declared name's beginning: the answer stays free.
+    let mut lazy = LazyCalls::new(Arc::clone(&grammars), &tools(), false).expect("tools");
+    for ch in "{\"name\": ".chars() {
+        assert!(matches!(lazy.push(&ch.to_string()), Watch::Pending));
+    }
+    assert!(matches!(lazy.push("\"Add"), Watch::Free), "\"Add past the quote");
+
+    // Answers that do not begin a call are left alone.
     for (text, tagged) in [
         ("Hello", true),
         ("{\"city\": \"Oslo\"}", false),
-        ("{\"name\": \"other\"", false),
-        ("{\"name\": \"Add\"", false),
+        ("{\"arguments\": {}, \"name\": \"add\"", false),
         ("```python\nprint(1)", false),
         ("<tool_call>{\"name\": \"add\"", false),
         ("[{\"name\": \"add\"", true),

@@ -77,11 +77,12 @@ fn opencode_reads_a_file_and_runs_a_shell_command() {
         server.log()
     );
 
-    // The shell scenario: the 0.5B model answers it with a call of a tool it makes up
-    // (`cat`, `{"name": "cat", "arguments": {"filePath": ...}}`), or with a bash call whose
-    // arguments are not JSON, in every run measured (0 of 10), so the server rightly returns
-    // text and the bash tool does not run. What is asserted is what the server owes OpenCode:
-    // the run completes, no timeout, no provider error. Whether bash ran is printed.
+    // The shell scenario: before calls were held to declared names, the 0.5B model answered it
+    // with a tool it made up (`{"name": "cat", ...}`) or a bash call whose arguments were not
+    // JSON in every run measured (0 of 10); with the lazy grammar bash ran in 2 of 3 (the third
+    // read the file with `read` instead). Not reliable enough to assert, so what is asserted is
+    // what the server owes OpenCode: the run completes, no timeout, no provider error. Whether
+    // bash ran is printed.
     let shell = run_scenario(&server, "shell", work.path());
     assert_eq!(shell["timed_out"], false, "{shell:#}");
     assert_eq!(shell["exit_code"], 0, "{shell:#}\n{}", server.log());

@@ -2,25 +2,31 @@
 //!
 //! `auto` leaves the model free to answer in text or to call a tool. Small models that choose
 //! to call often botch the rest: Qwen2.5-Coder 0.5B, given OpenCode's ten tools, stops before
-//! the call's last `}`, or fills arguments its tool does not take. So, as llama.cpp's "lazy"
-//! grammars do, the answer is watched while free; once it has written the start of a call of a
-//! declared tool, up to the name's closing quote,
+//! the call's last `}`, fills arguments its tool does not take, or names the tool by its
+//! description (`"Read file notes.txt"` for `read`). So, as llama.cpp's "lazy" grammars do,
+//! the answer is watched while free; once it has written the start of a call, up to the
+//! name's opening quote,
 //!
 //! ```text
-//! [```json | ``` | <tool_call>]  {  "name"  :  "NAME"
+//! [```json | ``` | <tool_call>]  {  "name"  :  "
 //! ```
 //!
 //! (at the start of the answer, whitespace allowed between the parts), the rest of the call is
-//! held to a grammar: `"arguments"` (or `"parameters"`) valid under that tool's schema, the
-//! object's `}`, then the fence's closing or `</tool_call>`. After that the answer is free
-//! again: a model that goes on in prose after a bare or fenced object (showing a call, then
-//! answering) still gets its answer as content, as the router decides for whole answers only.
-//! An answer that starts any other way (text, JSON of another shape, a name that is not
-//! declared) is never constrained, so it stays what the model wrote.
+//! held to a grammar: the name of a declared tool, `"arguments"` (or `"parameters"`) valid
+//! under that tool's schema, the object's `}`, then the fence's closing or `</tool_call>`.
+//! After that the answer is free again: a model that goes on in prose after a bare or fenced
+//! object (showing a call, then answering) still gets its answer as content, as the router
+//! decides for whole answers only. An answer that starts any other way (text, JSON of another
+//! shape) is never constrained, so it stays what the model wrote.
 //!
-//! The trigger text is matched on the decoded answer, not on tokens: the token that completes
-//! the name may carry text past its quote (Qwen writes `",` as one token), and that text is
-//! fed to the fresh grammar before the next mask.
+//! The trigger is narrower than llama.cpp's (its Hermes handler fires on any answer opening
+//! with `{"`): only an object whose first key is `"name"` is taken for a call. The price, the
+//! same as llama.cpp's: an answer that opens with `{"name": "` while tools are declared is a
+//! call of one of them, even when the model meant other JSON.
+//!
+//! The trigger text is matched on the decoded answer, not on tokens: the token that writes the
+//! quote may carry text past it, and that text is fed to the fresh grammar before the next
+//! mask (when it is no declared name's beginning, the answer stays free).
 
 use std::sync::Arc;
 
@@ -94,11 +100,11 @@ impl LazyCalls {
         match self.trigger() {
             Match::More => Watch::Pending,
             Match::No => Watch::Free,
-            Match::Call { tool, opener, rest } => {
+            Match::Call { opener, rest } => {
                 let rest = self.text[rest..].to_string();
-                match self.compile(tool, opener, &rest) {
+                match self.compile(opener, &rest) {
                     Some(constraint) => Watch::Call(Box::new(constraint)),
-                    // A schema llguidance cannot take, or text past the name that already
+                    // A schema llguidance cannot take, or text past the quote that already
                     // breaks the grammar: the answer stays free.
                     None => Watch::Free,
                 }
@@ -137,42 +143,43 @@ impl LazyCalls {
                 None => return Match::No,
             }
         }
-        let rest = c.rest();
-        match rest.find('"') {
-            Some(end) => match self.tools.iter().position(|(n, _)| *n == rest[..end]) {
-                Some(tool) => Match::Call {
-                    tool,
-                    opener,
-                    rest: self.text.len() - rest.len() + end + 1,
-                },
-                None => Match::No,
-            },
-            None if self.tools.iter().any(|(n, _)| n.starts_with(rest)) => Match::More,
-            None => Match::No,
+        Match::Call {
+            opener,
+            rest: self.text.len() - c.rest().len(),
         }
     }
 
-    /// The grammar of what follows tool `tool`'s name, advanced over `rest` (text the model
-    /// already wrote past the name). Anything may follow the call's closing (`TAIL`): the
-    /// grammar accepts there and is dropped, and the token that closes the call may carry
-    /// the text after it (Qwen writes `}}\n` as one token; without the tail the mask would
-    /// push the model off its own spelling, and it then ended answers it meant to go on with).
-    fn compile(&self, tool: usize, opener: Opener, rest: &str) -> Option<Constraint> {
+    /// The grammar of what follows the name's opening quote, advanced over `rest` (text the
+    /// model already wrote past it): a declared tool's name, then its arguments. Anything may
+    /// follow the call's closing (`TAIL`): the grammar accepts there and is dropped, and the
+    /// token that closes the call may carry the text after it (Qwen writes `}}\n` as one
+    /// token; without the tail the mask would push the model off its own spelling, and it then
+    /// ended answers it meant to go on with).
+    fn compile(&self, opener: Opener, rest: &str) -> Option<Constraint> {
         let tok: &Tokenizer = self.grammars.tokenizer();
         let close = match opener {
             Opener::Bare => String::new(),
             Opener::Fence => " ws \"```\"".into(),
             Opener::Tag => format!(" ws {}", literal(tok, TAG_CLOSE)),
         };
-        let lark = format!(
-            "start: ws \",\" ws KEY ws \":\" ws args ws \"}}\"{close} TAIL?\n\
+        let mut lark = format!(
+            "start: call{close} TAIL?\n\
              KEY: /\"(arguments|parameters)\"/\n\
              TAIL: /(?s:.+)/\n\
              ws: WS?\n\
-             WS: /[ \\t\\r\\n]+/\n\
-             args: %json {}\n",
-            self.tools[tool].1
+             WS: /[ \\t\\r\\n]+/\n"
         );
+        let mut alts = Vec::new();
+        for (i, (name, schema)) in self.tools.iter().enumerate() {
+            // The name as written in the JSON string, and its closing quote.
+            let quoted = Value::String(format!("{name}\"")).to_string();
+            lark.push_str(&format!(
+                "call_{i}: {quoted} ws \",\" ws KEY ws \":\" ws args_{i} ws \"}}\"\n\
+                 args_{i}: %json {schema}\n"
+            ));
+            alts.push(format!("call_{i}"));
+        }
+        lark.push_str(&format!("call: {}\n", alts.join(" | ")));
         let mut constraint = self.grammars.compile(&lark, "tools").ok()?;
         for t in tok.encode(rest, false, false) {
             constraint.commit(t, false).ok()?;
@@ -198,12 +205,12 @@ impl std::fmt::Debug for LazyCalls {
     }
 }
 
-/// The answer against the openings: needs more text, cannot match, or began a call of tool
-/// `tool` whose name's closing quote ends at byte `rest`.
+/// The answer against the openings: needs more text, cannot match, or began a call whose
+/// name's opening quote ends at byte `rest`.
 enum Match {
     More,
     No,
-    Call { tool: usize, opener: Opener, rest: usize },
+    Call { opener: Opener, rest: usize },
 }
 
 /// A position in the answer's text.
