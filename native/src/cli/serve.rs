@@ -106,12 +106,7 @@ fn load_and_warm(
     cache_type: tinyllm::backend::KvType,
 ) -> anyhow::Result<(axum::Router, server::Shared)> {
     // A test hook: readiness is tested against a load that takes this long.
-    if let Some(ms) = std::env::var("TINYLLM_TEST_LOAD_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
+    std::thread::sleep(server::test_delay("TINYLLM_TEST_LOAD_DELAY_MS"));
     let loaded = load_opened(&a.model, opened)?;
     let backend = loaded.engine.model.backend();
     eprintln!(

@@ -97,7 +97,8 @@ impl Metrics {
     /// scheduler.
     pub fn render(&self, queued: usize, slots: usize, n_ctx: usize) -> String {
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
-        let rows: [(&str, &str, &str, f64); 18] = [
+        let kv = get(&self.kv_tokens);
+        let rows: [(&str, &str, &str, f64); 21] = [
             (
                 "tinyllm_requests_total",
                 "counter",
@@ -206,22 +207,29 @@ impl Metrics {
                 "Memory held by recurrent-state checkpoints, all slots",
                 get(&self.checkpoint_bytes) as f64,
             ),
+            (
+                "tinyllm_slots_total",
+                "gauge",
+                "Slots (parallel sequences)",
+                slots as f64,
+            ),
+            (
+                "tinyllm_kv_cache_tokens",
+                "gauge",
+                "Tokens held in the slots' KV caches",
+                kv as f64,
+            ),
+            (
+                "tinyllm_kv_cache_usage_ratio",
+                "gauge",
+                "KV cache tokens held over the slots' capacity",
+                kv as f64 / (slots * n_ctx).max(1) as f64,
+            ),
         ];
         let mut out = String::new();
         for (name, kind, help, v) in rows {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
-        let _ = writeln!(out, "# HELP tinyllm_slots_total Slots (parallel sequences)\n# TYPE tinyllm_slots_total gauge\ntinyllm_slots_total {slots}");
-        let kv = get(&self.kv_tokens);
-        let capacity = (slots * n_ctx).max(1);
-        let _ = writeln!(
-            out,
-            "# HELP tinyllm_kv_cache_tokens Tokens held in the slots' KV caches\n# TYPE tinyllm_kv_cache_tokens gauge\n\
-             tinyllm_kv_cache_tokens {kv}\n\
-             # HELP tinyllm_kv_cache_usage_ratio KV cache tokens held over the slots' capacity\n\
-             # TYPE tinyllm_kv_cache_usage_ratio gauge\ntinyllm_kv_cache_usage_ratio {}",
-            kv as f64 / capacity as f64
-        );
         self.time_to_first_token.render(
             &mut out,
             "tinyllm_time_to_first_token_seconds",

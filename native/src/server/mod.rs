@@ -146,6 +146,15 @@ async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// A pause a test asks for through the environment variable `var` (milliseconds); zero when
+/// it is unset, as in every real run.
+pub fn test_delay(var: &str) -> std::time::Duration {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis)
+}
+
 /// Bind and print the address (tests start us on port 0 and read it). The model may still be
 /// loading: see [`lifecycle`].
 pub async fn bind(host: &str, port: u16) -> anyhow::Result<tokio::net::TcpListener> {

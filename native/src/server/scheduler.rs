@@ -121,7 +121,10 @@ impl Scheduler {
                 clock: 0,
                 scratch,
                 prefill_chunk,
-                step_delay: test_step_delay(),
+                // A test hook: the drain tests signal the server while streams certainly still
+                // run (the fixture decodes thousands of tokens a second, faster than a test
+                // thread on a busy machine reacts).
+                step_delay: super::test_delay("TINYLLM_TEST_STEP_DELAY_MS"),
             };
             run.run(rx);
         })?;
@@ -221,16 +224,6 @@ struct Loop<'t> {
     prefill_chunk: usize,
     /// A pause after every pass; zero unless a test asks for it.
     step_delay: Duration,
-}
-
-/// A test hook: `TINYLLM_TEST_STEP_DELAY_MS` slows every engine pass, so the drain tests can
-/// signal the server while streams are certainly still running (the fixture model decodes
-/// thousands of tokens a second, faster than a test thread on a busy machine reacts).
-fn test_step_delay() -> Duration {
-    std::env::var("TINYLLM_TEST_STEP_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(Duration::ZERO, Duration::from_millis)
 }
 
 impl<'t> Loop<'t> {
