@@ -200,13 +200,14 @@ pub async fn serve(
         })
         .into_future();
     tokio::pin!(server);
-    let grace = tokio::select! {
-        r = &mut server => return Ok(r?),
-        g = deadline => g?,
-    };
-    match tokio::time::timeout(grace, &mut server).await {
-        Ok(r) => r?,
-        Err(_) => eprintln!("drain timeout: closing the connections still open"),
+    // The server ends only by the drain's stop (or an error): it may close before the drain
+    // task hands back what is left of the timeout, when no connection remains open.
+    tokio::select! {
+        r = &mut server => r?,
+        grace = deadline => match tokio::time::timeout(grace?, &mut server).await {
+            Ok(r) => r?,
+            Err(_) => eprintln!("drain timeout: closing the connections still open"),
+        },
     }
     eprintln!("drained: exiting");
     Ok(())
