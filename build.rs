@@ -49,6 +49,10 @@ fn main() {
         .map(|s| (s.name, s.wgsl_texture))
         .collect();
     let mut variants = compose::variants(&read, &quants);
+    if arch == "wasm32" {
+        // Cooperative matrices are the Vulkan backend's alone (browsers' WebGPU has none).
+        variants.retain(|(name, _)| !name.starts_with("matmul_coop"));
+    }
     variants.sort();
     for (name, src) in &variants {
         let file = dir.join(format!("{name}.wgsl"));

@@ -99,13 +99,15 @@ pub fn generate(out: &Path, variants: &[(String, String)]) {
 /// One variant: WGSL -> naga module -> validated -> SPIR-V words, with its reflection.
 fn compile(name: &str, src: &str) -> Result<Compiled, String> {
     let module = naga::front::wgsl::parse_str(src).map_err(|e| format!("{name}: {}", e.emit_to_string(src)))?;
-    // What the kernels may use: subgroup operations (the `_subgroup` variants) and f16 (the
-    // `_f16` ones); the device layer builds a variant only where the device has them.
+    // What the kernels may use: subgroup operations (the `_subgroup` variants), f16 (the
+    // `_f16` ones) and cooperative matrices (`matmul_coop`, with f16 and subgroup ids); the
+    // device layer builds a variant only where the device has them.
     let mut validator = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
         naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
             | naga::valid::Capabilities::SUBGROUP
-            | naga::valid::Capabilities::SHADER_FLOAT16,
+            | naga::valid::Capabilities::SHADER_FLOAT16
+            | naga::valid::Capabilities::COOPERATIVE_MATRIX,
     );
     validator
         .subgroup_stages(naga::valid::ShaderStages::COMPUTE)

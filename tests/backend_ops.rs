@@ -1633,3 +1633,108 @@ fn vulkan_integer_dot_matmuls_match_the_oracle() {
         assert_eq!(dot_calls > 0, be.integer_dot(), "matmul_dot ran {dot_calls} times");
     }
 }
+
+/// The cooperative-matrix path (matmul_coop.wgsl): where the device has VK_KHR_cooperative_matrix
+/// with a shape the kernels use (Mesa lavapipe 26 emulates 8x8x8; forced on here with
+/// buffer-held weights), batches of more than 8 rows of every format multiply through it,
+/// seen in the timestamp profile, and match the oracle within the f16-operand bound, across
+/// partial tiles of rows (32) and weight rows (64) and weights split over buffers; a single
+/// row still takes the matvec kernel. Where the device lacks it, or it is turned off, the
+/// float kernels run: the clean fallback. A device per format: lavapipe's JIT slows to
+/// minutes per dispatch once one device has compiled many kernel variants.
+#[test]
+fn vulkan_cooperative_matrix_matmuls_match_the_oracle() {
+    let open = |cooperative_matrix, max_binding| {
+        vulkan_with(VulkanOptions {
+            matmul: Some(MatmulVariant::Workgroup),
+            cooperative_matrix,
+            max_binding,
+            ..Default::default()
+        })
+    };
+    let Some(forced) = open(Some(true), None) else { return };
+    let info = forced.device().info();
+    let spec = info.specializations();
+    println!(
+        "[ops] vulkan cooperative matrix on {}: {} (size {:?})",
+        info.name,
+        spec.cooperative_matrix,
+        forced.cooperative_matrix()
+    );
+    assert_eq!(
+        forced.cooperative_matrix().map(u32::from),
+        spec.cooperative_matrix_size,
+        "forced on wherever the device offers a shape the kernels use"
+    );
+    // scripts/test-coop-lavapipe.sh runs this where the device has them: no fallback there.
+    if std::env::var("TINYLLM_REQUIRE_COOP").as_deref() == Ok("1") {
+        assert!(forced.cooperative_matrix().is_some(), "{}", spec.cooperative_matrix);
+    }
+    let default = open(None, None).expect("the device opened once");
+    assert_eq!(
+        default.cooperative_matrix().is_some(),
+        spec.cooperative_matrix.is_used(),
+        "the default follows the device when weights are in buffers"
+    );
+    drop(default);
+    let n_out = 100;
+    let mut rng = Rng(0xc0_0b);
+    let tensors: Vec<_> = kernels::quant_types()
+        .into_iter()
+        .map(|ty| {
+            let k = odd_width(ty);
+            (
+                ty.name().to_string(),
+                vec![k as u64, n_out as u64],
+                ty,
+                random_matrix(&mut rng, ty, k, n_out),
+            )
+        })
+        .collect();
+    let file = gguf(&tensors);
+    let mut failures = Vec::new();
+    let mut check = |be: &VulkanBackend, ty: GgmlType, how: &str| {
+        be.enable_profile().expect("timestamps");
+        let (name, k) = (ty.name(), odd_width(ty));
+        let wd = dequantized(&file, name);
+        let mut line = format!("[ops] vulkan {how} matmul {name:>6} {n_out}x{k}:");
+        for rows in [1usize, 33, 70] {
+            let x = rng.vec(rows * k, 1.0);
+            let want = reference_matmul(ty, &wd, &x, rows, n_out, k);
+            let e = nmse(&run_matmul(be, &file, name, &x, rows, n_out), &want);
+            line += &format!(" rows {rows} {e:.1e}");
+            if e.is_nan() || e > NMSE_F16 {
+                failures.push(format!("{how} {name} rows {rows}: NMSE {e:.2e}"));
+            }
+        }
+        let calls: u64 = be
+            .profile()
+            .iter()
+            .filter(|k| k.label.starts_with("matmul_coop"))
+            .map(|k| k.calls)
+            .sum();
+        println!("{line}; matmul_coop dispatches {calls}");
+        calls
+    };
+    let coop = forced.cooperative_matrix().is_some();
+    drop(forced);
+    for ty in kernels::quant_types() {
+        let be = open(Some(true), None).expect("the device opened once");
+        let calls = check(&be, ty, "coop");
+        assert_eq!(calls, if coop { 2 } else { 0 }, "{ty}: matmul_coop ran {calls} times");
+    }
+    // Weights split over buffers of at most 40 rows: a tile of 64 weight rows spans two parts.
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {
+        let be = open(Some(true), Some(40 * ty.bytes_for(odd_width(ty) as u64).unwrap_or(0))).expect("opened once");
+        let calls = check(&be, ty, "coop split");
+        assert_eq!(
+            calls,
+            if coop { 6 } else { 0 },
+            "{ty} split: matmul_coop ran {calls} times"
+        );
+    }
+    let off = open(Some(false), None).expect("the device opened once");
+    assert_eq!(off.cooperative_matrix(), None);
+    assert_eq!(check(&off, GgmlType::Q4_K, "coop off"), 0);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -27,6 +27,9 @@ fn device_or_skip() -> Option<std::sync::Arc<Device>> {
 /// `OpSDot` (SPV_KHR_integer_dot_product, core in SPIR-V 1.6).
 const OP_SDOT: u32 = 4450;
 
+/// `OpCooperativeMatrixMulAddKHR` (SPV_KHR_cooperative_matrix).
+const OP_COOP_MUL_ADD: u32 = 4459;
+
 /// Whether the module's instruction stream (after the 5-word header) has opcode `op`.
 fn has_op(words: &[u32], op: u32) -> bool {
     let mut i = 5;
@@ -57,6 +60,23 @@ fn every_variant_has_spirv_that_naga_reads_back() {
                 "{}: the extension is not declared",
                 k.name
             );
+            continue;
+        }
+        if k.uses_cooperative_matrix() {
+            // Nor has it cooperative matrices: check the multiply-add is there, with the
+            // extensions it is declared with.
+            assert!(
+                has_op(&words, OP_COOP_MUL_ADD),
+                "{}: no OpCooperativeMatrixMulAddKHR",
+                k.name
+            );
+            for ext in ["SPV_KHR_cooperative_matrix", "SPV_KHR_vulkan_memory_model"] {
+                assert!(
+                    k.spirv.windows(ext.len()).any(|w| w == ext.as_bytes()),
+                    "{}: {ext} is not declared",
+                    k.name
+                );
+            }
             continue;
         }
         let opts = naga::front::spv::Options::default();
@@ -151,7 +171,12 @@ fn devices_are_described_as_the_driver_reports_them() {
         }
     );
     assert_eq!(s.subgroup_operations, Use::Used);
-    assert_eq!(s.cooperative_matrix, Use::NotAvailable);
+    // Mesa 22 has no cooperative matrices; newer lavapipes emulate 8x8x8 ones.
+    if lvp.cooperative_matrix.supported {
+        assert_eq!(lvp.cooperative_matrix.kernel_size(), Some(8));
+    } else {
+        assert_eq!(s.cooperative_matrix, Use::NotAvailable);
+    }
 }
 
 /// Whether the driver test builds `name`: every kernel without a weight format, every
@@ -182,7 +207,10 @@ fn the_driver_builds_the_kernel_pipelines() {
             continue;
         }
         let k = spirv::kernel(&name).unwrap_or_else(|| panic!("{name}: no SPIR-V"));
-        if (k.uses_subgroups() && !s.subgroup_operations.is_used()) || (k.uses_f16() && !dev.enabled().float16) {
+        if (k.uses_subgroups() && !s.subgroup_operations.is_used())
+            || (k.uses_f16() && !dev.enabled().float16)
+            || (k.uses_cooperative_matrix() && !dev.enabled().cooperative_matrix)
+        {
             skipped.push(name);
             continue;
         }

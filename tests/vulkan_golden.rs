@@ -63,6 +63,8 @@ fn fixtures_match_llama_cpp_with_workgroup_matmuls_on_vulkan() {
         vulkan_with(VulkanOptions {
             matmul: Some(MatmulVariant::Workgroup),
             f16_matmul: Some(f16),
+            // These kernels here, not the cooperative matrices (tested below).
+            cooperative_matrix: Some(false),
             ..Default::default()
         })
     };
@@ -119,6 +121,54 @@ fn q8_0_fixtures_match_llama_cpp_with_integer_dot_products_on_vulkan() {
     };
     for arch in ["llama", "qwen2", "qwen3", "gemma3", "qwen35", "gpt-oss"] {
         check_fixtures_with("vulkan", vk.clone(), arch, &["Q8_0"], KvType::F16);
+    }
+}
+
+/// The cooperative-matrix path (prefill matmuls in f16 products summed in f32, as llama.cpp's
+/// Vulkan coopmat path; the prompts are 20 tokens, so every dense matmul of the prompt takes
+/// it) meets the same rules on every fixture architecture, a device per architecture (lavapipe
+/// slows down once a device has compiled many variants). Skipped where the device has no
+/// shape the kernels use (lavapipe before Mesa 24: `scripts/test-coop-lavapipe.sh` runs this
+/// on Mesa 26's).
+#[test]
+fn fixtures_match_llama_cpp_with_cooperative_matrices_on_vulkan() {
+    let open = || {
+        vulkan_with(VulkanOptions {
+            matmul: Some(MatmulVariant::Workgroup),
+            cooperative_matrix: Some(true),
+            ..Default::default()
+        })
+    };
+    let Some(first) = open() else { return };
+    if first.cooperative_matrix().is_none() {
+        let why = format!(
+            "{}: cooperative matrices {}",
+            first.device().info().name,
+            first.device().specializations().cooperative_matrix
+        );
+        // scripts/test-coop-lavapipe.sh runs this where the device has them: no skip there.
+        assert!(std::env::var("TINYLLM_REQUIRE_COOP").as_deref() != Ok("1"), "{why}");
+        common::skip(&why);
+        return;
+    }
+    println!(
+        "[vulkan golden] cooperative matrices of {:?} on {}",
+        first.cooperative_matrix(),
+        first.device().info().name
+    );
+    drop(first);
+    for (arch, quants) in FIXTURES {
+        let vk = open().expect("the device opened once");
+        vk.enable_profile().expect("timestamps");
+        check_fixtures_with("vulkan", vk.clone(), arch, quants, KvType::F16);
+        let calls: u64 = vk
+            .profile()
+            .iter()
+            .filter(|k| k.label.starts_with("matmul_coop"))
+            .map(|k| k.calls)
+            .sum();
+        println!("[vulkan golden] {arch}: {calls} cooperative-matrix dispatches");
+        assert!(calls > 0, "{arch}: no matmul ran on cooperative matrices");
     }
 }
 

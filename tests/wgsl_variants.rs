@@ -35,7 +35,9 @@ fn every_kernel_variant_parses_and_validates() {
             // f16 arithmetic: the `_f16` matmul variants, built where the device has shader-f16.
             naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32
                 | naga::valid::Capabilities::SUBGROUP
-                | naga::valid::Capabilities::SHADER_FLOAT16,
+                | naga::valid::Capabilities::SHADER_FLOAT16
+                // Cooperative matrices: the `matmul_coop` variants (Vulkan only).
+                | naga::valid::Capabilities::COOPERATIVE_MATRIX,
         );
         v.subgroup_stages(naga::valid::ShaderStages::COMPUTE)
             .subgroup_operations(naga::valid::SubgroupOperationSet::all());

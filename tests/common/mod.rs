@@ -41,15 +41,21 @@ pub fn device_or_skip<B, E: std::fmt::Display>(open: impl FnOnce() -> Result<B, 
                 std::env::var("TINYLLM_REQUIRE_GPU").as_deref() != Ok("1"),
                 "TINYLLM_REQUIRE_GPU=1 but the GPU backend cannot start: {e}"
             );
-            let test = std::thread::current().name().unwrap_or("?").to_string();
-            eprintln!("skipping {test}: {e}");
-            if let Some(log) = std::env::var_os("TINYLLM_SKIP_LOG") {
-                use std::io::Write;
-                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
-                    let _ = writeln!(f, "{test}: {e}");
-                }
-            }
+            skip(&e);
             None
+        }
+    }
+}
+
+/// Record that the running test skips for `why` (printed, and counted by scripts/test.sh
+/// through `TINYLLM_SKIP_LOG`).
+pub fn skip(why: &dyn std::fmt::Display) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    eprintln!("skipping {test}: {why}");
+    if let Some(log) = std::env::var_os("TINYLLM_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let _ = writeln!(f, "{test}: {why}");
         }
     }
 }

@@ -171,7 +171,10 @@ fn device_text(o: &mut impl Write, d: &DeviceInfo, picked: bool) -> std::io::Res
     writeln!(o, "    subgroup operations    {}", s.subgroup_operations)?;
     writeln!(o, "    subgroup size control  {}", s.subgroup_size_control)?;
     writeln!(o, "    integer dot product    {}", s.integer_dot_product)?;
-    writeln!(o, "    cooperative matrix     {}", s.cooperative_matrix)?;
+    match s.cooperative_matrix_size {
+        Some(t) => writeln!(o, "    cooperative matrix     used ({t}x{t}x{t} f16, f32 sums)")?,
+        None => writeln!(o, "    cooperative matrix     {}", s.cooperative_matrix)?,
+    }
     for shape in &d.cooperative_matrix.shapes {
         writeln!(o, "      {shape}")?;
     }

@@ -18,6 +18,10 @@ pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
 /// Activation load widths of the workgroup matmul variants (f32 or vec4).
 pub const X_WIDTHS: [u8; 2] = [1, 4];
 
+/// Sizes of the cooperative matrices of the `matmul_coop` variants (T x T x T; Vulkan only):
+/// 16 where GPUs have tensor cores or WMMA, 8 where Mesa lavapipe emulates them.
+pub const COOP_SIZES: [u8; 2] = [8, 16];
+
 /// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
 /// the elementwise ops, the in-place and gated rmsnorms and the expert ops (moe.wgsl), which
 /// share one, and the attention variants: attention.wgsl over an f16 or (`_q8_0`) a q8_0 cache,
@@ -60,6 +64,8 @@ pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
         // `tile`: the activation load width.
         "matmul" => format!("matmul_x{tile}{}_{quant}", if subgroup { "_subgroup" } else { "" }),
         "matmul_f16" => format!("matmul_x{tile}_f16{}_{quant}", if subgroup { "_subgroup" } else { "" }),
+        // `tile`: the cooperative matrices' size.
+        "matmul_coop" => format!("matmul_coop{tile}_{quant}"),
         _ if quant.is_empty() => kind.to_string(),
         _ => format!("{kind}_{quant}"),
     }
@@ -87,6 +93,12 @@ pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String,
                 let src = compose(read, "matmul_tex", q, tile, subgroup, tex);
                 out.push((name("matmul_tex", q, tile, subgroup), src));
             }
+        }
+        for size in COOP_SIZES {
+            out.push((
+                name("matmul_coop", q, size, false),
+                compose(read, "matmul_coop", q, size, false, tex),
+            ));
         }
     }
     for kind in PLAIN {
@@ -145,6 +157,12 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
     }
     if kind == "matmul_dot_q8_0" {
         src = src.replace("//INCLUDE REDUCE", &read("reduce_workgroup.wgsl"));
+    }
+    if kind == "matmul_coop" {
+        let t = format!("coop_mat{tile}x{tile}<");
+        src = src
+            .replace("const T: u32 = 16u;", &format!("const T: u32 = {tile}u;"))
+            .replace("coop_mat16x16<", &t);
     }
     if kind.starts_with("attention") {
         // The cache format's reads.

@@ -91,6 +91,14 @@ pub enum Kernel {
     /// a workgroup per weight row): the Vulkan backend's path where the device has
     /// VK_KHR_shader_integer_dot_product.
     MatmulDot(GgmlType),
+    /// Matmul with cooperative matrices of `size` x `size` f16 values summed in f32
+    /// (matmul_coop.wgsl; a workgroup per 32 activation rows by 64 weight rows): the Vulkan
+    /// backend's prefill path where the device has VK_KHR_cooperative_matrix. Not built for
+    /// the browser.
+    MatmulCoop {
+        ty: GgmlType,
+        size: u8,
+    },
 }
 
 include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
@@ -149,6 +157,7 @@ impl Kernel {
                 | Kernel::MatmulTex { .. }
                 | Kernel::MatmulId(_)
                 | Kernel::MatmulDot(_)
+                | Kernel::MatmulCoop { .. }
                 | Kernel::Embed(_)
                 | Kernel::EmbedTex(_)
         )
@@ -214,6 +223,7 @@ impl Kernel {
             Kernel::QuantizeAct => "quantize_act".into(),
             Kernel::QuantizeQ8Packed => "quantize_q8_packed".into(),
             Kernel::MatmulDot(t) => compose::name("matmul_dot", &q(t), 0, false),
+            Kernel::MatmulCoop { ty, size } => compose::name("matmul_coop", &q(ty), size, false),
         }
     }
 }
@@ -275,6 +285,12 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::QuantizeQ8Packed,
         Kernel::MatmulDot(GgmlType::Q8_0),
     ]);
+    #[cfg(not(target_arch = "wasm32"))]
+    v.extend(
+        quant_types()
+            .into_iter()
+            .flat_map(|ty| compose::COOP_SIZES.map(|size| Kernel::MatmulCoop { ty, size })),
+    );
     for (kv, _) in KvType::ALL {
         for wide in [false, true] {
             for pass in [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge] {

@@ -112,6 +112,32 @@ pub fn matmul_dot(m: MatShape, part: PartRows, rows: usize, row_bytes: usize) ->
     Ok(dispatch(Kernel::MatmulDot(m.ty), params, (gx, gy, tiles as u32)))
 }
 
+/// Activation rows and weight rows of a [`Kernel::MatmulCoop`] workgroup's tile.
+pub const COOP_TILE: (usize, usize) = (32, 64);
+
+/// The cooperative-matrix matmul (matmul_coop.wgsl, matrices of `size`) of `rows` activation
+/// rows with one buffer part of a matrix: a workgroup per tile of [`COOP_TILE`]. Binds the
+/// weights at 1, the activations at 2, the output at 3.
+pub fn matmul_coop(
+    m: MatShape,
+    part: PartRows,
+    rows: usize,
+    row_bytes: usize,
+    size: u8,
+) -> Result<Dispatch, BackendError> {
+    let tiles = rows.div_ceil(COOP_TILE.0);
+    if tiles > MAX_GRID as usize {
+        return Err(shape("matmul", format!("{rows} rows exceed one dispatch")));
+    }
+    let (gx, gy) = grid(part.rows.div_ceil(COOP_TILE.1));
+    let params = matmul_params(m, part, rows, row_bytes, gx, 0)?;
+    Ok(dispatch(
+        Kernel::MatmulCoop { ty: m.ty, size },
+        params,
+        (gx, gy, tiles as u32),
+    ))
+}
+
 /// RMS norm of `groups` groups of `g`. Binds x at 1, the weight at 2, the output at 3 (in
 /// place: at 4).
 pub fn norm(kernel: Kernel, g: usize, groups: usize, eps: f32) -> Result<Option<Dispatch>, BackendError> {

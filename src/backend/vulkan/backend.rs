@@ -25,7 +25,7 @@ use crate::backend::checks::{self, shape, weight_matrix};
 use crate::backend::gpu::ops;
 use crate::backend::gpu::plan::{self, AttnPlan, MatShape, PartRows};
 use crate::backend::gpu::{
-    kernels, texlayout, Dispatch, Kernel, MatmulVariant, Strategy, KV_CHUNK, TEX_ROW_BYTES, X_WINDOW_BYTES,
+    kernels, texlayout, Dispatch, Kernel, MatmulVariant, Strategy, KV_CHUNK, MATMUL_ROWS, TEX_ROW_BYTES, X_WINDOW_BYTES,
 };
 use crate::backend::readback::MaybeSend;
 use crate::backend::recurrent::MAX_CONV_KERNEL;
@@ -68,6 +68,11 @@ pub struct VulkanOptions {
     /// ([`super::Specializations::integer_dot_product`]); `Some(true)` also where it only
     /// emulates them (tests), `Some(false)` never.
     pub integer_dot: Option<bool>,
+    /// Multiply more than [`MATMUL_ROWS`] activation rows by weights held in buffers with
+    /// cooperative matrices (matmul_coop.wgsl, VK_KHR_cooperative_matrix). Default: where the
+    /// device offers a shape the kernels use ([`super::Specializations::cooperative_matrix`])
+    /// and its weights are in buffers (GPUs); `Some(false)` never.
+    pub cooperative_matrix: Option<bool>,
     /// Upload and read back through staging buffers even where the host sees device memory.
     pub force_staging: bool,
     /// Where the pipeline cache lives (default [`cache::default_dir`]); `Some(None)` keeps it
@@ -111,6 +116,9 @@ struct Inner {
     round_activations: bool,
     /// Q8_0 matrices in buffers multiply with integer dot products ([`VulkanOptions::integer_dot`]).
     integer_dot: bool,
+    /// The size of the cooperative matrices that multiply batches of activation rows by
+    /// buffer-held weights ([`VulkanOptions::cooperative_matrix`]), if they do.
+    coop: Option<u8>,
     /// Largest weight part in bytes.
     max_binding: u64,
     startup: Startup,
@@ -217,6 +225,16 @@ impl VulkanBackend {
         let round_activations = opts.round_activations.unwrap_or(true);
         // The integer path quantizes activations to Q8_0 blocks: the rounding, always.
         let integer_dot = opts.integer_dot != Some(false) && device.enabled().integer_dot_product && round_activations;
+        let coop = match opts.cooperative_matrix {
+            Some(false) => None,
+            // Forced: wherever the device has them (lavapipe emulates them, slowly).
+            Some(true) => spec.cooperative_matrix_size,
+            None => spec
+                .cooperative_matrix_size
+                .filter(|_| matmul == MatmulVariant::Workgroup),
+        }
+        .filter(|_| device.enabled().cooperative_matrix)
+        .and_then(|t| u8::try_from(t).ok());
         let dummy = Owned::new(memory.alloc(16, USAGE, Location::Device)?, &memory);
         let window_usage = vk::BufferUsageFlags::UNIFORM_BUFFER | vk::BufferUsageFlags::TRANSFER_DST;
         let x_window = Owned::new(
@@ -233,6 +251,7 @@ impl VulkanBackend {
                 strategy,
                 round_activations,
                 integer_dot,
+                coop,
                 max_binding,
                 startup,
                 dummy,
@@ -258,6 +277,11 @@ impl VulkanBackend {
     /// Whether Q8_0 matrices in buffers multiply with packed integer dot products.
     pub fn integer_dot(&self) -> bool {
         self.inner.integer_dot
+    }
+
+    /// The size of the cooperative matrices that multiply batches of rows, if they do.
+    pub fn cooperative_matrix(&self) -> Option<u8> {
+        self.inner.coop
     }
 
     /// What opening the backend took.
@@ -528,6 +552,10 @@ impl VulkanBackend {
         } else {
             vec![st.matmul_kernel(ty, n_in), Kernel::Embed(ty)]
         };
+        let mut ks = ks;
+        if let Some(size) = self.inner.coop.filter(|_| !stacked && !textured) {
+            ks.push(Kernel::MatmulCoop { ty, size });
+        }
         lock(&self.inner.pipes).prepare(&ks).map_err(failed("load_weight"))
     }
 }
@@ -709,7 +737,20 @@ impl Backend for VulkanBackend {
         if rows == 0 {
             return Ok(());
         }
-        if self.inner.integer_dot && w.ty == GgmlType::Q8_0 && matches!(w.parts[0].1, Store::Buffer(_)) {
+        let in_buffers = matches!(w.parts[0].1, Store::Buffer(_));
+        if let Some(size) = self.inner.coop.filter(|_| in_buffers && rows > MATMUL_ROWS) {
+            return self.with_matmul_input(w.ty, x, rows * w.n_in, |x| {
+                for (part, store) in &w.parts {
+                    let Store::Buffer(buf) = store else {
+                        return Err(shape("matmul", format!("'{}' mixes buffer and image parts", w.name)));
+                    };
+                    let d = plan::matmul_coop(m, *part, rows, w.row_bytes, size)?;
+                    self.record("matmul", &d, &[(1, buf.get()), (2, x), (3, out.buf.get())])?;
+                }
+                Ok(())
+            });
+        }
+        if self.inner.integer_dot && w.ty == GgmlType::Q8_0 && in_buffers {
             return self.matmul_dot(w, m, x, rows, out);
         }
         self.with_matmul_input(w.ty, x, rows * w.n_in, |x| {

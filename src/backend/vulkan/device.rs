@@ -187,7 +187,27 @@ impl fmt::Display for MatrixShape {
 pub struct CooperativeMatrix {
     /// The `cooperativeMatrix` feature.
     pub supported: bool,
+    /// The `vulkanMemoryModel` feature (Vulkan 1.2 or VK_KHR_vulkan_memory_model), which
+    /// SPIR-V's cooperative matrices are declared with.
+    pub vulkan_memory_model: bool,
     pub shapes: Vec<MatrixShape>,
+}
+
+/// The sizes the `matmul_coop` kernels come in ([`crate::backend::gpu::kernels::Kernel::MatmulCoop`]),
+/// largest first: square f16 matrices multiplied into f32 ones.
+const COOP_SIZES: [u32; 2] = [16, 8];
+
+impl CooperativeMatrix {
+    /// The size of the f16 x f16 + f32 -> f32 subgroup matrices the kernels can use here, if any.
+    pub fn kernel_size(&self) -> Option<u32> {
+        COOP_SIZES.into_iter().find(|&t| {
+            self.shapes.iter().any(|m| {
+                (m.m, m.n, m.k) == (t, t, t)
+                    && m.scope == "subgroup"
+                    && (m.a, m.b, m.c, m.result) == ("f16", "f16", "f32", "f32")
+            })
+        })
+    }
 }
 
 /// f16 in shaders and in buffers.
@@ -222,6 +242,7 @@ pub struct Extensions {
     pub subgroup_size_control: bool,
     pub integer_dot_product: bool,
     pub cooperative_matrix: bool,
+    pub vulkan_memory_model: bool,
     pub shader_float16_int8: bool,
     pub storage_16bit: bool,
     pub driver_properties: bool,
@@ -307,8 +328,10 @@ pub struct Specializations {
     pub subgroup_size_control: Use,
     /// `dot4I8Packed` (VK_KHR_shader_integer_dot_product).
     pub integer_dot_product: Use,
-    /// VK_KHR_cooperative_matrix.
+    /// VK_KHR_cooperative_matrix: the `matmul_coop` kernels.
     pub cooperative_matrix: Use,
+    /// The size of their matrices where they are used (16 or 8).
+    pub cooperative_matrix_size: Option<u32>,
     /// f16 arithmetic (the `_f16` kernel variants).
     pub shader_float16: Use,
     /// 16-bit storage buffer access, which the f16 kernels need with f16 arithmetic.
@@ -389,19 +412,29 @@ impl DeviceInfo {
             } => Use::NotUsed("4x8-bit packed signed dot products are not accelerated"),
             _ => Use::Used,
         };
-        let cooperative_matrix = if !self.cooperative_matrix.supported {
-            Use::NotAvailable
-        } else if self
-            .cooperative_matrix
-            .shapes
-            .iter()
-            .any(|m| m.scope == "subgroup" && ((m.a == "f16" && m.b == "f16") || (m.a == "s8" && m.b == "s8")))
-        {
-            Use::Used
-        } else {
-            Use::NotUsed("no f16 or s8 subgroup-scope shapes")
-        };
         let f = self.float16;
+        let coop = &self.cooperative_matrix;
+        let coop_size = coop.kernel_size();
+        // The kernel's workgroup of 64 splits into whole subgroups, whatever size they run at.
+        let sizes_fit = [subgroup_size.size, s.min_size, s.max_size]
+            .iter()
+            .all(|&n| n > 0 && 64 % n == 0);
+        let cooperative_matrix = if !coop.supported {
+            Use::NotAvailable
+        } else if coop_size.is_none() {
+            Use::NotUsed("no 16x16x16 or 8x8x8 f16*f16+f32 subgroup shape")
+        } else if !coop.vulkan_memory_model {
+            Use::NotUsed("the kernels need the Vulkan memory model")
+        } else if !(f.shader_float16 && f.storage_buffer_16bit && f.uniform_16bit) {
+            Use::NotUsed("the kernels need f16 arithmetic and 16-bit storage")
+        } else if !s.compute_operations.contains(&"basic") {
+            Use::NotUsed("the kernels need subgroup ids in compute")
+        } else if !sizes_fit {
+            Use::NotUsed("the subgroup size does not divide the kernels' workgroup of 64")
+        } else {
+            Use::Used
+        };
+        let cooperative_matrix_size = coop_size.filter(|_| cooperative_matrix.is_used());
         let storage16 = f.storage_buffer_16bit && f.uniform_16bit;
         let shader_float16 = match (f.shader_float16, storage16) {
             (false, _) => Use::NotAvailable,
@@ -419,6 +452,7 @@ impl DeviceInfo {
             subgroup_size_control,
             integer_dot_product,
             cooperative_matrix,
+            cooperative_matrix_size,
             shader_float16,
             storage_16bit,
         }
@@ -565,6 +599,7 @@ impl Instance {
             subgroup_size_control: has(ash::ext::subgroup_size_control::NAME),
             integer_dot_product: has(ash::khr::shader_integer_dot_product::NAME),
             cooperative_matrix: has(ash::khr::cooperative_matrix::NAME),
+            vulkan_memory_model: has(ash::khr::vulkan_memory_model::NAME),
             shader_float16_int8: has(ash::khr::shader_float16_int8::NAME),
             storage_16bit: has(ash::khr::_16bit_storage::NAME),
             driver_properties: has(ash::khr::driver_properties::NAME),
@@ -575,6 +610,7 @@ impl Instance {
         let with_int_dot = api.at_least(1, 3) || ext.integer_dot_product;
         let with_f16 = api.at_least(1, 2) || ext.shader_float16_int8;
         let with_storage16 = v11 || ext.storage_16bit;
+        let with_memory_model = api.at_least(1, 2) || ext.vulkan_memory_model;
 
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
         let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
@@ -583,6 +619,7 @@ impl Instance {
         let mut size_control_f = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
         let mut int_dot_f = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
         let mut coop_f = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        let mut memory_model_f = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
         let mut f16_f = vk::PhysicalDeviceShaderFloat16Int8Features::default();
         let mut storage16_f = vk::PhysicalDevice16BitStorageFeatures::default();
         if v11 {
@@ -606,6 +643,9 @@ impl Instance {
             }
             if ext.cooperative_matrix {
                 f2 = f2.push_next(&mut coop_f);
+            }
+            if with_memory_model {
+                f2 = f2.push_next(&mut memory_model_f);
             }
             if with_f16 {
                 f2 = f2.push_next(&mut f16_f);
@@ -713,6 +753,7 @@ impl Instance {
             integer_dot,
             cooperative_matrix: CooperativeMatrix {
                 supported: coop_supported,
+                vulkan_memory_model: memory_model_f.vulkan_memory_model == vk::TRUE,
                 shapes,
             },
             float16: Float16 {
@@ -875,6 +916,7 @@ impl Device {
                         *u = refused;
                     }
                 }
+                specializations.cooperative_matrix_size = None;
                 specializations.subgroup_size.required = false;
                 specializations.subgroup_size.size = info.subgroups.size;
                 (raw, Enabled::default())
@@ -977,6 +1019,11 @@ fn create_device(
     }
     if want.cooperative_matrix {
         need(false, e.cooperative_matrix, ash::khr::cooperative_matrix::NAME);
+        need(
+            api.at_least(1, 2),
+            e.vulkan_memory_model,
+            ash::khr::vulkan_memory_model::NAME,
+        );
     }
     if want.float16 {
         need(
@@ -993,6 +1040,7 @@ fn create_device(
         .compute_full_subgroups(want.compute_full_subgroups);
     let mut int_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);
     let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+    let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default().vulkan_memory_model(true);
     let mut f16 = vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(true);
     let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default()
         .storage_buffer16_bit_access(true)
@@ -1008,7 +1056,7 @@ fn create_device(
         create = create.push_next(&mut int_dot);
     }
     if want.cooperative_matrix {
-        create = create.push_next(&mut coop);
+        create = create.push_next(&mut coop).push_next(&mut memory_model);
     }
     if want.float16 {
         create = create.push_next(&mut f16).push_next(&mut storage16);
@@ -1170,7 +1218,58 @@ mod tests {
             saturating: false,
             scope: "subgroup",
         });
+        // Also 8x8x8 (lavapipe's), s8 and f16 accumulators are of no use to the kernels.
+        assert!(matches!(d.specializations().cooperative_matrix, Use::NotUsed(_)));
+        d.cooperative_matrix.vulkan_memory_model = true;
         assert_eq!(d.specializations().cooperative_matrix, Use::Used);
+        assert_eq!(d.specializations().cooperative_matrix_size, Some(16));
+        let only = |shape: MatrixShape| CooperativeMatrix {
+            supported: true,
+            vulkan_memory_model: true,
+            shapes: vec![shape],
+        };
+        let base = d.cooperative_matrix.shapes[0].clone();
+        let lvp = MatrixShape {
+            m: 8,
+            n: 8,
+            k: 8,
+            ..base.clone()
+        };
+        assert_eq!(only(lvp).kernel_size(), Some(8));
+        assert_eq!(
+            only(MatrixShape {
+                c: "f16",
+                result: "f16",
+                ..base.clone()
+            })
+            .kernel_size(),
+            None
+        );
+        assert_eq!(
+            only(MatrixShape {
+                a: "s8",
+                b: "s8",
+                ..base.clone()
+            })
+            .kernel_size(),
+            None
+        );
+        assert_eq!(
+            only(MatrixShape {
+                m: 16,
+                n: 8,
+                k: 16,
+                ..base.clone()
+            })
+            .kernel_size(),
+            None
+        );
+        // A subgroup size that does not divide the workgroup (none seen in practice).
+        let mut odd = d.clone();
+        odd.subgroups.size = 48;
+        odd.subgroups.max_size = 48;
+        assert!(matches!(odd.specializations().cooperative_matrix, Use::NotUsed(_)));
+        assert_eq!(odd.specializations().cooperative_matrix_size, None);
         d.subgroups.compute_operations = vec!["basic"];
         assert!(matches!(d.specializations().subgroup_operations, Use::NotUsed(_)));
         d.subgroups.compute_operations.clear();

@@ -28,8 +28,9 @@
 //! Specializations with their fallbacks: subgroup operations (else workgroup-memory
 //! reductions), a required subgroup size (else the device's default), f16 products (else f32),
 //! packed integer dot products for Q8_0 matrices (`OpSDot` from WGSL's `dot4I8Packed`,
-//! matmul_dot.wgsl; else the float kernels). Not written yet: `VK_KHR_cooperative_matrix`
-//! kernels ([`Specializations`] reports the device's shapes; the plain kernels run).
+//! matmul_dot.wgsl; else the float kernels), cooperative matrices for prefill matmuls
+//! (`VK_KHR_cooperative_matrix` at 16x16x16 or 8x8x8 f16 with f32 sums, matmul_coop.wgsl, WGSL's
+//! `coop_mat` through naga, so no hand-written SPIR-V; else the workgroup kernels).
 //!
 //! The Vulkan loader is opened at run time, so a machine without it gets
 //! [`VulkanError::NoLoader`] (and [`super::BackendError::Unavailable`]), never a link error.

@@ -102,7 +102,15 @@ impl ComputePipeline {
         let name = CString::new(ep.name).map_err(|_| unsupported(format!("entry point '{}' has a NUL", ep.name)))?;
         let mut required = vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default()
             .required_subgroup_size(required_subgroup_size.unwrap_or(0));
+        // Cooperative matrices are multiplied by whole subgroups: ask for them where the device
+        // lets a pipeline (the workgroup of 64 is a multiple of every size it runs).
+        let flags = if kernel.uses_cooperative_matrix() && device.enabled().compute_full_subgroups {
+            vk::PipelineShaderStageCreateFlags::REQUIRE_FULL_SUBGROUPS
+        } else {
+            vk::PipelineShaderStageCreateFlags::empty()
+        };
         let mut stage = vk::PipelineShaderStageCreateInfo::default()
+            .flags(flags)
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(p.module)
             .name(&name);
@@ -177,6 +185,9 @@ fn check_features(device: &Device, kernel: &SpirvKernel) -> Result<(), String> {
             "needs subgroup operations in compute ({})",
             s.subgroup_operations
         ));
+    }
+    if kernel.uses_cooperative_matrix() && !device.enabled().cooperative_matrix {
+        return Err(format!("needs cooperative matrices ({})", s.cooperative_matrix));
     }
     if kernel.uses_integer_dot() && !device.enabled().integer_dot_product {
         return Err(format!("needs packed integer dot products ({})", s.integer_dot_product));

@@ -79,15 +79,22 @@ impl SpirvKernel {
         self.entries.iter().find(|e| e.name == name)
     }
 
-    /// Whether the module uses subgroup operations (then a pipeline may require a subgroup
-    /// size). Read from the variant's name, which the composer gives every subgroup variant.
+    /// Whether the module uses subgroup operations or ids (then a pipeline may require a
+    /// subgroup size). Read from the variant's name, which the composer gives every subgroup
+    /// variant; the cooperative-matrix kernels share work out by subgroup.
     pub fn uses_subgroups(&self) -> bool {
-        self.name.contains("_subgroup")
+        self.name.contains("_subgroup") || self.uses_cooperative_matrix()
+    }
+
+    /// Whether the module multiplies cooperative matrices (needs `cooperativeMatrix`, the
+    /// Vulkan memory model, f16, and whole subgroups).
+    pub fn uses_cooperative_matrix(&self) -> bool {
+        self.name.starts_with("matmul_coop")
     }
 
     /// Whether the module does arithmetic in f16 (needs shaderFloat16 and 16-bit storage).
     pub fn uses_f16(&self) -> bool {
-        self.name.contains("_f16")
+        self.name.contains("_f16") || self.uses_cooperative_matrix()
     }
 
     /// Whether the module uses packed integer dot products (`OpSDot`: needs
