@@ -28,13 +28,16 @@ EOF
     -t trixie-backports mesa-vulkan-drivers
   touch "$root/.tinyllm-ready"
 fi
-# The test binaries, built on this system (the dynamic libraries they need are in the root too).
-bins=$(cargo test --release -p tinyllm --test backend_ops --test vulkan_golden --no-run --message-format=json 2>/dev/null |
-  python3 -c 'import json,sys
+# The test binaries, built on this system as scripts/test.sh builds them (the whole workspace,
+# so cargo's feature resolution and the binaries are the same), run in the root.
+bins=$(cargo test --workspace --release --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        print(m["executable"])')
+    exe = m.get("executable") if m.get("reason") == "compiler-artifact" else None
+    if exe and os.path.basename(exe).split("-")[0] in ("backend_ops", "vulkan_golden"):
+        print(exe)')
+[ -n "$bins" ] || { echo "test-coop-lavapipe: no test binaries" >&2; exit 1; }
 mounted=()
 cleanup() {
   for m in "${mounted[@]}"; do umount "$m" 2>/dev/null || true; done

@@ -4,7 +4,10 @@
 # package (scripts/build-web.sh) and the Vite example app on it, then run every
 # test of the workspace in release mode (the model tests need optimized code), the fixture
 # goldens again on the portable CPU kernels (what every non-x86 target, wasm32 included, runs),
-# the wasm build's CPU kernels in WebAssembly against the scalar oracle,
+# the wasm build's CPU kernels in WebAssembly against the scalar oracle, with
+# TINYLLM_COOP_LAVAPIPE=1 the cooperative-matrix tests on a device that has them
+# (scripts/test-coop-lavapipe.sh: root, a Debian 13 root of 400 MB, and 10 to 20 minutes of
+# lavapipe's LLVM on 2 cores, so not in CI's run),
 # and end with one line adding up all of cargo's test binaries:
 # "tests: N passed, N failed, N skipped". Tests that skip at run time (no GPU adapter) are
 # counted as skipped, not passed (tests/common's device_or_skip records them).
@@ -30,6 +33,12 @@ echo "=== the wasm CPU kernels in WebAssembly (Node), against the scalar oracle"
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/web" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
   cargo test --release -p tinyllm-web --target wasm32-unknown-unknown --test kernels 2>&1 | tee -a "$log" || status=$?
+if [ "${TINYLLM_COOP_LAVAPIPE:-0}" = 1 ]; then
+  # The Vulkan cooperative-matrix tests where the device has them (Mesa 26's lavapipe in a
+  # Debian 13 root; root only, about 400 MB once per machine).
+  echo "=== Vulkan cooperative matrices on Mesa 26's lavapipe"
+  scripts/test-coop-lavapipe.sh 2>&1 | tee -a "$log" || status=$?
+fi
 n_skipped=$(wc -l < "$skips")
 if [ "$n_skipped" -gt 0 ]; then
   echo "skipped at run time:"

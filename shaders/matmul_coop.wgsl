@@ -2,8 +2,12 @@
 // tensor cores, WMMA), the Vulkan backend's matmul for prefill where the device multiplies
 // f16 T x T matrices into f32 ones (T = 16 on NVIDIA and AMD RDNA3, 8 on Mesa lavapipe).
 // Products of f16 values summed in f32, as llama.cpp's Vulkan coopmat path does: the
-// weights decoded to f16 (exact for the block formats' values up to f16's precision), the
-// activations rounded to f16 (after the CPU's rounding for the weight format, quantize_act).
+// weights decoded to f16 and the activations (after the CPU's rounding for the weight format,
+// quantize_act) rounded to f16, 11 significant bits each (a decoded Q8_0 weight has up to 19).
+//
+// f16 has 5 exponent bits: each activation row is scaled first by the power of two that brings
+// its largest magnitude into [1, 2), and its sums scaled back (exactly) at the end, so rows of
+// tiny values keep their precision and rows of values past 65504 do not overflow.
 //
 // A workgroup of 64 invocations takes a tile of M = 32 activation rows by N = 64 weight rows.
 // Per chunk of 32 values along k: every invocation decodes one weight row's chunk (the quant
@@ -32,6 +36,9 @@ var<workgroup> xs: array<f16, 1024>;
 var<workgroup> ws: array<f16, 2048>;
 // The tile's sums, column-major [N][M] (C: M x N).
 var<workgroup> acc: array<f32, 2048>;
+// Each row's largest magnitude, in two halves [M][2], then its scale [M].
+var<workgroup> rmax: array<f32, 64>;
+var<workgroup> rscale: array<f32, 32>;
 
 //INCLUDE bytes.wgsl
 //INCLUDE QUANT
@@ -49,6 +56,22 @@ fn main(
         return;
     }
     let o = o0 + li;
+    // Two invocations per row, each over every other value.
+    let rm = li / 2u;
+    var mx = 0.0;
+    if (r0 + rm < P.rows) {
+        for (var k = li % 2u; k < P.n_in; k += 2u) {
+            mx = max(mx, abs(X[(r0 + rm) * P.n_in + k]));
+        }
+    }
+    rmax[li] = mx;
+    workgroupBarrier();
+    if (li < M) {
+        let m = max(rmax[2u * li], rmax[2u * li + 1u]);
+        // 0 (and non-finite maxima, which the sums then show) keep the scale 1.
+        rscale[li] = select(1.0, exp2(-floor(log2(m))), m > 0.0 && m < 3.0e38);
+    }
+    workgroupBarrier();
     for (var c = 0u; c < P.n_chunks; c++) {
         let k0 = c * 32u;
         let lim = min(32u, P.n_in - k0);
@@ -71,7 +94,7 @@ fn main(
             if (r0 + m < P.rows && k < lim) {
                 v = X[(r0 + m) * P.n_in + k0 + k];
             }
-            xs[e] = f16(v);
+            xs[e] = f16(v * rscale[m]);
         }
         workgroupBarrier();
         for (var t = sid; t < TILES; t += nsg) {
@@ -93,7 +116,7 @@ fn main(
         let n = e % N;
         let m = e / N;
         if (r0 + m < P.rows && o0 + n < P.n_out) {
-            Y[(r0 + m) * P.out_stride + P.out_off + o0 + n] = acc[n * M + m];
+            Y[(r0 + m) * P.out_stride + P.out_off + o0 + n] = acc[n * M + m] / rscale[m];
         }
     }
 }

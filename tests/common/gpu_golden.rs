@@ -3,6 +3,7 @@
 //! within llama.cpp's own spread) and agreement of greedy tokens with the CPU backend.
 
 use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::vulkan::VulkanBackend;
 use tinyllm::backend::{Backend, KvType};
 use tinyllm::engine::Session;
 
@@ -196,4 +197,14 @@ pub fn check_real<B: Backend>(label: &str, g: B, gguf: &str, golden_name: &str) 
             .map(|w| format!("greedy parts from the cpu's: {w}")),
     );
     assert!(failures.is_empty(), "{golden_name}:\n{}", failures.join("\n"));
+}
+
+/// Dispatches of the kernels whose label starts with `prefix` in `vk`'s timestamp profile
+/// (since `enable_profile`): which path a matmul took.
+pub fn vulkan_calls(vk: &VulkanBackend, prefix: &str) -> u64 {
+    vk.profile()
+        .iter()
+        .filter(|k| k.label.starts_with(prefix))
+        .map(|k| k.calls)
+        .sum()
 }

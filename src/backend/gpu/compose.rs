@@ -94,7 +94,8 @@ pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String,
                 out.push((name("matmul_tex", q, tile, subgroup), src));
             }
         }
-        for size in COOP_SIZES {
+        // Not for f32 weights: routers and other small matrices kept in f32 for precision.
+        for size in COOP_SIZES.into_iter().filter(|_| q != "f32") {
             out.push((
                 name("matmul_coop", q, size, false),
                 compose(read, "matmul_coop", q, size, false, tex),

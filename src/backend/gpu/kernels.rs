@@ -93,8 +93,9 @@ pub enum Kernel {
     MatmulDot(GgmlType),
     /// Matmul with cooperative matrices of `size` x `size` f16 values summed in f32
     /// (matmul_coop.wgsl; a workgroup per 32 activation rows by 64 weight rows): the Vulkan
-    /// backend's prefill path where the device has VK_KHR_cooperative_matrix. Not built for
-    /// the browser.
+    /// backend's prefill path where the device has VK_KHR_cooperative_matrix. Not for F32
+    /// weights (routers and other small matrices a model keeps in f32 for their precision:
+    /// they stay in f32 arithmetic, as on the CPU). Not built for the browser.
     MatmulCoop {
         ty: GgmlType,
         size: u8,
@@ -289,6 +290,7 @@ pub fn all_variants() -> Vec<Kernel> {
     v.extend(
         quant_types()
             .into_iter()
+            .filter(|&ty| ty != GgmlType::F32)
             .flat_map(|ty| compose::COOP_SIZES.map(|size| Kernel::MatmulCoop { ty, size })),
     );
     for (kv, _) in KvType::ALL {

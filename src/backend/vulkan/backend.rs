@@ -68,8 +68,8 @@ pub struct VulkanOptions {
     /// ([`super::Specializations::integer_dot_product`]); `Some(true)` also where it only
     /// emulates them (tests), `Some(false)` never.
     pub integer_dot: Option<bool>,
-    /// Multiply more than [`MATMUL_ROWS`] activation rows by weights held in buffers with
-    /// cooperative matrices (matmul_coop.wgsl, VK_KHR_cooperative_matrix). Default: where the
+    /// Multiply more than [`MATMUL_ROWS`] activation rows by weights held in buffers (of any
+    /// format but F32) with cooperative matrices (matmul_coop.wgsl, VK_KHR_cooperative_matrix). Default: where the
     /// device offers a shape the kernels use ([`super::Specializations::cooperative_matrix`])
     /// and its weights are in buffers (GPUs); `Some(false)` never.
     pub cooperative_matrix: Option<bool>,
@@ -553,7 +553,7 @@ impl VulkanBackend {
             vec![st.matmul_kernel(ty, n_in), Kernel::Embed(ty)]
         };
         let mut ks = ks;
-        if let Some(size) = self.inner.coop.filter(|_| !stacked && !textured) {
+        if let Some(size) = self.inner.coop.filter(|_| !stacked && !textured && ty != GgmlType::F32) {
             ks.push(Kernel::MatmulCoop { ty, size });
         }
         lock(&self.inner.pipes).prepare(&ks).map_err(failed("load_weight"))
@@ -738,7 +738,12 @@ impl Backend for VulkanBackend {
             return Ok(());
         }
         let in_buffers = matches!(w.parts[0].1, Store::Buffer(_));
-        if let Some(size) = self.inner.coop.filter(|_| in_buffers && rows > MATMUL_ROWS) {
+        // F32 weights (routers: near-ties between experts) keep f32 arithmetic.
+        let coop = self
+            .inner
+            .coop
+            .filter(|_| in_buffers && rows > MATMUL_ROWS && w.ty != GgmlType::F32);
+        if let Some(size) = coop {
             return self.with_matmul_input(w.ty, x, rows * w.n_in, |x| {
                 for (part, store) in &w.parts {
                     let Store::Buffer(buf) = store else {
