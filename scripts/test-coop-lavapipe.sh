@@ -40,7 +40,8 @@ for line in sys.stdin:
 [ -n "$bins" ] || { echo "test-coop-lavapipe: no test binaries" >&2; exit 1; }
 mounted=()
 cleanup() {
-  for m in "${mounted[@]}"; do umount "$m" 2>/dev/null || true; done
+  # Lazy: a test still running in the root (the script killed) keeps its mounts busy.
+  for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 for dir in "$repo" "$CARGO_TARGET_DIR" /proc; do
