@@ -149,8 +149,7 @@ fn fixtures_match_llama_cpp_with_cooperative_matrices_on_vulkan() {
             first.device().info().name,
             first.device().specializations().cooperative_matrix
         );
-        // scripts/test-coop-lavapipe.sh runs this where the device has them: no skip there.
-        assert!(std::env::var("TINYLLM_REQUIRE_COOP").as_deref() != Ok("1"), "{why}");
+        assert!(!common::coop_required(), "{why}");
         common::skip(&why);
         return;
     }

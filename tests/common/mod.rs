@@ -47,6 +47,12 @@ pub fn device_or_skip<B, E: std::fmt::Display>(open: impl FnOnce() -> Result<B, 
     }
 }
 
+/// Whether this run must find cooperative matrices (`TINYLLM_REQUIRE_COOP=1`, which
+/// scripts/test-coop-lavapipe.sh sets on Mesa 26's lavapipe): no skip, no fallback then.
+pub fn coop_required() -> bool {
+    std::env::var("TINYLLM_REQUIRE_COOP").as_deref() == Ok("1")
+}
+
 /// Record that the running test skips for `why` (printed, and counted by scripts/test.sh
 /// through `TINYLLM_SKIP_LOG`).
 pub fn skip(why: &dyn std::fmt::Display) {

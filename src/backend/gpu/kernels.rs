@@ -107,6 +107,9 @@ include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
 /// Activation rows per invocation of the [`Kernel::MatmulTex`] variants.
 pub const TEX_TILES: [u8; 4] = compose::TEX_TILES;
 
+/// Sizes of the cooperative matrices of the [`Kernel::MatmulCoop`] variants.
+pub const COOP_SIZES: [u8; 2] = compose::COOP_SIZES;
+
 /// Block formats the WGSL decoders read ([`crate::quant::support`]).
 pub fn quant_types() -> Vec<GgmlType> {
     crate::quant::supported(|s| s.wgsl)
@@ -291,7 +294,7 @@ pub fn all_variants() -> Vec<Kernel> {
         quant_types()
             .into_iter()
             .filter(|&ty| ty != GgmlType::F32)
-            .flat_map(|ty| compose::COOP_SIZES.map(|size| Kernel::MatmulCoop { ty, size })),
+            .flat_map(|ty| COOP_SIZES.map(|size| Kernel::MatmulCoop { ty, size })),
     );
     for (kv, _) in KvType::ALL {
         for wide in [false, true] {

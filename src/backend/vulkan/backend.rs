@@ -284,6 +284,13 @@ impl VulkanBackend {
         self.inner.coop
     }
 
+    /// The cooperative matrices' size for weights of type `ty`, if batches of rows over them
+    /// take that path: not F32 ones (routers, whose experts can lie within 2e-4 of each other,
+    /// and other matrices a model keeps in f32 keep f32 arithmetic; no kernel is built for them).
+    fn coop_size(&self, ty: GgmlType) -> Option<u8> {
+        self.inner.coop.filter(|_| ty != GgmlType::F32)
+    }
+
     /// What opening the backend took.
     pub fn startup(&self) -> Startup {
         self.inner.startup
@@ -553,7 +560,7 @@ impl VulkanBackend {
             vec![st.matmul_kernel(ty, n_in), Kernel::Embed(ty)]
         };
         let mut ks = ks;
-        if let Some(size) = self.inner.coop.filter(|_| !stacked && !textured && ty != GgmlType::F32) {
+        if let Some(size) = self.coop_size(ty).filter(|_| !stacked && !textured) {
             ks.push(Kernel::MatmulCoop { ty, size });
         }
         lock(&self.inner.pipes).prepare(&ks).map_err(failed("load_weight"))
@@ -738,35 +745,22 @@ impl Backend for VulkanBackend {
             return Ok(());
         }
         let in_buffers = matches!(w.parts[0].1, Store::Buffer(_));
-        // F32 weights (routers: near-ties between experts) keep f32 arithmetic.
-        let coop = self
-            .inner
-            .coop
-            .filter(|_| in_buffers && rows > MATMUL_ROWS && w.ty != GgmlType::F32);
-        if let Some(size) = coop {
-            return self.with_matmul_input(w.ty, x, rows * w.n_in, |x| {
-                for (part, store) in &w.parts {
-                    let Store::Buffer(buf) = store else {
-                        return Err(shape("matmul", format!("'{}' mixes buffer and image parts", w.name)));
-                    };
-                    let d = plan::matmul_coop(m, *part, rows, w.row_bytes, size)?;
-                    self.record("matmul", &d, &[(1, buf.get()), (2, x), (3, out.buf.get())])?;
-                }
-                Ok(())
-            });
-        }
-        if self.inner.integer_dot && w.ty == GgmlType::Q8_0 && in_buffers {
+        let coop = self.coop_size(w.ty).filter(|_| in_buffers && rows > MATMUL_ROWS);
+        if coop.is_none() && self.inner.integer_dot && w.ty == GgmlType::Q8_0 && in_buffers {
             return self.matmul_dot(w, m, x, rows, out);
         }
         self.with_matmul_input(w.ty, x, rows * w.n_in, |x| {
-            if matches!(w.parts[0].1, Store::Image(_)) {
+            if !in_buffers {
                 return self.matmul_tex(w, x, rows, out.buf.get());
             }
             for (part, store) in &w.parts {
                 let Store::Buffer(buf) = store else {
                     return Err(shape("matmul", format!("'{}' mixes buffer and image parts", w.name)));
                 };
-                let d = plan::matmul(&self.inner.strategy, m, *part, rows, w.row_bytes)?;
+                let d = match coop {
+                    Some(size) => plan::matmul_coop(m, *part, rows, w.row_bytes, size)?,
+                    None => plan::matmul(&self.inner.strategy, m, *part, rows, w.row_bytes)?,
+                };
                 self.record("matmul", &d, &[(1, buf.get()), (2, x), (3, out.buf.get())])?;
             }
             Ok(())

@@ -16,6 +16,7 @@ use ash::vk;
 use serde::Serialize;
 
 use super::VulkanError;
+use crate::backend::gpu::kernels;
 
 /// PCI vendor ids (and Khronos' ids for vendors without one) of the vendors named in reports.
 pub const VENDOR_AMD: u32 = 0x1002;
@@ -193,20 +194,21 @@ pub struct CooperativeMatrix {
     pub shapes: Vec<MatrixShape>,
 }
 
-/// The sizes the `matmul_coop` kernels come in ([`crate::backend::gpu::kernels::Kernel::MatmulCoop`]),
-/// largest first: square f16 matrices multiplied into f32 ones.
-const COOP_SIZES: [u32; 2] = [16, 8];
-
 impl CooperativeMatrix {
-    /// The size of the f16 x f16 + f32 -> f32 subgroup matrices the kernels can use here, if any.
+    /// The largest size the `matmul_coop` kernels come in ([`kernels::COOP_SIZES`]) of which
+    /// the device has f16 x f16 + f32 -> f32 square subgroup matrices, if any.
     pub fn kernel_size(&self) -> Option<u32> {
-        COOP_SIZES.into_iter().find(|&t| {
-            self.shapes.iter().any(|m| {
-                (m.m, m.n, m.k) == (t, t, t)
-                    && m.scope == "subgroup"
-                    && (m.a, m.b, m.c, m.result) == ("f16", "f16", "f32", "f32")
+        kernels::COOP_SIZES
+            .into_iter()
+            .map(u32::from)
+            .filter(|&t| {
+                self.shapes.iter().any(|m| {
+                    (m.m, m.n, m.k) == (t, t, t)
+                        && m.scope == "subgroup"
+                        && (m.a, m.b, m.c, m.result) == ("f16", "f16", "f32", "f32")
+                })
             })
-        })
+            .max()
     }
 }
 
