@@ -199,3 +199,60 @@ fn bandwidth_report_is_consistent() {
         "{row}"
     );
 }
+
+/// `--startup` on Vulkan: this program started four times as a fresh process, a cold and a
+/// warm start with the pipeline cache alone and with every cache. Each warm start reads the
+/// cache file its cold start wrote as it ended (the cold one finds none), both make the
+/// pipelines the measured run makes, and the run's own first token does not count the
+/// probes' time. Timings are reported, never asserted. Skips without a Vulkan device.
+#[test]
+fn startup_times_cold_and_warm_starts_in_fresh_processes() {
+    let gpus: Value =
+        serde_json::from_slice(&tinyllm(&["inspect", "--gpus", "--json"]).stdout).expect("inspect --gpus --json");
+    let found = common::device_or_skip(|| match gpus["vulkan"]["devices"].as_array() {
+        Some(d) if !d.is_empty() => Ok(()),
+        _ => Err(format!("no Vulkan devices: {}", gpus["vulkan"]["reason"])),
+    });
+    if found.is_none() {
+        return;
+    }
+    let j = bench_json(&[
+        "--backend",
+        "vulkan",
+        "--prompt-tokens",
+        "8",
+        "--decode-tokens",
+        "2",
+        "--no-warmup",
+        "--startup",
+    ]);
+    let pairs = j["vulkan_cold_and_warm_starts"].as_array().expect("the starts");
+    let caches: Vec<&str> = pairs.iter().map(|p| p["caches"].as_str().unwrap()).collect();
+    assert_eq!(caches, ["pipeline_cache", "all"]);
+    let made = j["vulkan_pipelines"]["count"].as_u64().expect("pipelines counted");
+    assert!(made > 0, "{j}");
+    let mut probes_s = 0.0;
+    for p in pairs {
+        let (cold, warm) = (&p["cold"], &p["warm"]);
+        assert_eq!(cold["pipeline_cache_bytes_read"].as_u64(), Some(0), "{p}");
+        assert!(
+            warm["pipeline_cache_bytes_read"].as_u64() > Some(0),
+            "the warm start read what the cold one wrote: {p}"
+        );
+        for s in [cold, warm] {
+            assert_eq!(
+                s["pipelines"].as_u64(),
+                Some(made),
+                "the probes make what the run makes: {p}"
+            );
+            let (first, load) = (num(s, "first_token_s"), num(s, "load_s"));
+            assert!(0.0 < load && load < first, "{s}");
+            assert!(0.0 < num(s, "pipelines_s") && num(s, "pipelines_s") < first, "{s}");
+            probes_s += first;
+        }
+        let speedup = num(cold, "first_token_s") / num(warm, "first_token_s");
+        assert!((num(p, "first_token_speedup") - speedup).abs() <= 1e-9 * speedup, "{p}");
+    }
+    // The run's own first token is timed from its start without the four probes before it.
+    assert!(num(&j["startup"], "first_token_s") < probes_s, "{j}");
+}

@@ -16,7 +16,7 @@ use super::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
-use tinyllm::backend::vulkan::{Startup, VulkanBackend, VulkanOptions};
+use tinyllm::backend::vulkan::Startup;
 use tinyllm::backend::{AnyBackend, Backend, KvType};
 use tinyllm::engine::{Session, SessionConfig};
 use tinyllm::grammar::AnswerFormat;
@@ -50,8 +50,10 @@ pub struct Args {
     /// print where decode and prefill spend their time.
     #[arg(long)]
     profile: bool,
-    /// Measure the Vulkan backend's startup cold (an empty pipeline cache) and warm (the cache
-    /// the cold start wrote), in a temporary cache directory, before the model runs.
+    /// Measure the Vulkan backend's start to the first token, cold (empty caches) and warm (the
+    /// caches the cold start wrote): this program run as a fresh process on the same model, in
+    /// temporary cache directories, with the pipeline cache alone (the drivers' own shader
+    /// caches off) and with every cache.
     #[arg(long)]
     startup: bool,
     /// Decode at this context depth: prefill this many tokens untimed, then time
@@ -180,15 +182,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .into());
         }
     }
-    let startup = if a.startup {
-        Some(cold_and_warm_startup()?)
-    } else {
-        None
-    };
     let mut times = StartupTimes::default();
     let t = Instant::now();
     let opened = super::load::open(&a.model)?;
     times.fetch_s = t.elapsed().as_secs_f64();
+    // Before this process places its own copy of the weights (the probes' run alone).
+    let t = Instant::now();
+    let startup = if a.startup {
+        Some(cold_and_warm_startup(&a, &opened.path)?)
+    } else {
+        None
+    };
+    // The first token is timed from the process's start, the probes' time not counted.
+    let probes_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let loaded = super::load::load_opened(&a.model, opened)?;
     times.load_s = t.elapsed().as_secs_f64();
@@ -234,7 +240,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let run = measure(&mut session, &ids[..n], 2)?;
             if times.warmup_s == 0.0 {
                 times.warmup_s = t.elapsed().as_secs_f64();
-                times.first_token_s = since_start(t) + run.ttft_s;
+                times.first_token_s = since_start(t) - probes_s + run.ttft_s;
             }
         }
         if let Some(vk) = loaded.engine.model.backend().vulkan().filter(|_| a.profile) {
@@ -250,7 +256,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 let t = Instant::now();
                 let run = measure(&mut session, &ids[..p], decode)?;
                 if times.first_token_s == 0.0 {
-                    times.first_token_s = since_start(t) + run.ttft_s;
+                    times.first_token_s = since_start(t) - probes_s + run.ttft_s;
                 }
                 runs.push(run);
             }
@@ -286,6 +292,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let vk = loaded.engine.model.backend().vulkan();
     let opened = vk.map(|v| v.startup());
+    let pipelines = vk.map(|v| (v.pipelines(), v.pipeline_seconds()));
     let profile = vk.filter(|_| a.profile).map(|v| v.profile()).unwrap_or_default();
     let mut out = std::io::stdout().lock();
     let backend = loaded.engine.model.backend().name();
@@ -340,8 +347,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 "mask_ms_per_token": c.mask_ms,
             })),
             "vulkan_startup": opened.map(startup_json),
-            "vulkan_startup_cold": startup.map(|(c, _)| startup_json(c)),
-            "vulkan_startup_warm": startup.map(|(_, w)| startup_json(w)),
+            "vulkan_pipelines": pipelines.map(|(count, seconds)| json!({"count": count, "seconds": seconds})),
+            "vulkan_cold_and_warm_starts": startup.as_ref().map(|pairs| pairs.iter().map(StartPair::json).collect::<Vec<_>>()),
             "profile": profile.iter().map(|k| json!({"kernel": k.label, "calls": k.calls, "ms": k.ns / 1e6})).collect::<Vec<_>>(),
         });
         writeln!(out, "{j}")?;
@@ -422,13 +429,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if let Some(s) = opened {
             writeln!(out, "vulkan startup: {}", describe(&s))?;
         }
-        if let Some((cold, warm)) = startup {
+        if let Some((count, seconds)) = pipelines {
             writeln!(
                 out,
-                "vulkan startup cold: {}\nvulkan startup warm: {}\nwarm start {:.2}x faster than cold",
-                describe(&cold),
-                describe(&warm),
-                cold.total_s() / warm.total_s().max(1e-9)
+                "vulkan pipelines: {count} made in {seconds:.2} s in all (at open, as the weights were placed, at first use)"
+            )?;
+        }
+        for p in startup.iter().flatten() {
+            writeln!(
+                out,
+                "vulkan start with {}:\n  cold: {}\n  warm: {}\n  warm start {:.2}x faster than cold to the first token, its pipelines {:.2}x faster",
+                p.caches.what(),
+                describe_probe(&p.cold),
+                describe_probe(&p.warm),
+                p.speedup(),
+                p.pipelines_speedup()
             )?;
         }
         if !profile.is_empty() {
@@ -463,25 +478,181 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Open the Vulkan backend twice on a fresh pipeline cache directory: cold (nothing cached,
-/// the cache written when the backend closes), then warm (that cache read back). The driver's
-/// own shader cache (Mesa's, NVIDIA's) is outside this and may warm the cold start too.
-fn cold_and_warm_startup() -> anyhow::Result<(Startup, Startup)> {
-    let dir = tempfile::tempdir()?;
-    let open = || -> anyhow::Result<Startup> {
-        let t = Instant::now();
-        let be = VulkanBackend::open(VulkanOptions {
-            pipeline_dir: Some(Some(dir.path().to_path_buf())),
-            ..Default::default()
-        })?;
-        let s = be.startup();
-        drop(be);
-        eprintln!("[bench] vulkan startup: {:.2} s", t.elapsed().as_secs_f64());
+/// One start of this program as a fresh process, to its first token (`--startup`).
+#[derive(Debug, Clone, Copy)]
+struct ProbedStart {
+    /// From the process's start to the first token's logits.
+    first_token_s: f64,
+    /// Opening the backend and placing the weights (pipelines for their formats included).
+    load_s: f64,
+    /// Pipelines made in all, and the seconds that took.
+    pipelines: usize,
+    pipelines_s: f64,
+    /// Bytes of pipeline cache read at open (0: cold).
+    cache_bytes: usize,
+}
+
+/// Tokens of the probe's prompt: more than the 8 rows the matvec kernels take, so prefill's
+/// matmul pipelines are part of the start.
+const PROBE_PROMPT: usize = 16;
+
+/// Which caches a pair of probes of `--startup` starts without, then with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caches {
+    /// tinyllm's pipeline cache alone: the drivers' own disk caches (Mesa's, NVIDIA's) off,
+    /// or a driver that keeps one would make the cold start warm and hide what it does.
+    PipelineCache,
+    /// Every cache: the pipeline cache and the drivers' disk caches, all in a new directory
+    /// (a first start on a new machine, then a second).
+    All,
+}
+
+impl Caches {
+    fn what(self) -> &'static str {
+        match self {
+            Caches::PipelineCache => "the pipeline cache alone (the drivers' shader caches off)",
+            Caches::All => "every cache (the drivers' shader caches too, in a new directory)",
+        }
+    }
+}
+
+/// A cold and a warm start of [`Caches`], and what the warm one saved.
+#[derive(Debug, Clone, Copy)]
+struct StartPair {
+    caches: Caches,
+    cold: ProbedStart,
+    warm: ProbedStart,
+}
+
+impl StartPair {
+    fn speedup(&self) -> f64 {
+        self.cold.first_token_s / self.warm.first_token_s.max(1e-9)
+    }
+
+    fn pipelines_speedup(&self) -> f64 {
+        self.cold.pipelines_s / self.warm.pipelines_s.max(1e-9)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "caches": match self.caches { Caches::PipelineCache => "pipeline_cache", Caches::All => "all" },
+            "cold": probe_json(self.cold),
+            "warm": probe_json(self.warm),
+            "first_token_speedup": self.speedup(),
+            "pipelines_speedup": self.pipelines_speedup(),
+        })
+    }
+}
+
+/// `--startup`: this program started as a fresh process four times, each a short bench of
+/// the same model on Vulkan to its first token: a cold and a warm start with tinyllm's
+/// pipeline cache alone, then with every cache ([`Caches`]). Each pair shares a new cache
+/// directory: the cold start finds it empty and writes it as it ends, the warm one reads it.
+fn cold_and_warm_startup(a: &Args, model: &std::path::Path) -> anyhow::Result<[StartPair; 2]> {
+    let exe = std::env::current_exe()?;
+    let mut args: Vec<std::ffi::OsString> = vec!["bench".into(), "-m".into(), model.into()];
+    let prompt = a
+        .prompt_tokens
+        .split(',')
+        .filter_map(|p| p.trim().parse::<usize>().ok())
+        .max()
+        .unwrap_or(PROBE_PROMPT)
+        .clamp(1, PROBE_PROMPT);
+    for (flag, value) in [
+        ("--backend", "vulkan".to_string()),
+        ("--ctx", a.model.ctx.to_string()),
+        ("--cache-type", a.model.cache_types()[0].name().to_string()),
+        ("--prompt-tokens", prompt.to_string()),
+        ("--decode-tokens", "1".to_string()),
+    ] {
+        args.extend([flag.into(), value.into()]);
+    }
+    if let Some(t) = a.model.threads {
+        args.extend(["--threads".into(), t.to_string().into()]);
+    }
+    args.extend(["--no-warmup".into(), "--json".into()]);
+    let probe = |caches: Caches, dir: &std::path::Path, which: &str| -> anyhow::Result<ProbedStart> {
+        eprintln!("[bench] vulkan startup, {}: {which}, a fresh process", caches.what());
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(&args)
+            .env("TINYLLM_PIPELINES", dir.join("pipelines"))
+            .stdin(std::process::Stdio::null());
+        match caches {
+            Caches::PipelineCache => cmd
+                .env("MESA_SHADER_CACHE_DISABLE", "true")
+                .env("__GL_SHADER_DISK_CACHE", "0"),
+            Caches::All => cmd
+                .env("MESA_SHADER_CACHE_DISABLE", "false")
+                .env("MESA_SHADER_CACHE_DIR", dir.join("driver"))
+                .env("__GL_SHADER_DISK_CACHE", "1")
+                .env("__GL_SHADER_DISK_CACHE_PATH", dir.join("driver")),
+        };
+        let out = cmd.output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Its last lines: where it says what went wrong.
+        let skip = stderr.chars().count().saturating_sub(2000);
+        let tail: String = stderr.chars().skip(skip).collect();
+        anyhow::ensure!(
+            out.status.success(),
+            "--startup: the {which} start failed ({}): {}",
+            out.status,
+            tail.trim()
+        );
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| anyhow::anyhow!("--startup: the {which} start printed no JSON ({e}): {}", tail.trim()))?;
+        let num = |path: &[&str]| -> anyhow::Result<f64> {
+            path.iter()
+                .try_fold(&j, |v, k| v.get(k))
+                .and_then(serde_json::Value::as_f64)
+                .ok_or_else(|| anyhow::anyhow!("--startup: the {which} start's JSON lacks {}", path.join(".")))
+        };
+        let s = ProbedStart {
+            first_token_s: num(&["startup", "first_token_s"])?,
+            load_s: num(&["startup", "load_s"])?,
+            pipelines: num(&["vulkan_pipelines", "count"])? as usize,
+            pipelines_s: num(&["vulkan_pipelines", "seconds"])?,
+            cache_bytes: num(&["vulkan_startup", "pipeline_cache_bytes_read"])? as usize,
+        };
+        eprintln!("[bench] vulkan startup, {which}: {}", describe_probe(&s));
         Ok(s)
     };
-    let cold = open()?;
-    let warm = open()?;
-    Ok((cold, warm))
+    let pair = |caches: Caches| -> anyhow::Result<StartPair> {
+        let dir = tempfile::tempdir()?;
+        let cold = probe(caches, dir.path(), "cold")?;
+        let warm = probe(caches, dir.path(), "warm")?;
+        Ok(StartPair { caches, cold, warm })
+    };
+    Ok([pair(Caches::PipelineCache)?, pair(Caches::All)?])
+}
+
+fn probe_json(s: ProbedStart) -> serde_json::Value {
+    json!({
+        "first_token_s": s.first_token_s,
+        "load_s": s.load_s,
+        "pipelines": s.pipelines,
+        "pipelines_s": s.pipelines_s,
+        "pipeline_cache_bytes_read": s.cache_bytes,
+    })
+}
+
+fn describe_probe(s: &ProbedStart) -> String {
+    format!(
+        "first token {:.2} s after the process started (load {:.2} s; {} pipelines made in {:.2} s; pipeline cache {})",
+        s.first_token_s,
+        s.load_s,
+        s.pipelines,
+        s.pipelines_s,
+        cache_state(s.cache_bytes)
+    )
+}
+
+/// A cache of its 32-byte header alone holds no pipeline (lavapipe writes no more).
+fn cache_state(bytes: usize) -> String {
+    if bytes <= 32 {
+        "cold".to_string()
+    } else {
+        format!("warm, {bytes} bytes read")
+    }
 }
 
 fn startup_json(s: Startup) -> serde_json::Value {
@@ -501,12 +672,7 @@ fn describe(s: &Startup) -> String {
         s.device_s,
         s.pipelines,
         s.pipelines_s,
-        // A cache of its 32-byte header alone holds no pipeline (lavapipe writes no more).
-        if s.cache_bytes <= 32 {
-            "cold".to_string()
-        } else {
-            format!("warm, {} bytes read", s.cache_bytes)
-        }
+        cache_state(s.cache_bytes)
     )
 }
 

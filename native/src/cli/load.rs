@@ -157,7 +157,7 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
 
 /// A model file found and its header read (fast: the weights are only mapped).
 pub struct Opened {
-    path: std::path::PathBuf,
+    pub path: std::path::PathBuf,
     file: Arc<GgufFile>,
 }
 

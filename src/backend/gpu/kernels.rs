@@ -297,11 +297,17 @@ pub fn all_variants() -> Vec<Kernel> {
             .flat_map(|ty| COOP_SIZES.map(|size| Kernel::MatmulCoop { ty, size })),
     );
     for (kv, _) in KvType::ALL {
-        for wide in [false, true] {
-            for pass in [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge] {
-                v.push(Kernel::Attention(pass, wide, kv));
-            }
-        }
+        v.extend(kv_kernels(kv).into_iter().filter(|k| !matches!(k, Kernel::KvStore(_))));
     }
     v
+}
+
+/// The kernels that store into and attend over a KV cache of format `ty`: its store, and
+/// every attention pass, narrow and wide.
+pub fn kv_kernels(ty: KvType) -> Vec<Kernel> {
+    let passes = [AttnPass::Main, AttnPass::Stats, AttnPass::Weigh, AttnPass::Merge];
+    let attention = [false, true]
+        .into_iter()
+        .flat_map(|wide| passes.map(|pass| Kernel::Attention(pass, wide, ty)));
+    std::iter::once(Kernel::KvStore(ty)).chain(attention).collect()
 }

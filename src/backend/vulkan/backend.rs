@@ -85,7 +85,7 @@ pub struct VulkanOptions {
 pub struct Startup {
     /// Seconds to open the instance and device.
     pub device_s: f64,
-    /// Seconds to make the fixed kernels' pipelines (in parallel, through the cache).
+    /// Seconds to make the pipelines of [`KERNELS_AT_OPEN`] (in parallel, through the cache).
     pub pipelines_s: f64,
     /// Pipelines made at open.
     pub pipelines: usize,
@@ -99,6 +99,25 @@ impl Startup {
         self.device_s + self.pipelines_s
     }
 }
+
+/// The pipelines made, in parallel, when the backend opens: what a pass of every model
+/// family runs. The rest wait for what they serve, so a start makes only the pipelines its
+/// model needs (a pipeline costs a driver milliseconds to seconds to make): the weight
+/// formats' kernels as weights are placed, a KV cache format's store and attention kernels
+/// at its first cache ([`kernels::kv_kernels`]), routers' kernels with stacked experts, and kernels of
+/// one family alone (gated delta-net's, gpt-oss's activation) at first use.
+const KERNELS_AT_OPEN: [Kernel; 10] = [
+    Kernel::Add,
+    Kernel::AddBias,
+    Kernel::Scale,
+    Kernel::Swiglu,
+    Kernel::Geglu,
+    Kernel::RmsNorm,
+    Kernel::RmsNormInplace,
+    Kernel::Rope,
+    Kernel::Argmax,
+    Kernel::Select,
+];
 
 /// The Vulkan backend. Clones share the device, pipelines and the pass being recorded.
 #[derive(Clone)]
@@ -174,7 +193,7 @@ impl VulkanBackend {
         Self::open(VulkanOptions::default())
     }
 
-    /// Open a device with `opts`, making the fixed kernels' pipelines in parallel through the
+    /// Open a device with `opts`, making the pipelines of [`KERNELS_AT_OPEN`] in parallel through the
     /// pipeline cache on disk (weight kernels are made when a weight of their type loads).
     pub fn open(opts: VulkanOptions) -> Result<Self, BackendError> {
         let t0 = std::time::Instant::now();
@@ -210,11 +229,7 @@ impl VulkanBackend {
         let cache_bytes = cache.loaded();
         let mut pipes = Pipelines::with_cache(&device, Some(cache));
         let t1 = std::time::Instant::now();
-        let fixed: Vec<Kernel> = kernels::all_variants()
-            .into_iter()
-            .filter(|k| !k.reads_weights())
-            .collect();
-        pipes.prepare(&fixed)?;
+        pipes.prepare(&KERNELS_AT_OPEN)?;
         let startup = Startup {
             device_s,
             pipelines_s: t1.elapsed().as_secs_f64(),
@@ -314,6 +329,12 @@ impl VulkanBackend {
     /// Pipelines made so far.
     pub fn pipelines(&self) -> usize {
         lock(&self.inner.pipes).len()
+    }
+
+    /// Seconds spent making pipelines so far: at open, for each weight format as weights are
+    /// placed, and at first use (what the pipeline cache on disk saves a warm start).
+    pub fn pipeline_seconds(&self) -> f64 {
+        lock(&self.inner.pipes).making_seconds()
     }
 
     /// Write the pipeline cache to disk now (it is also written when the backend is dropped);
@@ -563,6 +584,16 @@ impl VulkanBackend {
         if let Some(size) = self.coop_size(ty).filter(|_| !stacked && !textured) {
             ks.push(Kernel::MatmulCoop { ty, size });
         }
+        // What multiplying by these weights needs besides: the activations rounded to the
+        // weights' blocks (or packed for integer dot products), and a router's kernels
+        // where experts are stacked.
+        ks.push(Kernel::QuantizeAct);
+        if ks.contains(&Kernel::MatmulDot(ty)) {
+            ks.push(Kernel::QuantizeQ8Packed);
+        }
+        if stacked {
+            ks.extend([Kernel::Route, Kernel::MoeCombine]);
+        }
         lock(&self.inner.pipes).prepare(&ks).map_err(failed("load_weight"))
     }
 }
@@ -677,6 +708,10 @@ impl Backend for VulkanBackend {
 
     fn alloc_kv(&self, len: usize, ty: KvType) -> Result<VulkanKv, BackendError> {
         checks::alloc_kv(len, ty)?;
+        // The first cache of this format: its store and attention pipelines, made together.
+        lock(&self.inner.pipes)
+            .prepare(&kernels::kv_kernels(ty))
+            .map_err(failed("alloc_kv"))?;
         let (words, scales) = plan::kv_words(len, ty);
         Ok(VulkanKv {
             buf: self.alloc(words)?,

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use ash::vk;
 
@@ -94,6 +95,8 @@ pub struct Pipelines {
     cache: Option<PipelineCache>,
     /// Each kernel's pipeline and the bindings its entry point uses (what a dispatch binds).
     made: HashMap<Kernel, (ComputePipeline, &'static [Binding])>,
+    /// Wall-clock seconds spent making pipelines so far (what a pipeline cache saves).
+    making_s: f64,
 }
 
 impl Pipelines {
@@ -108,6 +111,7 @@ impl Pipelines {
             device: Arc::clone(device),
             cache,
             made: HashMap::new(),
+            making_s: 0.0,
         }
     }
 
@@ -147,8 +151,10 @@ impl Pipelines {
     /// The pipeline of `kernel` with its entry point's bindings, made if it is not yet.
     fn made(&mut self, kernel: Kernel) -> Result<&(ComputePipeline, &'static [Binding]), VulkanError> {
         if !self.made.contains_key(&kernel) {
-            let p = Self::make(&self.device, self.raw_cache(), kernel)?;
-            self.made.insert(kernel, p);
+            let t = Instant::now();
+            let p = Self::make(&self.device, self.raw_cache(), kernel);
+            self.making_s += t.elapsed().as_secs_f64();
+            self.made.insert(kernel, p?);
         }
         Ok(&self.made[&kernel])
     }
@@ -158,6 +164,10 @@ impl Pipelines {
     /// returned after every thread has finished.
     pub fn prepare(&mut self, kernels: &[Kernel]) -> Result<(), VulkanError> {
         let todo: Vec<Kernel> = kernels.iter().copied().filter(|k| !self.made.contains_key(k)).collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
         let chunk = todo.len().div_ceil(threads).max(1);
         let (device, cache) = (&self.device, self.raw_cache());
@@ -175,6 +185,7 @@ impl Pipelines {
                 .collect();
             handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
         });
+        self.making_s += t.elapsed().as_secs_f64();
         let mut first_error = None;
         for (k, r) in results {
             match r {
@@ -191,6 +202,11 @@ impl Pipelines {
 
     pub fn len(&self) -> usize {
         self.made.len()
+    }
+
+    /// Wall-clock seconds spent making the pipelines so far, ahead of use or at first use.
+    pub fn making_seconds(&self) -> f64 {
+        self.making_s
     }
 
     pub fn is_empty(&self) -> bool {
