@@ -189,7 +189,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Before this process places its own copy of the weights (the probes' run alone).
     let t = Instant::now();
     let startup = if a.startup {
-        Some(cold_and_warm_startup(&a, &opened.path)?)
+        let longest = prompts.iter().copied().max().unwrap_or(PROBE_PROMPT);
+        Some(cold_and_warm_startup(&a, &opened.path, longest)?)
     } else {
         None
     };
@@ -548,16 +549,11 @@ impl StartPair {
 /// the same model on Vulkan to its first token: a cold and a warm start with tinyllm's
 /// pipeline cache alone, then with every cache ([`Caches`]). Each pair shares a new cache
 /// directory: the cold start finds it empty and writes it as it ends, the warm one reads it.
-fn cold_and_warm_startup(a: &Args, model: &std::path::Path) -> anyhow::Result<[StartPair; 2]> {
+/// `longest` is the longest prompt the run measures; the probes take up to [`PROBE_PROMPT`].
+fn cold_and_warm_startup(a: &Args, model: &std::path::Path, longest: usize) -> anyhow::Result<[StartPair; 2]> {
     let exe = std::env::current_exe()?;
     let mut args: Vec<std::ffi::OsString> = vec!["bench".into(), "-m".into(), model.into()];
-    let prompt = a
-        .prompt_tokens
-        .split(',')
-        .filter_map(|p| p.trim().parse::<usize>().ok())
-        .max()
-        .unwrap_or(PROBE_PROMPT)
-        .clamp(1, PROBE_PROMPT);
+    let prompt = longest.clamp(1, PROBE_PROMPT);
     for (flag, value) in [
         ("--backend", "vulkan".to_string()),
         ("--ctx", a.model.ctx.to_string()),

@@ -274,8 +274,6 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::RmsNorm,
         Kernel::RmsNormInplace,
         Kernel::Rope,
-        Kernel::KvStore(KvType::F16),
-        Kernel::KvStore(KvType::Q8_0),
         Kernel::Argmax,
         Kernel::Select,
         Kernel::Route,
@@ -297,7 +295,7 @@ pub fn all_variants() -> Vec<Kernel> {
             .flat_map(|ty| COOP_SIZES.map(|size| Kernel::MatmulCoop { ty, size })),
     );
     for (kv, _) in KvType::ALL {
-        v.extend(kv_kernels(kv).into_iter().filter(|k| !matches!(k, Kernel::KvStore(_))));
+        v.extend(kv_kernels(kv));
     }
     v
 }
