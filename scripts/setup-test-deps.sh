@@ -13,11 +13,13 @@ apt_install() {
   [ $apt_updated = 1 ] || { apt-get update -qq; apt_updated=1; }
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
 }
-python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
-# The server tests drive `tinyllm-native serve` with the official OpenAI client.
-python3 -c "import openai" 2>/dev/null || python3 -m pip install -q openai
-# The structured-output test judges answers with the `jsonschema` package.
-python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q jsonschema
+command -v python3 >/dev/null || apt_install python3
+# The server tests drive `tinyllm-native serve` with the official OpenAI client, and the
+# structured-output test judges answers with the `jsonschema` package: both in the project's
+# virtual environment (a distribution's Python refuses system-wide pip installs), which
+# test.sh puts first on PATH.
+. scripts/python-env.sh
+tinyllm_python_env openai jsonschema
 # The browser test drives the chat page in Debian's Chromium with playwright-core (npm).
 # playwright-core wants Node >= 20 (the image has it; Debian 12's own nodejs is 18).
 [ -x /usr/bin/chromium ] || apt_install chromium

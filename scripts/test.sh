@@ -1,49 +1,110 @@
 #!/usr/bin/env bash
-# The project's test command (README, CI): install what the tests need where it is missing
-# (models, openai client, Chromium, playwright-core; see setup-test-deps.sh), build the npm
-# package (scripts/build-web.sh) and the Vite example app on it, then run every
-# test of the workspace in release mode (the model tests need optimized code), the fixture
-# goldens again on the portable CPU kernels (what every non-x86 target, wasm32 included, runs),
-# the wasm build's CPU kernels in WebAssembly against the scalar oracle, with
-# TINYLLM_COOP_LAVAPIPE=1 the cooperative-matrix tests on a device that has them
-# (scripts/test-coop-lavapipe.sh: root, a Debian 13 root of 400 MB, and 10 to 20 minutes of
-# lavapipe's LLVM on 2 cores, so not in CI's run),
-# and end with one line adding up all of cargo's test binaries:
-# "tests: N passed, N failed, N skipped". Tests that skip at run time (no GPU adapter) are
-# counted as skipped, not passed (tests/common's device_or_skip records them).
-#   scripts/test.sh [extra cargo test args]
+# The project's test command (README, CI), in two tiers:
+#   scripts/test.sh [--full] [extra cargo test args]
+# The fast tier (the default, what .ci/run runs) and, with --full, the slow tier too
+# (TINYLLM_TEST_TIER=full): the real models on lavapipe and in the browser, the GPU variant
+# sweeps, the agent (OpenCode) and full structured-output runs. The README's "Test tiers" says
+# what only the full tier runs and what covers each path in the fast one. A full-tier test in a
+# fast run is counted as skipped (tests/common's `full_tier`), never as passed.
+#
+# Installs what the tests need where it is missing (models, the Python venv with the openai
+# client, Chromium, playwright-core; see setup-test-deps.sh), builds the npm package
+# (scripts/build-web.sh) and the Vite example app on it, then runs every test of the workspace
+# in release mode (the model tests need optimized code), the fixture goldens again on the
+# portable CPU kernels (what every non-x86 target, wasm32 included, runs), the wasm build's CPU
+# kernels in WebAssembly against the scalar oracle, with TINYLLM_COOP_LAVAPIPE=1 the
+# cooperative-matrix tests on a device that has them (scripts/test-coop-lavapipe.sh: root, a
+# Debian 13 root of 400 MB, and 10 to 20 minutes of lavapipe's LLVM on 2 cores, so in neither
+# tier by default). Each test binary's wall time is printed after it, the slowest at the end,
+# and the last line adds up all of cargo's test binaries: "tests: N passed, N failed, N skipped".
+# Tests that skip at run time (no GPU adapter, full tier only) are counted as skipped, not
+# passed (tests/common's `skip` records them in TINYLLM_SKIP_LOG).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=fast
+if [ "${1:-}" = "--full" ]; then
+  tier=full
+  shift
+fi
+export TINYLLM_TEST_TIER=$tier
+started=$EPOCHREALTIME
 scripts/setup-test-deps.sh
+# The Python packages the tests drive the server with live in the project's venv.
+. scripts/python-env.sh
+tinyllm_python_env
 # The browser tests (web/tests/browser.rs) load the built npm package and the Vite example
 # app built from it.
 scripts/build-web.sh
 (cd web/example && npm ci --no-audit --no-fund && npm run build)
 log=$(mktemp)
 skips=$(mktemp)
-trap 'rm -f "$log" "$skips"' EXIT
+times=$(mktemp)
+trap 'rm -f "$log" "$skips" "$times"' EXIT
 export TINYLLM_SKIP_LOG="$skips"
 status=0
+
+# Passes cargo's output through, and after each test binary (cargo runs them one after another,
+# each announced by a "Running" or "Doc-tests" line) prints and records its wall time.
+timed() { # label prefix for the binaries of this cargo run
+  local prefix=$1 name="" start line
+  start=$EPOCHREALTIME
+  report() {
+    local s
+    s=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    echo "=== $prefix$name: $s s"
+    echo "$s $prefix$name" >>"$times"
+  }
+  while IFS= read -r line; do
+    case $line in
+      *"     Running "* | *"   Doc-tests "*)
+        [ -z "$name" ] || report
+        # "Running tests/x.rs (…/deps/x-0123abcd)" -> x; "Doc-tests tinyllm" -> doc-tests tinyllm
+        if [[ $line == *Doc-tests* ]]; then
+          name="doc-tests ${line##*Doc-tests }"
+        else
+          name=${line##*/}
+          name=${name%)}
+          name=${name%-*}
+        fi
+        start=$EPOCHREALTIME
+        ;;
+    esac
+    printf '%s\n' "$line"
+  done
+  [ -z "$name" ] || report
+}
+
+echo "=== $tier tier"
 # --no-fail-fast: a failing test binary must not hide the ones after it.
-cargo test --workspace --release --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+{ cargo test --workspace --release --no-fail-fast "$@" 2>&1 || echo "cargo test exit $?" >>"$skips.status"; } |
+  timed "" | tee "$log"
 echo "=== fixture goldens on the portable CPU kernels"
-TINYLLM_CPU_KERNELS=portable cargo test --release -p tinyllm --test model_golden -- fixtures 2>&1 | tee -a "$log" ||
-  status=$?
+{ TINYLLM_CPU_KERNELS=portable cargo test --release -p tinyllm --test model_golden -- fixtures 2>&1 ||
+  echo "portable exit $?" >>"$skips.status"; } | timed "portable " | tee -a "$log"
 echo "=== the wasm CPU kernels in WebAssembly (Node), against the scalar oracle"
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/web" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+{ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/web" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
-  cargo test --release -p tinyllm-web --target wasm32-unknown-unknown --test kernels 2>&1 | tee -a "$log" || status=$?
+  cargo test --release -p tinyllm-web --target wasm32-unknown-unknown --test kernels 2>&1 ||
+  echo "wasm kernels exit $?" >>"$skips.status"; } | timed "wasm " | tee -a "$log"
 if [ "${TINYLLM_COOP_LAVAPIPE:-0}" = 1 ]; then
   # The Vulkan cooperative-matrix tests where the device has them (Mesa 26's lavapipe in a
   # Debian 13 root; root only, about 400 MB once per machine).
   echo "=== Vulkan cooperative matrices on Mesa 26's lavapipe"
-  scripts/test-coop-lavapipe.sh 2>&1 | tee -a "$log" || status=$?
+  { scripts/test-coop-lavapipe.sh 2>&1 || echo "coop exit $?" >>"$skips.status"; } | tee -a "$log"
 fi
-n_skipped=$(wc -l < "$skips")
+if [ -s "$skips.status" ]; then
+  status=1
+  sed 's/^/failed: /' "$skips.status"
+fi
+rm -f "$skips.status"
+n_skipped=$(wc -l <"$skips")
 if [ "$n_skipped" -gt 0 ]; then
   echo "skipped at run time:"
   sed 's/^/  /' "$skips"
 fi
+echo "slowest test binaries ($tier tier):"
+sort -rn "$times" | head -n 8 | awk '{ printf "  %7.1f s  %s\n", $1, substr($0, index($0, $2)) }'
+awk -v a="$started" -v b="$EPOCHREALTIME" -v t="$tier" 'BEGIN { printf "%s tier: %.0f s in all\n", t, b - a }'
 awk -v skipped="$n_skipped" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p - skipped, f, s + skipped }' "$log"
 exit "$status"

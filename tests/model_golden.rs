@@ -104,6 +104,27 @@ fn report(file: &str, st: &Stats) {
     );
 }
 
+/// The x86 SIMD kernels' bound on deepseek2's Q8_0 fixture, above the Q8_0 rule (3e-2) that
+/// the portable kernels, WebGPU and Vulkan meet there. Measured (#32): one step of all, short_20
+/// step 3, is 0.055 from the golden; at it the MoE layer routes the last token to experts
+/// [3, 6] with a score gap of 1.3e-3 to the next, where the portable kernels route [2, 3] (gap
+/// 3.7e-3) and land 4e-3 from the golden. Every earlier row routes the same in both kernel sets,
+/// with score gaps differing by up to 1e-2 between them (1.4e-3 on the F16 fixture too): the
+/// two correct summation orders, amplified by a random-weight model, flip a close route. Still
+/// tight enough to catch an MLA or routing error of 0.1, which the old 0.15 let pass.
+const DEEPSEEK2_Q8_0_SIMD_TOL: f64 = 6e-2;
+
+/// [`kv_tolerance`] for the CPU kernels this run uses ([`DEEPSEEK2_Q8_0_SIMD_TOL`]).
+fn cpu_tolerance(arch: &str, quant: &str, cache: KvType) -> f64 {
+    let tol = kv_tolerance(arch, quant, cache);
+    let simd = tinyllm::backend::cpu::kernels::Kernels::detect().variant != "portable";
+    if simd && (arch, quant) == ("deepseek2", "Q8_0") {
+        tol.max(DEEPSEEK2_Q8_0_SIMD_TOL)
+    } else {
+        tol
+    }
+}
+
 /// Teacher forcing for every quant of one fixture architecture.
 fn check_fixture_arch(arch: &str, quants: &[&str]) {
     check_fixture_arch_with(arch, quants, KvType::F16);
@@ -120,7 +141,7 @@ fn check_fixture_arch_with(arch: &str, quants: &[&str], cache: KvType) {
         let model = load_model(&dir.join(format!("{file}.gguf")), 0);
         let mut sess = session_with(&model, 512, cache);
         let rule = Rule {
-            tol: kv_tolerance(arch, q, cache),
+            tol: cpu_tolerance(arch, q, cache),
             clear_gap: fixture_clear_gap(arch, q),
         };
         let mut goldens = vec![(String::new(), dir.join(format!("{file}.golden.jsonl")))];
@@ -264,10 +285,19 @@ fn check_real_model(gguf: &str, golden_name: &str) {
     report(gguf, &st);
     let failures = spread.judge("cpu", |c, i, id| ours_probs[c][i][id as usize], &ours_tokens);
     assert!(failures.is_empty(), "{golden_name}:\n{}", failures.join("\n"));
+    // What the rule lets through around today's run: our own deviation, each prompt moved by
+    // a different multiple. A run twice as far as ours, prompt by prompt, must fail.
+    let (passes, fails) = spread.reach("cpu", |c, i, id| ours_probs[c][i][id as usize], &ours_tokens);
+    println!("[spread] {golden_name}: passes at {passes:.2}x today's deviation, fails from {fails:?}x");
+    assert!(
+        fails.is_some_and(|k| k <= 2.0),
+        "{golden_name}: the spread rule lets a run {passes:.2}x as far from the goldens as today's pass"
+    );
 }
 
 /// The spread rule can fail: a run exactly as far from the goldens as llama.cpp's other
-/// attention path passes, one twice as far (every step) fails, as does one missing more.
+/// attention path passes, one twice as far (every step, or each prompt by its own multiple of
+/// up to twice) fails, as does one missing more.
 #[test]
 fn spread_rule_catches_a_run_twice_as_far() {
     for name in ["qwen2.5-coder-0.5b", "gemma-3-270m"] {
@@ -282,6 +312,13 @@ fn spread_rule_catches_a_run_twice_as_far() {
         };
         let golden_tokens: Vec<Vec<u32>> = s.golden.iter().map(|g| g.tokens.clone()).collect();
         assert!(s.judge("as far", scaled(1.0), &golden_tokens).is_empty(), "{name}");
+        // Each prompt moved by its own multiple (a uniform scale gives the bootstrap no
+        // width): llama.cpp's own deviation passes, twice it fails.
+        let (passes, fails) = s.reach(name, scaled(1.0), &golden_tokens);
+        assert!(
+            passes >= 1.0 && fails.is_some_and(|k| k <= 2.0),
+            "{name}: passes {passes}, fails {fails:?}"
+        );
         let failures = s.judge("twice as far", scaled(2.0), &golden_tokens);
         assert!(
             failures.iter().any(|f| f.contains("quantile 0.5")),

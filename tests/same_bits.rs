@@ -1,14 +1,15 @@
 //! Same bits across refactors: digests of what the engine computes, recorded once and compared
 //! on every run, so a change that means to move code without changing numbers proves it.
 //!
-//! Recorded in `tests/golden/same_bits.json`:
-//! - the CPU backend's logits (SHA-256 of the f32 bits) of every fixture and both real models,
-//!   teacher-forced over llama.cpp's golden cases (one chunked prefill returning every step's
-//!   logits), for the detected SIMD kernels and the portable set;
+//! Recorded in `tests/golden/same_bits.json`, for every fixture family (dense, MoE, MLA,
+//! gpt-oss, the qwen35 hybrid) and both real models:
+//! - the CPU backend's logits (SHA-256 of the f32 bits), teacher-forced over llama.cpp's golden
+//!   cases (one chunked prefill returning every step's logits), for the detected SIMD kernels
+//!   and the portable set, with an f16 KV cache and with a q8_0 one;
 //! - the same models through batched passes: several sequences at once, staggered, some
 //!   prefilling in chunks while others decode, as the server runs them;
-//! - the WebGPU backend's greedy tokens (argmax on the device) on the fixtures and both real
-//!   models (lavapipe in CI), as token lists.
+//! - the WebGPU and Vulkan backends' greedy tokens (argmax on the device; lavapipe in CI), as
+//!   token lists, with an f16 KV cache and (fixtures) a q8_0 one.
 //!
 //! A change that is meant to change numbers re-records the file with
 //! `TINYLLM_RECORD_SAME_BITS=1 cargo test --release --test same_bits` and says why in its
@@ -24,8 +25,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tinyllm::backend::cpu::kernels::Kernels;
 use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::vulkan::{VulkanBackend, VulkanOptions};
 use tinyllm::backend::webgpu::WebGpuBackend;
-use tinyllm::backend::Backend;
+use tinyllm::backend::{Backend, KvType};
 use tinyllm::engine::{forward_batch, BatchItem, Session, SessionConfig};
 use tinyllm::model::{HeadResult, HeadWant, Model};
 
@@ -45,9 +47,6 @@ fn record_path() -> PathBuf {
 }
 
 /// The models: every fixture, then the two real ones, as (name, path, golden cases).
-/// Fixture architectures in `same_bits.json`.
-const RECORDED_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
-
 fn models() -> Vec<(String, PathBuf, Vec<Case>)> {
     let dir = common::golden("fixtures");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -56,9 +55,6 @@ fn models() -> Vec<(String, PathBuf, Vec<Case>)> {
             let name = e.ok()?.file_name().into_string().ok()?;
             name.strip_suffix(".gguf").map(str::to_string)
         })
-        // The families the record was made for (the dense ones the reshaping had to keep bit
-        // for bit); the mixtures of experts came after it and run on the CPU only so far.
-        .filter(|n| RECORDED_ARCHS.iter().any(|a| n.split('.').next() == Some(a)))
         .collect();
     names.sort();
     let mut out: Vec<(String, PathBuf, Vec<Case>)> = names
@@ -89,27 +85,42 @@ fn add_f32(h: &mut Sha256, xs: &[f32]) {
     }
 }
 
-/// Digest of every teacher-forced step's logits of `cases`.
-fn teacher_forced_digest<B: Backend>(model: &Arc<Model<B>>, cases: &[Case]) -> String {
-    let mut sess = session(model, 1024);
+/// Digest of every teacher-forced step's logits of `cases`, with a KV cache of format `cache`;
+/// `None` where the model refuses that cache (a q8_0 cache needs head sizes in whole blocks):
+/// a refusal that appears later shows as a recorded entry no longer computed.
+fn teacher_forced_digest<B: Backend>(model: &Arc<Model<B>>, cases: &[Case], cache: KvType) -> Option<String> {
+    let mut sess = try_session(model, 1024, cache)?;
     let mut h = Sha256::new();
     for case in cases {
         for step in teacher_forced(&mut sess, case) {
             add_f32(&mut h, &step);
         }
     }
-    hex(&h.finalize())
+    Some(hex(&h.finalize()))
 }
 
 fn session<B: Backend>(model: &Arc<Model<B>>, n_ctx: usize) -> Session<B> {
-    Session::new(
-        Arc::clone(model),
-        SessionConfig {
-            n_ctx,
-            ..SessionConfig::default()
-        },
-    )
-    .expect("session")
+    session_with(model, n_ctx, KvType::F16)
+}
+
+fn session_with<B: Backend>(model: &Arc<Model<B>>, n_ctx: usize, cache_type: KvType) -> Session<B> {
+    try_session(model, n_ctx, cache_type).expect("session")
+}
+
+fn try_session<B: Backend>(model: &Arc<Model<B>>, n_ctx: usize, cache_type: KvType) -> Option<Session<B>> {
+    let config = SessionConfig {
+        n_ctx,
+        cache_type,
+        ..SessionConfig::default()
+    };
+    match Session::new(Arc::clone(model), config) {
+        Ok(s) => Some(s),
+        Err(e) if cache_type != KvType::F16 => {
+            println!("[same bits] no {cache_type:?} cache: {e}");
+            None
+        }
+        Err(e) => panic!("session: {e}"),
+    }
 }
 
 /// One sequence of the batched scenario: its prompt, then golden tokens fed one per pass.
@@ -183,14 +194,14 @@ fn batched_digest<B: Backend>(model: &Arc<Model<B>>, cases: &[Case]) -> String {
 }
 
 /// Greedy tokens through the backend's argmax, `n` of them after `prompt`.
-fn greedy<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut sess = session(model, prompt.len() + n + 1);
+fn greedy<B: Backend>(model: &Arc<Model<B>>, prompt: &[u32], n: usize, cache: KvType) -> Option<Vec<u32>> {
+    let mut sess = try_session(model, prompt.len() + n + 1, cache)?;
     let mut out = vec![sess.forward_argmax(prompt).expect("prefill")];
     while out.len() < n {
         let last = *out.last().expect("a token");
         out.push(sess.forward_argmax(&[last]).expect("decode"));
     }
-    out
+    Some(out)
 }
 
 /// Everything this build computes, by key.
@@ -209,10 +220,11 @@ fn compute() -> BTreeMap<String, Value> {
                 // The portable set is slow on real models; the fixtures cover its code.
                 continue;
             }
-            got.insert(
-                format!("cpu/{set}/{name}/teacher_forced"),
-                json!(teacher_forced_digest(&model, cases)),
-            );
+            for (cache, suffix) in [(KvType::F16, ""), (KvType::Q8_0, "_kv_q8_0")] {
+                if let Some(d) = teacher_forced_digest(&model, cases, cache) {
+                    got.insert(format!("cpu/{set}/{name}/teacher_forced{suffix}"), json!(d));
+                }
+            }
             got.insert(
                 format!("cpu/{set}/{name}/batched"),
                 json!(batched_digest(&model, cases)),
@@ -220,19 +232,40 @@ fn compute() -> BTreeMap<String, Value> {
         }
     }
     if let Some(gpu) = common::device_or_skip(WebGpuBackend::new) {
-        for (name, path, cases) in &models {
-            let model = load_on(gpu.clone(), path);
-            let is_real = !path.starts_with(common::golden("fixtures"));
-            for case in cases.iter().take(if is_real { 1 } else { cases.len() }) {
-                let n = if is_real { REAL_GREEDY } else { case.tokens.len() };
-                got.insert(
-                    format!("webgpu/{name}/greedy/{}", case.name),
-                    json!(greedy(&model, &case.prompt, n)),
-                );
+        gpu_greedy(&mut got, "webgpu", gpu, &models);
+    }
+    if let Some(vk) = common::device_or_skip(|| VulkanBackend::open(VulkanOptions::default())) {
+        gpu_greedy(&mut got, "vulkan", vk, &models);
+    }
+    got
+}
+
+/// A GPU backend's greedy tokens on every model (argmax on the device): every golden case of
+/// a fixture with an f16 and a q8_0 cache, the first case of a real model for
+/// [`REAL_GREEDY`] tokens with an f16 cache.
+fn gpu_greedy<B: Backend + Clone>(
+    got: &mut BTreeMap<String, Value>,
+    key: &str,
+    gpu: B,
+    models: &[(String, PathBuf, Vec<Case>)],
+) {
+    for (name, path, cases) in models {
+        let model = load_on(gpu.clone(), path);
+        let is_real = !path.starts_with(common::golden("fixtures"));
+        for case in cases.iter().take(if is_real { 1 } else { cases.len() }) {
+            let n = if is_real { REAL_GREEDY } else { case.tokens.len() };
+            let caches: &[(KvType, &str)] = if is_real {
+                &[(KvType::F16, "greedy")]
+            } else {
+                &[(KvType::F16, "greedy"), (KvType::Q8_0, "greedy_kv_q8_0")]
+            };
+            for &(cache, what) in caches {
+                if let Some(tokens) = greedy(&model, &case.prompt, n, cache) {
+                    got.insert(format!("{key}/{name}/{what}/{}", case.name), json!(tokens));
+                }
             }
         }
     }
-    got
 }
 
 #[test]
@@ -255,10 +288,11 @@ fn outputs_have_the_recorded_bits() {
             None => moved.push(format!("{key}: not recorded")),
         }
     }
-    // Every recorded entry is computed again (the webgpu ones only where there is an adapter).
-    let gpu_ran = got.keys().any(|k| k.starts_with("webgpu/"));
+    // Every recorded entry is computed again (a GPU backend's only where it has a device).
+    let ran = |backend: &str| got.keys().any(|k| k.split('/').next() == Some(backend));
     for key in want.keys() {
-        if !got.contains_key(key) && (gpu_ran || !key.starts_with("webgpu/")) {
+        let backend = key.split('/').next().unwrap_or_default();
+        if !got.contains_key(key) && ran(backend) {
             moved.push(format!("{key}: recorded but no longer computed"));
         }
     }

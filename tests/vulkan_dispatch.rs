@@ -331,7 +331,7 @@ fn profile_times_each_kernel() {
     use tinyllm::backend::gpu::Kernel;
     let Some(dev) = device_or_skip() else { return };
     if dev.info().timestamp_valid_bits == 0 {
-        eprintln!("skipping: no timestamps on {}", dev.info().name);
+        common::skip(&format_args!("no timestamps on {}", dev.info().name));
         return;
     }
     let mem = Arc::new(Memory::new(&dev));

@@ -59,6 +59,9 @@ fn fixtures_with_q8_0_cache_match_llama_cpp_on_vulkan() {
 /// has them (they must show in the logits); the same rules hold.
 #[test]
 fn fixtures_match_llama_cpp_with_workgroup_matmuls_on_vulkan() {
+    if !common::full_tier("the default variant's fixture goldens and the Vulkan op suite (backend_ops)") {
+        return;
+    }
     let open = |f16| {
         vulkan_with(VulkanOptions {
             matmul: Some(MatmulVariant::Workgroup),
@@ -119,8 +122,15 @@ fn q8_0_fixtures_match_llama_cpp_with_integer_dot_products_on_vulkan() {
     }) else {
         return;
     };
+    vk.enable_profile().expect("timestamps");
     for arch in ["llama", "qwen2", "qwen3", "gemma3", "qwen35", "gpt-oss"] {
+        let before = common::gpu_golden::vulkan_calls(&vk, "matmul_dot");
         check_fixtures_with("vulkan", vk.clone(), arch, &["Q8_0"], KvType::F16);
+        let calls = common::gpu_golden::vulkan_calls(&vk, "matmul_dot") - before;
+        println!("[vulkan golden] {arch}: {calls} integer-dot matmul dispatches");
+        // The path under test ran: without this, a backend that fell back to the float
+        // kernels would pass on their accuracy alone.
+        assert!(calls > 0, "{arch}: no matmul took the integer dot products");
     }
 }
 
@@ -206,6 +216,9 @@ fn a_decode_step_is_one_submission_and_one_readback() {
 /// greedy tokens equal to the CPU backend's up to near-ties (`common::gpu_golden::check_real`).
 /// Minutes on lavapipe, as on WebGPU (the same texture-held weights there).
 fn check_real(gguf: &str, golden_name: &str) {
+    if !common::full_tier("the CPU's real-model spread (model_golden) and every fixture golden on this backend") {
+        return;
+    }
     let Some(vk) = vulkan_with(VulkanOptions::default()) else {
         return;
     };

@@ -95,6 +95,9 @@ fn gpt_oss_fixtures_match_llama_cpp_on_webgpu() {
 /// are really in use: the logits differ from the same path's in f32.
 #[test]
 fn fixtures_match_llama_cpp_with_f16_workgroup_matmuls() {
+    if !common::full_tier("the default variant's fixture goldens and the op suite's f16 matmul checks") {
+        return;
+    }
     use tinyllm::backend::webgpu::MatmulVariant;
     let open = |f16| {
         WebGpuBackend::with_options(WebGpuOptions {
@@ -125,7 +128,11 @@ fn fixtures_match_llama_cpp_with_f16_workgroup_matmuls() {
     }
 }
 
+/// Full tier only: minutes of lavapipe per model.
 fn check_real(gguf: &str, golden_name: &str) {
+    if !common::full_tier("the CPU's real-model spread (model_golden) and every fixture golden on this backend") {
+        return;
+    }
     let Some(g) = gpu() else { return };
     gpu_golden::check_real("webgpu", g, gguf, golden_name);
 }

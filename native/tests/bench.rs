@@ -207,6 +207,9 @@ fn bandwidth_report_is_consistent() {
 /// probes' time. Timings are reported, never asserted. Skips without a Vulkan device.
 #[test]
 fn startup_times_cold_and_warm_starts_in_fresh_processes() {
+    if !common::full_tier("vulkan_dispatch's pipeline-cache round trip and the other bench tests") {
+        return;
+    }
     let gpus: Value =
         serde_json::from_slice(&tinyllm(&["inspect", "--gpus", "--json"]).stdout).expect("inspect --gpus --json");
     let found = common::device_or_skip(|| match gpus["vulkan"]["devices"].as_array() {

@@ -881,8 +881,12 @@ fn python_client(script: &str, s: &Server, args: &[&str], what: &str) -> String 
 /// declared tool become calls and one of an undeclared tool stays content. On qwen2.5-coder
 /// also the report as a user meets it: `Use get_weather for Tokyo.`, no grammar,
 /// comes back as a tool call.
+/// Full tier only: minutes of constrained decoding; the fast tier runs the reduced test below.
 #[test]
 fn structured_output_on_both_real_models() {
+    if !common::full_tier("structured_output_reduced_on_qwen: the same script, 3 prompts a kind on one model") {
+        return;
+    }
     for (model, extra) in [
         ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", &["--lenient"][..]),
         ("gemma-3-270m-q4_k_m.gguf", &[][..]),
@@ -891,6 +895,18 @@ fn structured_output_on_both_real_models() {
         let counts = python_client("server_structured.py", &s, extra, model);
         eprintln!("{model}: {counts}");
     }
+}
+
+/// The fast tier's structured output: `server_structured.py` on qwen2.5-coder with 3 prompts
+/// a kind (every schema, streamed and not, `"required"` tool calls, the `"auto"` routing
+/// cases), the same judge as the full run above.
+#[test]
+fn structured_output_reduced_on_qwen() {
+    let model = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+    let s = Server::start(&real_model(model), &["--threads", "2"]);
+    let args = ["--lenient", "--json-prompts", "3", "--tool-prompts", "3"];
+    let counts = python_client("server_structured.py", &s, &args, model);
+    eprintln!("{model}: {counts}");
 }
 
 /// `serve --backend webgpu` (lavapipe in CI) answers like the CPU server: the same greedy
@@ -1454,6 +1470,13 @@ fn readiness_turns_true_only_after_load_and_warmup() {
     assert!(r.head.contains("retry-after: 1"), "{}", r.head);
     s.wait_ready();
     assert!(s.log().contains("ready: model loaded and warm"), "{}", s.log());
+    // A test hook set in the environment is said, so it cannot slow a real server unnoticed.
+    assert!(
+        s.log()
+            .contains("warning: TINYLLM_TEST_LOAD_DELAY_MS=1500 is set: a test hook"),
+        "{}",
+        s.log()
+    );
     assert_eq!(s.request("GET", "/health", &[], b"").json(), json!({"status": "ok"}));
     assert_eq!(s.post("/v1/chat/completions", &chat_body("Hi", json!({}))).status, 200);
     // What an autoscaler reads: the answer's time to first token, and the KV cache it left.

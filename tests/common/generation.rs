@@ -147,10 +147,12 @@ pub fn greedy_miss<B: Backend>(sess: &mut Session<B>, case: &Case, gap: f64) -> 
 pub fn fixture_tolerance(arch: &str, quant: &str) -> f64 {
     match (arch, quant) {
         (_, "F16") => 5e-3,
-        // llama.cpp's own spread on the quantized deepseek2 fixtures reaches 0.15 (golden
+        // Q8_0 by the README's Q8_0 rule on every architecture, deepseek2 too: llama.cpp's own
+        // spread on that file is about 2.3e-2 (#32; 0.15 let an MLA or routing error pass).
+        (_, "Q8_0") => 3e-2,
+        // llama.cpp's own spread on the 4- to 6-bit deepseek2 fixture reaches 0.15 (golden
         // README, Tolerances; see [`fixture_clear_gap`] for why).
         ("deepseek2", _) => 0.15,
-        (_, "Q8_0") => 3e-2,
         _ => 5e-2,
     }
 }
@@ -338,6 +340,44 @@ impl Spread {
             ));
         }
         failures
+    }
+}
+
+/// Per prompt `c`, a weight in [0.5, 1.5) with mean near 1 (golden-ratio steps, no RNG): the
+/// rule's self-tests move each prompt by a different amount, so the bootstrap over prompts has
+/// a real width (a uniform scale leaves every resample's ratio equal).
+pub fn prompt_weight(c: usize) -> f64 {
+    0.5 + (c as f64 * 0.618_033_988_75).fract()
+}
+
+impl Spread {
+    /// The rule's reach for a run `probs` with `tokens`: that run moved away from the goldens,
+    /// prompt `c` by `k * prompt_weight(c)` times its own deviation, for k from 1 in steps of
+    /// 0.25 up to 6. Returns (the largest k that passes below the first failure, the first k
+    /// that fails; `None` if none up to 6). Judged on the |Δp| quantiles only: the greedy
+    /// tokens stay the run's own, so the misses are those of the run itself.
+    pub fn reach(
+        &self,
+        label: &str,
+        probs: impl Fn(usize, usize, u32) -> f64,
+        tokens: &[Vec<u32>],
+    ) -> (f64, Option<f64>) {
+        let mut passed = 0.0;
+        for step in 0..=20 {
+            let k = 1.0 + 0.25 * step as f64;
+            let moved = |c: usize, i: usize, id: u32| {
+                let g = self.golden[c].top[i][0].1;
+                g + k * prompt_weight(c) * (probs(c, i, id) - g)
+            };
+            let failures = self.judge(&format!("{label} x{k:.2} per prompt"), moved, tokens);
+            if failures.iter().any(|f| f.contains("quantile")) {
+                println!("[spread] {label}: the rule passes up to {passed:.2}x per prompt, fails from {k:.2}x");
+                return (passed, Some(k));
+            }
+            passed = k;
+        }
+        println!("[spread] {label}: the rule passes every multiple up to {passed:.2}x");
+        (passed, None)
     }
 }
 

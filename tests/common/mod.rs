@@ -53,6 +53,18 @@ pub fn coop_required() -> bool {
     std::env::var("TINYLLM_REQUIRE_COOP").as_deref() == Ok("1")
 }
 
+/// Whether this run is the full tier (`scripts/test.sh --full` sets `TINYLLM_TEST_TIER=full`).
+/// A test of the slow tier starts with `if !common::full_tier("...") { return; }`: in a fast
+/// run (the default, and CI's) it is recorded as skipped, never counted as passed, with `why`
+/// naming what the fast tier runs instead. `#[ignore]` stays for the timing measurements.
+pub fn full_tier(why: &str) -> bool {
+    if std::env::var("TINYLLM_TEST_TIER").as_deref() == Ok("full") {
+        return true;
+    }
+    skip(&format_args!("full tier only; the fast tier covers it with {why}"));
+    false
+}
+
 /// Record that the running test skips for `why` (printed, and counted by scripts/test.sh
 /// through `TINYLLM_SKIP_LOG`).
 pub fn skip(why: &dyn std::fmt::Display) {

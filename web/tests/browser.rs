@@ -400,8 +400,12 @@ fn real_models_in_browser(backend: &str) {
     }
 }
 
+/// Full tier only: a real model on SwiftShader (WebGPU emulated on the CPU) takes minutes.
 #[test]
 fn real_models_give_natives_first_tokens_on_webgpu() {
+    if !common::full_tier("the fixtures on WebGPU in the browser and the real models on the wasm CPU") {
+        return;
+    }
     real_models_in_browser("webgpu");
 }
 

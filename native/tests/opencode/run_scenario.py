@@ -13,7 +13,9 @@ JSON events are summarised on stdout as one JSON object:
      "exit_code", "timed_out", "errors", "seconds", "run_dir"}
 
 `tool_called`: the scenario's tool (`read`, resp. `bash`) was executed, i.e. a tool part reached
-the state `completed` or `error` (a wrong path still counts). `final_text`: the assistant text
+the state `completed` or `error` (a wrong path still counts). `tool_returned_file`: a call of that
+tool completed and its output holds the file's marker, i.e. the tool really read the file.
+`final_text`: the assistant text
 after the last tool part (all of it when no tool ran). The exit status is 0 whenever the scenario
 could be run at all (the caller asserts on the report), 2 when it could not (no opencode, bad
 arguments).
@@ -116,6 +118,7 @@ def summarise(events: list, tool: str, marker: str) -> dict:
                     "status": state.get("status"),
                     "input": state.get("input"),
                     "output": str(state.get("output", state.get("error", "")))[:300],
+                    "full_output": str(state.get("output", "")),
                 }
             )
             texts.append(None)  # a boundary: the final answer is the text after the last tool
@@ -126,8 +129,14 @@ def summarise(events: list, tool: str, marker: str) -> dict:
     last = max((i for i, t in enumerate(texts) if t is None), default=-1)
     final_text = "".join(t for t in texts[last + 1 :] if t is not None)
     executed = [c for c in tool_calls if c["status"] in ("completed", "error")]
+    returned_file = any(
+        c["tool"] == tool and c["status"] == "completed" and marker in c.pop("full_output") for c in tool_calls
+    )
+    for c in tool_calls:
+        c.pop("full_output", None)
     return {
         "tool_called": any(c["tool"] == tool for c in executed),
+        "tool_returned_file": returned_file,
         "tool_names": [c["tool"] for c in tool_calls],
         "tool_calls": tool_calls,
         "marker_in_answer": marker in final_text,
