@@ -79,7 +79,9 @@ echo "=== $tier tier"
 { cargo test --workspace --release --no-fail-fast "$@" 2>&1 || echo "cargo test exit $?" >>"$skips.status"; } |
   timed "" | tee "$log"
 echo "=== fixture goldens on the portable CPU kernels"
-{ TINYLLM_CPU_KERNELS=portable cargo test --release -p tinyllm --test model_golden -- fixtures 2>&1 ||
+# --workspace, as above: with `-p tinyllm` alone cargo resolves the dependencies' features for
+# that package only and builds every dependency a second time (minutes on a new machine).
+{ TINYLLM_CPU_KERNELS=portable cargo test --workspace --release --test model_golden -- fixtures 2>&1 ||
   echo "portable exit $?" >>"$skips.status"; } | timed "portable " | tee -a "$log"
 echo "=== the wasm CPU kernels in WebAssembly (Node), against the scalar oracle"
 { CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/web" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
