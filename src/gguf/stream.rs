@@ -272,8 +272,17 @@ fn feed<E: From<GgufError>>(
             })?;
         } else {
             if p.pending.is_empty() {
-                // Bounded by the file size, which the header was checked against.
-                p.pending.reserve_exact(t.bytes as usize);
+                // Bounded by the announced file size, which the header was checked against;
+                // that size comes from the sender (HTTP `Content-Length`), so a length no
+                // memory can hold is an error, not an abort.
+                let fits = usize::try_from(t.bytes).is_ok_and(|n| p.pending.try_reserve_exact(n).is_ok());
+                if !fits {
+                    return Err(GgufError::Stream(format!(
+                        "tensor '{}' needs {} bytes, which cannot be allocated",
+                        t.name, t.bytes
+                    ))
+                    .into());
+                }
             }
             p.pending.extend_from_slice(&bytes[lo..hi]);
             if (p.pending.len() as u64) < t.bytes {

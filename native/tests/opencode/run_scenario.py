@@ -42,8 +42,10 @@ PROVIDER = "tinyllm"
 
 # scenario -> (tool that must run, file name, prompt). The marker is only in the file, so it can
 # reach the answer only through the tool's result.
+# `{path}` becomes the file's absolute path: told only "notes.txt", the 0.5B model made up a
+# directory (`project/files/notes.txt`) and the Read tool answered "File not found".
 SCENARIOS = {
-    "read": ("read", "notes.txt", "Read the file notes.txt and tell me the marker it contains."),
+    "read": ("read", "notes.txt", "Read the file {path} and tell me the marker it contains."),
     "shell": (
         "bash",
         "secret.txt",
@@ -176,7 +178,7 @@ def main() -> int:
     (project / "opencode.json").write_text(json.dumps(config(args.base_url, args.model, args.context), indent=2))
 
     cmd = [opencode, "run", "--print-logs", "--log-level", "INFO", "--model", f"{PROVIDER}/{args.model}"]
-    cmd += ["--format", "json", prompt]
+    cmd += ["--format", "json", prompt.format(path=project / file_name)]
     start = time.monotonic()
     timed_out = False
     proc = subprocess.Popen(

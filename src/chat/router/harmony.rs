@@ -168,7 +168,10 @@ impl HarmonyRouter {
             self.mode = Mode::Plain;
             return true;
         }
-        let Some(i) = self.buf.find(MESSAGE) else {
+        // A `<|message|>` ending past MAX_HEADER is too late, found now or streamed in later:
+        // the same text gives the same answer however it was cut.
+        let found = self.buf.find(MESSAGE).filter(|&i| i + MESSAGE.len() <= MAX_HEADER);
+        let Some(i) = found else {
             if self.buf.len() > MAX_HEADER {
                 self.mode = Mode::Plain;
                 return true;

@@ -212,7 +212,7 @@ impl TaggedRouter {
                 true
             }
             Mode::DeepSeekCalls => self.step_deepseek(out),
-            Mode::FencedJson => self.step_fenced(out),
+            Mode::FencedJson => self.step_fenced(),
             Mode::MistralCalls | Mode::BareJson => false,
         }
     }
@@ -262,17 +262,16 @@ impl TaggedRouter {
             return false;
         }
         // Anything else ends the section: it is content, with the opener when nothing before
-        // it in the section was decided.
-        emit(out, Routed::Content(format!("{}{}", self.opened, self.buf)));
-        self.buf.clear();
+        // it in the section was decided. Content mode reads the rest, which may open a call.
+        emit(out, Routed::Content(self.opened.to_string()));
         self.opened = "";
         self.mode = Mode::Content;
-        false
+        true
     }
 
     /// Inside a fence that opened the answer: once its first line and the first character
     /// after it are known, a fence that cannot hold a JSON call is content from then on.
-    fn step_fenced(&mut self, out: &mut Vec<Routed>) -> bool {
+    fn step_fenced(&mut self) -> bool {
         let t = self.buf.trim_start();
         let Some((info, body)) = t[FENCE.len()..].split_once('\n') else {
             return false;
@@ -286,9 +285,9 @@ impl TaggedRouter {
             // Still possibly a call: only the end can tell.
             return false;
         }
-        emit(out, Routed::Content(std::mem::take(&mut self.buf)));
+        // Not a call: content from here on, read by content mode (a call may still follow).
         self.mode = Mode::Content;
-        false
+        true
     }
 
     /// Enter a call opened by `<function=NAME>` alone, which stays in the buffer as the start of

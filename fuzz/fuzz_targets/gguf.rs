@@ -1,0 +1,7 @@
+//! libFuzzer entry for `targets::gguf` (see `fuzz/targets.rs`).
+#![no_main]
+
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::gguf(data));
