@@ -39,7 +39,9 @@ scripts/build-web.sh
 log=$(mktemp)
 skips=$(mktemp)
 times=$(mktemp)
-trap 'rm -f "$log" "$skips" "$times"' EXIT
+# One line per step that exited non-zero (each step's status is lost in its pipe to `tee`).
+failures=$(mktemp)
+trap 'rm -f "$log" "$skips" "$times" "$failures"' EXIT
 export TINYLLM_SKIP_LOG="$skips"
 status=0
 
@@ -76,29 +78,28 @@ timed() { # label prefix for the binaries of this cargo run
 
 echo "=== $tier tier"
 # --no-fail-fast: a failing test binary must not hide the ones after it.
-{ cargo test --workspace --release --no-fail-fast "$@" 2>&1 || echo "cargo test exit $?" >>"$skips.status"; } |
+{ cargo test --workspace --release --no-fail-fast "$@" 2>&1 || echo "cargo test exit $?" >>"$failures"; } |
   timed "" | tee "$log"
 echo "=== fixture goldens on the portable CPU kernels"
 # --workspace, as above: with `-p tinyllm` alone cargo resolves the dependencies' features for
 # that package only and builds every dependency a second time (minutes on a new machine).
 { TINYLLM_CPU_KERNELS=portable cargo test --workspace --release --test model_golden -- fixtures 2>&1 ||
-  echo "portable exit $?" >>"$skips.status"; } | timed "portable " | tee -a "$log"
+  echo "portable exit $?" >>"$failures"; } | timed "portable " | tee -a "$log"
 echo "=== the wasm CPU kernels in WebAssembly (Node), against the scalar oracle"
 { CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/web" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
   cargo test --release -p tinyllm-web --target wasm32-unknown-unknown --test kernels 2>&1 ||
-  echo "wasm kernels exit $?" >>"$skips.status"; } | timed "wasm " | tee -a "$log"
+  echo "wasm kernels exit $?" >>"$failures"; } | timed "wasm " | tee -a "$log"
 if [ "${TINYLLM_COOP_LAVAPIPE:-0}" = 1 ]; then
   # The Vulkan cooperative-matrix tests where the device has them (Mesa 26's lavapipe in a
   # Debian 13 root; root only, about 400 MB once per machine).
   echo "=== Vulkan cooperative matrices on Mesa 26's lavapipe"
-  { scripts/test-coop-lavapipe.sh 2>&1 || echo "coop exit $?" >>"$skips.status"; } | tee -a "$log"
+  { scripts/test-coop-lavapipe.sh 2>&1 || echo "coop exit $?" >>"$failures"; } | tee -a "$log"
 fi
-if [ -s "$skips.status" ]; then
+if [ -s "$failures" ]; then
   status=1
-  sed 's/^/failed: /' "$skips.status"
+  sed 's/^/failed: /' "$failures"
 fi
-rm -f "$skips.status"
 n_skipped=$(wc -l <"$skips")
 if [ "$n_skipped" -gt 0 ]; then
   echo "skipped at run time:"
