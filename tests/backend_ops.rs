@@ -537,6 +537,13 @@ fn elementwise_suite<B: Backend>(be: &B, file: &Arc<GgufFile>, seed: u64) -> Vec
     let mut a = xb();
     be.rmsnorm_inplace(&mut a, &norm, groups, 1e-5).unwrap();
     res.push(("rmsnorm_inplace".into(), download(be, &a, n)));
+    // Walsh-Hadamard rotations of whole groups (the q8_0 cache's), values past them untouched.
+    let h = rng.vec(3 * 512 + 5, 3.0);
+    for hn in [2, 64, 128, 256, 512] {
+        let mut a = upload(be, &h);
+        be.hadamard(&mut a, 3 * 512 / hn, hn).unwrap();
+        res.push((format!("hadamard_{hn}"), download(be, &a, h.len())));
+    }
 
     // Rope: 3 rows of 5 heads of 22, each at its own position.
     let (nh, hd) = (5, 22);
@@ -648,7 +655,9 @@ fn elementwise_ops_match_cpu() {
     for ((name, a), (_, b)) in got.iter().zip(&want) {
         let e = nmse_with_nan(a, b);
         println!("[ops] {name}: NMSE webgpu vs cpu {e:.1e}");
-        let bound = if name == "argmax" || name.contains("rows") || name.ends_with(" ids") {
+        // The rotations run the CPU's butterflies in its order: the same bits.
+        let exact = name.starts_with("hadamard");
+        let bound = if exact || name == "argmax" || name.contains("rows") || name.ends_with(" ids") {
             0.0
         } else {
             NMSE_F32
@@ -1518,7 +1527,7 @@ fn vulkan_ops_match_the_oracle_and_cpu() {
     for ((name, a), (_, b)) in elementwise_suite(&vk, &vectors, 11).iter().zip(&want) {
         let e = nmse_with_nan(a, b);
         println!("[ops] {name}: NMSE vulkan vs cpu {e:.1e}");
-        let exact = name == "argmax" || name.contains("rows") || name.ends_with(" ids");
+        let exact = name == "argmax" || name.contains("rows") || name.ends_with(" ids") || name.starts_with("hadamard");
         let bound = if exact { 0.0 } else { NMSE_F32 };
         if e.is_nan() || e > bound {
             failures.push(format!("vulkan {name}: NMSE {e:.2e} > {bound:e}"));

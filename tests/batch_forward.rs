@@ -316,6 +316,9 @@ impl Backend for OneAtATime {
     fn scale(&self, x: &mut CpuBuffer, len: usize, s: f32) -> Result<(), BackendError> {
         self.0.scale(x, len, s)
     }
+    fn hadamard(&self, x: &mut CpuBuffer, groups: usize, n: usize) -> Result<(), BackendError> {
+        self.0.hadamard(x, groups, n)
+    }
     fn rmsnorm(
         &self,
         x: &CpuBuffer,

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::generation::{
-    argmax, fixture_clear_gap, greedy_miss, kv_tolerance, load_cases, load_on, quantile, session, session_with,
-    softmax, teacher_forced, Case, Spread,
+    argmax, fixture_clear_gap, fixture_golden, greedy_miss, kv_tolerance, load_cases, load_on, quantile, session,
+    session_with, softmax, teacher_forced, Case, Spread,
 };
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::KvType;
@@ -130,9 +130,9 @@ fn check_fixture_arch(arch: &str, quants: &[&str]) {
     check_fixture_arch_with(arch, quants, KvType::F16);
 }
 
-/// [`check_fixture_arch`] with a KV cache of format `cache`, against llama.cpp's goldens (its
-/// f16 cache) and, where `scripts/kv-cache-goldens.py` wrote one, against its run with the
-/// same cache format (`<file>.kv_<cache>.golden.jsonl`), by [`kv_tolerance`].
+/// [`check_fixture_arch`] with a KV cache of format `cache`, against llama.cpp's goldens for
+/// that format ([`fixture_golden`]: its f16-cache goldens, or its run with the same cache
+/// written by `scripts/kv-cache-goldens.py`), by [`kv_tolerance`].
 fn check_fixture_arch_with(arch: &str, quants: &[&str], cache: KvType) {
     let mut failed = Vec::new();
     for q in quants {
@@ -144,27 +144,20 @@ fn check_fixture_arch_with(arch: &str, quants: &[&str], cache: KvType) {
             tol: cpu_tolerance(arch, q, cache),
             clear_gap: fixture_clear_gap(arch, q),
         };
-        let mut goldens = vec![(String::new(), dir.join(format!("{file}.golden.jsonl")))];
-        let same_cache = dir.join(format!("{file}.kv_{cache}.golden.jsonl"));
-        if cache != KvType::F16 && same_cache.is_file() {
-            goldens.push((format!(" vs llama.cpp's {cache} cache"), same_cache));
+        let mut st = Stats::default();
+        for case in load_cases(&dir.join(fixture_golden(&file, cache))) {
+            // Free-running greedy: the same tokens up to the first near-tie.
+            st.failures.extend(greedy_miss(&mut sess, &case, rule.tol));
+            let logits = teacher_forced(&mut sess, &case);
+            compare(&case, &logits, &rule, &mut st);
         }
-        for (label, golden) in goldens {
-            let mut st = Stats::default();
-            for case in load_cases(&golden) {
-                // Free-running greedy: the same tokens up to the first near-tie.
-                st.failures.extend(greedy_miss(&mut sess, &case, rule.tol));
-                let logits = teacher_forced(&mut sess, &case);
-                compare(&case, &logits, &rule, &mut st);
-            }
-            let name = if cache == KvType::F16 {
-                file.clone()
-            } else {
-                format!("{file} {cache} cache{label}")
-            };
-            report(&name, &st);
-            failed.extend(st.failures.iter().map(|f| format!("{name}: {f}")));
-        }
+        let name = if cache == KvType::F16 {
+            file.clone()
+        } else {
+            format!("{file} {cache} cache vs llama.cpp's {cache} cache")
+        };
+        report(&name, &st);
+        failed.extend(st.failures.iter().map(|f| format!("{name}: {f}")));
     }
     assert!(failed.is_empty(), "{} mismatches:\n{}", failed.len(), failed.join("\n"));
 }
@@ -189,8 +182,8 @@ fn gemma3_fixtures_match_llama_cpp() {
     check_fixture_arch("gemma3", &["F16", "Q8_0", "Q4_K_M"]);
 }
 
-/// `--cache-type q8_0`: the fixtures with a Q8_0 KV cache, within the quantized tolerance
-/// ([`kv_tolerance`]) of llama.cpp's goldens and of its own q8_0-cache run.
+/// `--cache-type q8_0`: the fixtures with a Q8_0 KV cache against llama.cpp's own q8_0-cache
+/// runs ([`kv_tolerance`]: the Q8_0 rule, or the weights' where wider).
 #[test]
 fn llama_fixtures_with_q8_0_cache_match_llama_cpp() {
     check_fixture_arch_with("llama", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
@@ -206,13 +199,15 @@ fn qwen3_fixtures_with_q8_0_cache_match_llama_cpp() {
     check_fixture_arch_with("qwen3", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
 }
 
+/// Heads of 128: K and Q rotate in groups of 128, V and the output in groups of 64.
 #[test]
 fn gemma3_fixtures_with_q8_0_cache_match_llama_cpp() {
     check_fixture_arch_with("gemma3", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
 }
 
 /// MLA's latent cache (576-wide rows in real models, 160 here: whole blocks) in Q8_0, values
-/// read from the first blocks of the keys.
+/// read from the first blocks of the keys; it does not rotate (llama.cpp's MLA path has no
+/// rotation).
 #[test]
 fn deepseek2_fixtures_with_q8_0_cache_match_llama_cpp() {
     check_fixture_arch_with("deepseek2", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
@@ -222,6 +217,19 @@ fn deepseek2_fixtures_with_q8_0_cache_match_llama_cpp() {
 #[test]
 fn qwen35_fixtures_with_q8_0_cache_match_llama_cpp() {
     check_fixture_arch_with("qwen35", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+}
+
+#[test]
+fn moe_fixtures_with_q8_0_cache_match_llama_cpp() {
+    for arch in ["qwen3moe", "olmoe"] {
+        check_fixture_arch_with(arch, &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
+    }
+}
+
+/// Sinks and sliding windows over a rotated Q8_0 cache.
+#[test]
+fn gpt_oss_fixtures_with_q8_0_cache_match_llama_cpp() {
+    check_fixture_arch_with("gpt-oss", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
 }
 
 #[test]
@@ -253,9 +261,15 @@ fn gpt_oss_fixtures_match_llama_cpp() {
 /// [`Spread::judge`]): teacher forcing on every golden prompt, then free-running greedy up to
 /// the first golden near-tie, reusing the prompt's cached prefix.
 fn check_real_model(gguf: &str, golden_name: &str) {
-    let spread = Spread::load(golden_name);
+    check_real_model_with(gguf, golden_name, KvType::F16);
+}
+
+/// [`check_real_model`] with a KV cache of format `cache`, against llama.cpp's run with that
+/// cache ([`Spread::load_with`]).
+fn check_real_model_with(gguf: &str, golden_name: &str, cache: KvType) {
+    let spread = Spread::load_with(golden_name, cache);
     let model = load_model(&common::real_model(gguf), 0);
-    let mut sess = session(&model, 1024);
+    let mut sess = session_with(&model, 1024, cache);
     let mut st = Stats::default();
     let mut ours_probs = Vec::new();
     let mut ours_tokens = Vec::new();
@@ -329,6 +343,18 @@ fn spread_rule_catches_a_run_twice_as_far() {
         let failures = s.judge("parting", scaled(1.0), &wrong);
         assert!(failures.iter().any(|f| f.contains("misses")), "{name}: {failures:?}");
     }
+}
+
+/// Both real models with a q8_0 cache, against llama.cpp's q8_0-cache runs of the goldens'
+/// prompts (`scripts/kv-cache-goldens.py`), within the spread of its two f16 attention paths.
+#[test]
+fn real_models_with_q8_0_cache_within_llama_cpp_spread() {
+    check_real_model_with(
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b",
+        KvType::Q8_0,
+    );
+    check_real_model_with("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m", KvType::Q8_0);
 }
 
 #[test]

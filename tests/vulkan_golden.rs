@@ -49,7 +49,7 @@ fn fixtures_with_q8_0_cache_match_llama_cpp_on_vulkan() {
     let Some(vk) = vulkan_with(VulkanOptions::default()) else {
         return;
     };
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "deepseek2", "qwen35"] {
+    for arch in common::generation::FIXTURE_ARCHS {
         check_fixtures_with("vulkan", vk.clone(), arch, &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
     }
 }

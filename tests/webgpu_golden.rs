@@ -60,7 +60,7 @@ fn gemma3_fixtures_match_llama_cpp_on_webgpu() {
 #[test]
 fn fixtures_with_q8_0_cache_match_llama_cpp_on_webgpu() {
     let Some(g) = gpu() else { return };
-    for arch in ["llama", "qwen2", "qwen3", "gemma3", "deepseek2", "qwen35"] {
+    for arch in common::generation::FIXTURE_ARCHS {
         check_fixtures_with("webgpu", g.clone(), arch, &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);
     }
 }

@@ -307,6 +307,10 @@ impl Backend for AnyBackend {
         forward!("scale", self, [x: AnyBuffer], |b| b.scale(x, len, s))
     }
 
+    fn hadamard(&self, x: &mut AnyBuffer, groups: usize, n: usize) -> Result<(), BackendError> {
+        forward!("hadamard", self, [x: AnyBuffer], |b| b.hadamard(x, groups, n))
+    }
+
     fn rmsnorm(
         &self,
         x: &AnyBuffer,

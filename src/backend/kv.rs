@@ -4,7 +4,8 @@
 //! - `f16`, the default: each value rounded to f16, as llama.cpp's default cache.
 //! - `q8_0`: ggml's Q8_0 blocks (32 values, one f16 scale `d = max|x| / 127`, 32 int8
 //!   `q = round(x / d)`), quantized with the rule llama.cpp's CPU backend stores its `-ctk q8_0
-//!   -ctv q8_0` cache with ([`crate::quant::legacy::quantize_q8_0_blocks`]); 34 bytes per 32
+//!   -ctv q8_0` cache with ([`crate::quant::legacy::quantize_q8_0_blocks`]), after the heads
+//!   are rotated as llama.cpp rotates them ([`super::rotation`]); 34 bytes per 32
 //!   values, 47% less than f16. Attention reads the blocks directly: q·k as ggml's Q8_0 dot
 //!   product (q quantized to Q8_0 too, integer sums per block) and the value rows dequantized
 //!   block by block inside the weighted sum, as llama.cpp's flash-attention path does for a

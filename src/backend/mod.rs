@@ -28,6 +28,7 @@ pub mod moe;
 pub mod readback;
 pub mod recurrent;
 pub mod rope;
+pub mod rotation;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod vulkan;
 #[cfg(tinyllm_webgpu)]
@@ -146,6 +147,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// `x[i] *= s` for the first `len` values.
     fn scale(&self, x: &mut Self::Buffer, len: usize, s: f32) -> Result<(), BackendError>;
+
+    /// Rotates `groups` consecutive groups of `n` values (a power of two up to
+    /// [`rotation::MAX_GROUP`]) in place by the orthonormal Walsh-Hadamard matrix of order `n`
+    /// ([`rotation::hadamard_groups`] is the reference): heads on their way into a quantized
+    /// KV cache, and attention outputs back ([`rotation::KvRotation`]).
+    fn hadamard(&self, x: &mut Self::Buffer, groups: usize, n: usize) -> Result<(), BackendError>;
 
     /// RMS norm of `groups` consecutive groups of `w.len()` values, times `w`, into `out`.
     fn rmsnorm(

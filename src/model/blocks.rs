@@ -13,6 +13,7 @@ use super::hparams::{Common, Heads};
 use super::state::{check_cache_heads, KvCache, SeqState};
 use super::tensors::Loader;
 use super::ModelError;
+use crate::backend::rotation::KvRotation;
 use crate::backend::{AttnParams, Backend, KvType, Readback, Rope, SeqAttn};
 use crate::sample::Candidates;
 
@@ -345,7 +346,15 @@ pub fn attention<B: Backend + 'static>(
         softcap: l.softcap,
         v_in_k: false,
     };
-    store_and_attend(be, batch, il, &heads, [&s.q, &s.k, &s.v], w.sinks.as_ref(), &mut s.att)?;
+    store_and_attend(
+        be,
+        batch,
+        il,
+        &heads,
+        [&mut s.q, &mut s.k, &mut s.v],
+        w.sinks.as_ref(),
+        &mut s.att,
+    )?;
     be.matmul(&w.wo, &s.att, rows, &mut s.xn)?;
     Ok(())
 }
@@ -354,17 +363,30 @@ pub fn attention<B: Backend + 'static>(
 /// read from the K cache) into its cache at layer `il`, straight from the batch, then attend
 /// every sequence's query rows of `q` over its own cache in one call, into `out`. `heads` gives
 /// the layer's head layout and scores; each sequence's rows and first position are its own.
+///
+/// Over a quantized cache the heads rotate first, as llama.cpp's do ([`KvRotation`]): q and k
+/// by one Walsh-Hadamard matrix (q·k is unchanged), v by another and the output back by it, so
+/// `q`, `k` and `v` come back rotated. Every sequence of a batch has the same cache format.
 pub fn store_and_attend<B: Backend + 'static>(
     be: &B,
     batch: &mut Batch<'_, '_, B>,
     il: usize,
     heads: &AttnParams,
-    [q, k, v]: [&B::Buffer; 3],
+    [q, k, v]: [&mut B::Buffer; 3],
     sinks: Option<&B::Weight>,
     out: &mut B::Buffer,
 ) -> Result<(), ModelError> {
     let k_dim = heads.n_head_kv * heads.head_dim_k;
     let v_dim = heads.n_head_kv * heads.head_dim_v;
+    let rows = batch.rows();
+    let rot = cache_rotation(batch, heads)?;
+    if let Some(n) = rot.k {
+        be.hadamard(q, rows * heads.n_head * heads.head_dim_k / n, n)?;
+        be.hadamard(k, rows * k_dim / n, n)?;
+    }
+    if let Some(n) = rot.v {
+        be.hadamard(v, rows * v_dim / n, n)?;
+    }
     let row0s = batch.row0s();
     for (seq, &r0) in batch.seqs.iter_mut().zip(&row0s) {
         let positions = &batch.positions[r0..r0 + seq.tokens.len()];
@@ -389,7 +411,35 @@ pub fn store_and_attend<B: Backend + 'static>(
         });
     }
     be.attention(q, &items, sinks, out)?;
+    if let Some(n) = rot.v {
+        be.hadamard(out, rows * heads.n_head * heads.head_dim_v / n, n)?;
+    }
     Ok(())
+}
+
+/// The rotation of a layer's heads over the batch's caches: their one format's
+/// ([`KvRotation::for_cache`]).
+fn cache_rotation<B: Backend + 'static>(
+    batch: &Batch<'_, '_, B>,
+    heads: &AttnParams,
+) -> Result<KvRotation, ModelError> {
+    let mut first = None;
+    for (seq, s) in batch.seqs.iter().enumerate() {
+        let ty = s.state.kv().ok_or(ModelError::ForeignState)?.kv_type();
+        match first {
+            None => first = Some(ty),
+            Some(f) if f != ty => {
+                return Err(ModelError::BadBatch {
+                    seq,
+                    problem: format!("its KV cache is {ty}, the batch's first sequence's is {f}"),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first.map_or_else(KvRotation::default, |ty| {
+        KvRotation::for_cache(ty, heads.head_dim_k, heads.head_dim_v, heads.v_in_k)
+    }))
 }
 
 /// The weights of a gated FFN.

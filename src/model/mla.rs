@@ -296,7 +296,7 @@ pub fn attention<B: Backend + 'static>(
         softcap: None,
         v_in_k: true,
     };
-    blocks::store_and_attend(be, batch, il, &heads, [&s.q, &s.k, &s.v], None, &mut s.att)?;
+    blocks::store_and_attend(be, batch, il, &heads, [&mut s.q, &mut s.k, &mut s.v], None, &mut s.att)?;
     let ms = s.mla.as_mut().ok_or_else(no_room)?;
     be.matmul_id(&w.v_b, None, &s.att, &ms.head_ids, per_head, &mut ms.v_out)?;
     be.matmul(&w.wo, &ms.v_out, rows, &mut s.xn)?;

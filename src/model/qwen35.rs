@@ -424,7 +424,15 @@ impl<B: Backend> Qwen35<B> {
             softcap: None,
             v_in_k: false,
         };
-        blocks::store_and_attend(be, batch, kv_il, &heads, [&s.q, &s.k, &s.v], None, &mut s.att)?;
+        blocks::store_and_attend(
+            be,
+            batch,
+            kv_il,
+            &heads,
+            [&mut s.q, &mut s.k, &mut s.v],
+            None,
+            &mut s.att,
+        )?;
         let hs = s.hybrid.as_mut().ok_or(ModelError::ForeignState)?;
         be.sigmoid_mul(&mut s.att, &hs.q_gate, rows * h.q_dim())?;
         be.matmul(&w.wo, &s.att, rows, &mut s.xn)?;

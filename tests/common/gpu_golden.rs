@@ -8,8 +8,8 @@ use tinyllm::backend::{Backend, KvType};
 use tinyllm::engine::Session;
 
 use super::generation::{
-    argmax, fixture_clear_gap, fixture_tolerance, greedy_miss, load_cases, load_on as load, session, session_with,
-    softmax, teacher_forced, with_cache, Case, Spread, REAL_TOL,
+    argmax, fixture_clear_gap, fixture_golden, greedy_miss, kv_tolerance, load_cases, load_on as load, session,
+    session_with, softmax, teacher_forced, Case, Spread, REAL_TOL,
 };
 
 /// Deviations of one golden file.
@@ -64,10 +64,31 @@ pub fn median(v: &[f64]) -> f64 {
     d.get(d.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// The GPU backends' bound on olmoe's Q4_K_M fixture over a q8_0 cache, above the weights'
+/// 5e-2 that the CPU meets there (3.8e-3 with its SIMD kernels, 1.1e-2 portable). Measured
+/// (#32): one step of all, long_150 step 7, is 6.25e-2 from llama.cpp's q8_0-cache golden, and
+/// there llama.cpp itself jumps by 7.35e-2 between its f16 and q8_0 caches (its top two swap:
+/// 0.241/0.186 against 0.168/0.237) while its neighbouring steps move by under 7e-3: in a
+/// one-layer top-2-of-8 MoE, a route flipped by the cache's rounding. The GPU's matmuls (the
+/// CPU's Q8_K activations, summed in another order) land on the f16 side of that flip (0.230). So llama.cpp's own spread on that file, 7.5e-2, and the argmax checked only above
+/// a 0.1 gap there, as on the quantized deepseek2 fixtures.
+const OLMOE_Q4_K_M_Q8_0_GPU: (f64, f64) = (7.5e-2, 0.1);
+
+/// (|Δp| tolerance, clear argmax gap) of fixture `arch.q` with a cache of format `cache` on a
+/// GPU backend: the CPU's rule, except [`OLMOE_Q4_K_M_Q8_0_GPU`].
+fn gpu_rule(arch: &str, q: &str, cache: KvType) -> (f64, f64) {
+    let rule = (kv_tolerance(arch, q, cache), fixture_clear_gap(arch, q));
+    if (arch, q, cache) == ("olmoe", "Q4_K_M", KvType::Q8_0) {
+        (rule.0.max(OLMOE_Q4_K_M_Q8_0_GPU.0), rule.1.max(OLMOE_Q4_K_M_Q8_0_GPU.1))
+    } else {
+        rule
+    }
+}
+
 /// Every golden file of `arch` in `quants` on backend `g` (named `label` in messages) with a KV
 /// cache of format `cache`: teacher-forced top-10 probabilities within the fixture's tolerance
-/// (widened by the cache's share, `common::generation::with_cache`) and free-running greedy
-/// tokens equal to llama.cpp's up to its first near-tie.
+/// of llama.cpp's goldens for that cache format (`common::generation::kv_tolerance`, the
+/// CPU's rule) and free-running greedy tokens equal to llama.cpp's up to its first near-tie.
 pub fn check_fixtures_with<B: Backend + Clone>(label: &str, g: B, arch: &str, quants: &[&str], cache: KvType) {
     let mut failed = Vec::new();
     for q in quants {
@@ -76,16 +97,13 @@ pub fn check_fixtures_with<B: Backend + Clone>(label: &str, g: B, arch: &str, qu
         let model = load(g.clone(), &dir.join(format!("{file}.gguf")));
         let mut sess = session_with(&model, 512, cache);
         let mut st = Stats::default();
-        let (tol, gap) = (
-            with_cache(fixture_tolerance(arch, q), cache),
-            fixture_clear_gap(arch, q),
-        );
+        let (tol, gap) = gpu_rule(arch, q, cache);
         let name = if cache == KvType::F16 {
             file.clone()
         } else {
             format!("{file} {cache} cache")
         };
-        for case in load_cases(&dir.join(format!("{file}.golden.jsonl"))) {
+        for case in load_cases(&dir.join(fixture_golden(&file, cache))) {
             let logits = teacher_forced(&mut sess, &case);
             compare(&case, &logits, tol, false, gap, &mut st);
             // Free-running greedy tokens equal llama.cpp's up to its first near-tie.

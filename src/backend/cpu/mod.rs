@@ -25,6 +25,7 @@ use half::f16;
 
 use super::checks::{self, shape, weight_matrix};
 use super::readback::MaybeSend;
+use super::rotation;
 use super::{
     Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
 };
@@ -476,6 +477,12 @@ impl Backend for CpuBackend {
     fn scale(&self, x: &mut CpuBuffer, len: usize, s: f32) -> Result<(), BackendError> {
         checks::elementwise("scale", x.0.len(), None, len)?;
         x.0[..len].iter_mut().for_each(|v| *v *= s);
+        Ok(())
+    }
+
+    fn hadamard(&self, x: &mut CpuBuffer, groups: usize, n: usize) -> Result<(), BackendError> {
+        rotation::check(x.0.len(), groups, n)?;
+        rotation::hadamard_groups(&mut x.0[..groups * n], n);
         Ok(())
     }
 

@@ -26,7 +26,7 @@ pub const COOP_SIZES: [u8; 2] = [8, 16];
 /// the elementwise ops, the in-place and gated rmsnorms and the expert ops (moe.wgsl), which
 /// share one, and the attention variants: attention.wgsl over an f16 or (`_q8_0`) a q8_0 cache,
 /// the wide ones with registers for the widest heads).
-pub const PLAIN: [&str; 27] = [
+pub const PLAIN: [&str; 28] = [
     "add",
     "add_bias",
     "scale",
@@ -35,6 +35,7 @@ pub const PLAIN: [&str; 27] = [
     "sigmoid_mul",
     "rmsnorm",
     "rmsnorm_inplace",
+    "hadamard",
     "rope",
     "kv_store",
     "kv_store_q8_0",

@@ -57,6 +57,8 @@ pub enum Kernel {
     SigmoidMul,
     RmsNorm,
     RmsNormInplace,
+    /// Walsh-Hadamard rotation of groups in place (hadamard.wgsl).
+    Hadamard,
     Rope,
     /// Rows into a KV cache of the format.
     KvStore(KvType),
@@ -204,6 +206,7 @@ impl Kernel {
             Kernel::SigmoidMul => "sigmoid_mul".into(),
             Kernel::RmsNorm => "rmsnorm".into(),
             Kernel::RmsNormInplace => "rmsnorm_inplace".into(),
+            Kernel::Hadamard => "hadamard".into(),
             Kernel::Rope => "rope".into(),
             Kernel::KvStore(KvType::F16) => "kv_store".into(),
             Kernel::KvStore(KvType::Q8_0) => "kv_store_q8_0".into(),
@@ -273,6 +276,7 @@ pub fn all_variants() -> Vec<Kernel> {
         Kernel::SigmoidMul,
         Kernel::RmsNorm,
         Kernel::RmsNormInplace,
+        Kernel::Hadamard,
         Kernel::Rope,
         Kernel::Argmax,
         Kernel::Select,

@@ -7,7 +7,7 @@
 use super::plan;
 use super::{Dispatch, Kernel};
 use crate::backend::recurrent;
-use crate::backend::{checks, moe, BackendError, Conv, DeltaNet, Form, KvType, Rope, Route, SeqRows};
+use crate::backend::{checks, moe, rotation, BackendError, Conv, DeltaNet, Form, KvType, Rope, Route, SeqRows};
 
 /// What the shared op bodies need from a device layer.
 pub trait Record {
@@ -46,6 +46,15 @@ pub fn scale<G: Record>(g: &G, x: Arg<'_, G::Buf>, len: usize, s: f32) -> Result
     checks::elementwise("scale", x.1, None, len)?;
     if let Some(d) = plan::elementwise("scale", Kernel::Scale, len, 1, s)? {
         g.record("scale", &d, &[(1, x.0)])?;
+    }
+    Ok(())
+}
+
+/// [`crate::backend::Backend::hadamard`]: one workgroup per group (hadamard.wgsl).
+pub fn hadamard<G: Record>(g: &G, x: Arg<'_, G::Buf>, groups: usize, n: usize) -> Result<(), BackendError> {
+    rotation::check(x.1, groups, n)?;
+    if let Some(d) = plan::hadamard(groups, n)? {
+        g.record("hadamard", &d, &[(1, x.0)])?;
     }
     Ok(())
 }

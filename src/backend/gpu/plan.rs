@@ -149,6 +149,18 @@ pub fn norm(kernel: Kernel, g: usize, groups: usize, eps: f32) -> Result<Option<
     Ok(Some(dispatch(kernel, params, (gx, gy, 1))))
 }
 
+/// The Walsh-Hadamard rotation of `groups` groups of `n` values: a workgroup per group, the
+/// scale from [`crate::backend::rotation::scale`].
+pub fn hadamard(groups: usize, n: usize) -> Result<Option<Dispatch>, BackendError> {
+    if groups == 0 {
+        return Ok(None);
+    }
+    let (gx, gy) = grid(groups);
+    let s = crate::backend::rotation::scale(n);
+    let params = words(&[u("hadamard", n)?, u("hadamard", groups)?, s.to_bits(), gx]);
+    Ok(Some(dispatch(Kernel::Hadamard, params, (gx, gy, 1))))
+}
+
 /// The rows of a weight held by one buffer or texture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartRows {

@@ -822,6 +822,10 @@ impl Backend for VulkanBackend {
         ops::scale(self, (x.buf.get(), x.len), len, s)
     }
 
+    fn hadamard(&self, x: &mut Self::Buffer, groups: usize, n: usize) -> Result<(), BackendError> {
+        ops::hadamard(self, (x.buf.get(), x.len), groups, n)
+    }
+
     fn rmsnorm(
         &self,
         x: &Self::Buffer,

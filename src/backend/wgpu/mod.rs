@@ -847,6 +847,10 @@ impl Backend for WebGpuBackend {
         ops::scale(self, (&x.buf, x.len), len, s)
     }
 
+    fn hadamard(&self, x: &mut Self::Buffer, groups: usize, n: usize) -> Result<(), BackendError> {
+        ops::hadamard(self, (&x.buf, x.len), groups, n)
+    }
+
     fn rmsnorm(
         &self,
         x: &Self::Buffer,
