@@ -229,6 +229,23 @@ fn endless_work_runs_out_of_fuel() {
     assert!(e.to_string().contains("fuel"), "{e}");
 }
 
+/// Data the template builds itself is charged too (minijinja 3's fuel: about one unit per 64
+/// bytes), so a string doubled in a namespace, a huge repetition or a doubling macro stops with
+/// the fuel error long before memory runs out (the fuzzer's inputs, kept in
+/// fuzz/regressions/chat_template, aborted the process with minijinja 2).
+#[test]
+fn self_made_data_runs_out_of_fuel() {
+    for src in [
+        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+        "{{ ('-' * 10000000000) | length }}",
+        "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ d('x', 60) }}",
+    ] {
+        let e = expect_error(src);
+        assert!(matches!(e, TemplateError::OutOfFuel { .. }), "{src}: {e}");
+    }
+}
+
 #[test]
 fn deep_recursion_hits_the_recursion_limit() {
     let e = expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");

@@ -24,7 +24,7 @@ pub enum TemplateError {
     Render { line: Option<usize>, detail: String },
     #[error("chat template raised an exception: {0}")]
     Raised(String),
-    #[error("chat template ran out of fuel: more than {fuel} instructions (limit against endless loops)")]
+    #[error("chat template ran out of fuel: more than {fuel} units of instructions and data (limit against endless loops and runaway strings)")]
     OutOfFuel { fuel: u64 },
     #[error("chat template exceeded the recursion limit of {limit}")]
     RecursionLimit { limit: usize },

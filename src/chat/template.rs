@@ -1,13 +1,14 @@
 //! Rendering a model's Jinja chat template the way Hugging Face's Python `jinja2` does.
 //!
-//! Templates come from untrusted GGUF files, so every render runs under three limits: an
-//! instruction budget (minijinja fuel), a recursion limit, and caps on `range` and on the
-//! output size. Each produces a [`TemplateError`] naming the limit.
+//! Templates come from untrusted GGUF files, so every render runs under three limits: a budget
+//! of instructions and of the data the template makes (minijinja fuel), a recursion limit, and
+//! caps on `range` and on the output size. Each produces a [`TemplateError`] naming the limit.
 
 use super::fallback::Family;
 use super::{json, TemplateError};
 use crate::gguf::GgufFile;
-use minijinja::value::{Kwargs, Rest};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Kwargs, Rest, Serde};
 use minijinja::{Environment, Error, ErrorKind, State, Value};
 use std::io;
 
@@ -15,8 +16,10 @@ use std::io;
 /// may not override them.
 pub const RESERVED_VARIABLES: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
 
-/// Instruction budget per render: a 2000-message conversation through the Qwen template fits
-/// (tested), while a runaway loop stops within a fraction of a second.
+/// Fuel per render (minijinja's budget: one unit per instruction and about one per 64 bytes of
+/// data the template makes, so it bounds time and memory alike, near 128 MB): a 2000-message
+/// conversation through the Qwen template fits (tested), while a runaway loop or a string
+/// doubled in a loop stops within a fraction of a second.
 pub const FUEL: u64 = 2_000_000;
 /// Recursion limit (minijinja counts a few units per macro call, one per loop or `if`).
 pub const RECURSION_LIMIT: usize = 200;
@@ -172,7 +175,7 @@ impl ChatTemplate {
             buf: Vec::new(),
             limit: MAX_OUTPUT_BYTES,
         };
-        tmpl.render_captured_to(Value::from_serialize(&ctx), &mut out)
+        tmpl.render_captured_to(Value::from(Serde(&ctx)), &mut out)
             .map_err(convert_error)?;
         // Writes are capped as they happen; `{% set %}` captures bypass the writer, so check again.
         if out.buf.len() > MAX_OUTPUT_BYTES {
@@ -195,9 +198,14 @@ fn optional_str<'a>(file: &'a GgufFile, key: &str) -> Result<Option<&'a str>, Te
 /// The environment with Hugging Face's settings and helpers.
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_keep_trailing_newline(false);
+    env.set_syntax(
+        SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(false)
+            .build()
+            .expect("the default delimiters"),
+    );
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(RECURSION_LIMIT);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -217,7 +225,7 @@ fn is_iterable(value: &Value) -> bool {
 }
 
 /// Prints `None`, `True` and `False` as Python does; everything else as minijinja does.
-fn python_formatter(out: &mut minijinja::Output, state: &State, value: &Value) -> Result<(), Error> {
+fn python_formatter(out: &mut minijinja::Output, state: &mut State, value: &Value) -> Result<(), Error> {
     let text = if value.is_none() {
         "None"
     } else if value.kind() == minijinja::value::ValueKind::Bool {
