@@ -254,6 +254,9 @@ fn chat_type_ahead_reaches_the_editor_whole() {
 import os, pty, select, sys, time
 pid, fd = pty.fork()
 if pid == 0:
+    # The terminal the editor talks to, whatever the caller's: under TERM=dumb (CI shells)
+    # rustyline reads a line without echoing it.
+    os.environ["TERM"] = "xterm-256color"
     os.execv(sys.argv[1], [sys.argv[1], "chat", "-m", sys.argv[2], "--temperature", "0", "-n", "4"])
 os.write(fd, b"the cat sat on the mat\r")
 out, deadline = b"", time.time() + 60

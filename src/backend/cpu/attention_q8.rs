@@ -2,7 +2,9 @@
 //! [`Plan`](super::attention::Plan), reading the cache's blocks directly.
 //!
 //! Mirrors llama.cpp's flash-attention path for a quantized cache (the only path it has for a
-//! quantized V): each query head is quantized to Q8_0 with the rule the cache is stored with,
+//! quantized V; the heads arrive rotated as llama.cpp rotates them, `backend::rotation`, by
+//! the model's attention block): each query head is quantized to Q8_0 with the rule the cache
+//! is stored with,
 //! q·k is ggml's Q8_0 dot product (an exact integer sum per block, times both scales), and the
 //! probabilities, kept in f32, weight each V block on the fly (each int8 value times `p · d`, the
 //! block's scale folded into the probability). The softmax
