@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::generation::{
-    argmax, fixture_clear_gap, fixture_golden, greedy_miss, kv_tolerance, load_cases, load_on, quantile, session,
+    argmax, fixture_clear_gap, fixture_golden, fixture_tolerance, greedy_miss, load_cases, load_on, quantile, session,
     session_with, softmax, teacher_forced, Case, Spread,
 };
 use tinyllm::backend::cpu::CpuBackend;
@@ -114,9 +114,9 @@ fn report(file: &str, st: &Stats) {
 /// tight enough to catch an MLA or routing error of 0.1, which the old 0.15 let pass.
 const DEEPSEEK2_Q8_0_SIMD_TOL: f64 = 6e-2;
 
-/// [`kv_tolerance`] for the CPU kernels this run uses ([`DEEPSEEK2_Q8_0_SIMD_TOL`]).
-fn cpu_tolerance(arch: &str, quant: &str, cache: KvType) -> f64 {
-    let tol = kv_tolerance(arch, quant, cache);
+/// [`fixture_tolerance`] for the CPU kernels this run uses ([`DEEPSEEK2_Q8_0_SIMD_TOL`]).
+fn cpu_tolerance(arch: &str, quant: &str) -> f64 {
+    let tol = fixture_tolerance(arch, quant);
     let simd = tinyllm::backend::cpu::kernels::Kernels::detect().variant != "portable";
     if simd && (arch, quant) == ("deepseek2", "Q8_0") {
         tol.max(DEEPSEEK2_Q8_0_SIMD_TOL)
@@ -132,7 +132,7 @@ fn check_fixture_arch(arch: &str, quants: &[&str]) {
 
 /// [`check_fixture_arch`] with a KV cache of format `cache`, against llama.cpp's goldens for
 /// that format ([`fixture_golden`]: its f16-cache goldens, or its run with the same cache
-/// written by `scripts/kv-cache-goldens.py`), by [`kv_tolerance`].
+/// written by `scripts/kv-cache-goldens.py`), by [`fixture_tolerance`].
 fn check_fixture_arch_with(arch: &str, quants: &[&str], cache: KvType) {
     let mut failed = Vec::new();
     for q in quants {
@@ -141,7 +141,7 @@ fn check_fixture_arch_with(arch: &str, quants: &[&str], cache: KvType) {
         let model = load_model(&dir.join(format!("{file}.gguf")), 0);
         let mut sess = session_with(&model, 512, cache);
         let rule = Rule {
-            tol: cpu_tolerance(arch, q, cache),
+            tol: cpu_tolerance(arch, q),
             clear_gap: fixture_clear_gap(arch, q),
         };
         let mut st = Stats::default();
@@ -183,7 +183,7 @@ fn gemma3_fixtures_match_llama_cpp() {
 }
 
 /// `--cache-type q8_0`: the fixtures with a Q8_0 KV cache against llama.cpp's own q8_0-cache
-/// runs ([`kv_tolerance`]: the Q8_0 rule, or the weights' where wider).
+/// runs, by the weights' own rule ([`fixture_golden`]).
 #[test]
 fn llama_fixtures_with_q8_0_cache_match_llama_cpp() {
     check_fixture_arch_with("llama", &["F16", "Q8_0", "Q4_K_M"], KvType::Q8_0);

@@ -62,13 +62,7 @@ pub fn check(len: usize, groups: usize, n: usize) -> Result<(), BackendError> {
         op: "hadamard",
         problem: format!("{groups} groups of {n} values overflow"),
     })?;
-    if need > len {
-        return Err(BackendError::Shape {
-            op: "hadamard",
-            problem: format!("{groups} groups of {n} values need {need}, the buffer holds {len}"),
-        });
-    }
-    Ok(())
+    super::checks::need("hadamard", "x", len, need)
 }
 
 /// The scale of the orthonormal matrix of order `n`, `1 / sqrt(n)` in f32 (the GPU kernels

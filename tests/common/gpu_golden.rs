@@ -8,7 +8,7 @@ use tinyllm::backend::{Backend, KvType};
 use tinyllm::engine::Session;
 
 use super::generation::{
-    argmax, fixture_clear_gap, fixture_golden, greedy_miss, kv_tolerance, load_cases, load_on as load, session,
+    argmax, fixture_clear_gap, fixture_golden, fixture_tolerance, greedy_miss, load_cases, load_on as load, session,
     session_with, softmax, teacher_forced, Case, Spread, REAL_TOL,
 };
 
@@ -77,7 +77,7 @@ const OLMOE_Q4_K_M_Q8_0_GPU: (f64, f64) = (7.5e-2, 0.1);
 /// (|Δp| tolerance, clear argmax gap) of fixture `arch.q` with a cache of format `cache` on a
 /// GPU backend: the CPU's rule, except [`OLMOE_Q4_K_M_Q8_0_GPU`].
 fn gpu_rule(arch: &str, q: &str, cache: KvType) -> (f64, f64) {
-    let rule = (kv_tolerance(arch, q, cache), fixture_clear_gap(arch, q));
+    let rule = (fixture_tolerance(arch, q), fixture_clear_gap(arch, q));
     if (arch, q, cache) == ("olmoe", "Q4_K_M", KvType::Q8_0) {
         (rule.0.max(OLMOE_Q4_K_M_Q8_0_GPU.0), rule.1.max(OLMOE_Q4_K_M_Q8_0_GPU.1))
     } else {
@@ -87,7 +87,7 @@ fn gpu_rule(arch: &str, q: &str, cache: KvType) -> (f64, f64) {
 
 /// Every golden file of `arch` in `quants` on backend `g` (named `label` in messages) with a KV
 /// cache of format `cache`: teacher-forced top-10 probabilities within the fixture's tolerance
-/// of llama.cpp's goldens for that cache format (`common::generation::kv_tolerance`, the
+/// of llama.cpp's goldens for that cache format (`common::generation::fixture_tolerance`, the
 /// CPU's rule) and free-running greedy tokens equal to llama.cpp's up to its first near-tie.
 pub fn check_fixtures_with<B: Backend + Clone>(label: &str, g: B, arch: &str, quants: &[&str], cache: KvType) {
     let mut failed = Vec::new();
