@@ -6,9 +6,11 @@
 #
 #   scripts/build-web.sh [--debug]
 #
-# Two wasm builds: wasm/ (WebGPU and the CPU on one thread, SIMD128) and, where the toolchain
+# Four wasm builds: wasm/ (WebGPU and the CPU on one thread, SIMD128) and, where the toolchain
 # can build it, wasm-mt/ (the CPU on Web Workers over shared memory, for cross-origin isolated
-# pages; needs the rust-src component: the standard library is rebuilt with atomics).
+# pages; needs the rust-src component: the standard library is rebuilt with atomics); each
+# again with relaxed SIMD (wasm-relaxed/, wasm-mt-relaxed/: the CPU kernels' byte dot product),
+# which the worker picks where the browser validates a relaxed-SIMD module.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,6 +33,7 @@ cargo_flags=(-p tinyllm-web --target wasm32-unknown-unknown)
 # --all-features, which lets wasm-opt use proposals browsers do not ship.
 wasm_features=(--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int --enable-sign-ext
   --enable-reference-types --enable-multivalue --enable-simd --enable-threads)
+relaxed_features=("${wasm_features[@]}" --enable-relaxed-simd)
 [ "$profile" = release ] && cargo_flags+=(--release)
 
 # $1: output folder under web/pkg, $2: its own cargo target dir, then extra cargo arguments;
@@ -38,12 +41,14 @@ wasm_features=(--enable-bulk-memory --enable-mutable-globals --enable-nontrappin
 build() {
   local name=$1 dir=$2
   shift 2
+  local features=("${wasm_features[@]}")
+  [[ $name == *-relaxed ]] && features=("${relaxed_features[@]}")
   CARGO_TARGET_DIR="$dir" cargo build "${cargo_flags[@]}" "$@"
   local wasm="$dir/wasm32-unknown-unknown/$profile/tinyllm_web.wasm"
   rm -rf "${out:?}/$name"
   wasm-bindgen --target web --out-dir "$out/$name" --out-name tinyllm_web "$wasm"
   if [ "$profile" = release ]; then
-    web/node_modules/.bin/wasm-opt -O3 "${wasm_features[@]}" "$out/$name/tinyllm_web_bg.wasm" -o "$out/$name/tinyllm_web_bg.wasm"
+    web/node_modules/.bin/wasm-opt -O3 "${features[@]}" "$out/$name/tinyllm_web_bg.wasm" -o "$out/$name/tinyllm_web_bg.wasm"
   fi
 }
 
@@ -51,6 +56,9 @@ mkdir -p "$out"
 echo "=== wasm (WebGPU + one CPU thread)"
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
   build wasm "$target_dir/web"
+echo "=== wasm-relaxed (the same with relaxed SIMD)"
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
+  build wasm-relaxed "$target_dir/web-relaxed"
 
 echo "=== wasm-mt (the CPU on Web Workers over shared memory)"
 # Stable rustc cannot build a threaded standard library for wasm32 without -Z build-std:
@@ -61,12 +69,17 @@ if rustup component list --installed 2>/dev/null | grep -q '^rust-src' || rustup
   # thread support initializes each worker with.
   link=(--shared-memory --import-memory --max-memory=4294967296 --export=__wasm_init_tls --export=__tls_size
     --export=__tls_align --export=__tls_base --export=__heap_base)
-  RUSTC_BOOTSTRAP=1 \
-    CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+simd128 ${link[*]/#/-C link-arg=}" \
-    build wasm-mt "$target_dir/web-mt" --features threads -Z build-std=panic_abort,std
+  for simd in simd128 relaxed; do
+    name=wasm-mt dir=web-mt features=+atomics,+bulk-memory,+simd128
+    [ $simd = relaxed ] && name=wasm-mt-relaxed dir=web-mt-relaxed features=$features,+relaxed-simd
+    echo "--- $name"
+    RUSTC_BOOTSTRAP=1 \
+      CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=$features ${link[*]/#/-C link-arg=}" \
+      build $name "$target_dir/$dir" --features threads -Z build-std=panic_abort,std
+  done
 else
   echo "rust-src is not installable here: no threaded build (the package runs the CPU on one thread)"
-  rm -rf "$out/wasm-mt"
+  rm -rf "$out/wasm-mt" "$out/wasm-mt-relaxed"
 fi
 
 echo "=== package files"

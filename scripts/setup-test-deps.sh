@@ -23,6 +23,9 @@ tinyllm_python_env openai jsonschema
 # The browser test drives the chat page in Debian's Chromium with playwright-core (npm).
 # playwright-core wants Node >= 20 (the image has it; Debian 12's own nodejs is 18).
 [ -x /usr/bin/chromium ] || apt_install chromium
+# The relaxed-SIMD wasm kernels' test runs in Chromium through its WebDriver (Node 20's relaxed
+# SIMD is wrong): wasm-bindgen-test-runner drives it.
+[ -x /usr/bin/chromedriver ] || apt_install chromium-driver
 # The WebGPU backend's tests run on Mesa lavapipe (Vulkan on the CPU) through wgpu, and the
 # Vulkan device layer's (tests/vulkan_device.rs, `inspect --gpus`) on it directly; the package
 # brings the loader, libvulkan1, which the Vulkan backend opens at run time.

@@ -94,15 +94,28 @@ impl AnyBackend {
 
     /// [`AnyBackend::open`], awaitable (the browser opens its GPU asynchronously).
     pub async fn open_async(kind: BackendKind, threads: usize) -> Result<Self, BackendError> {
+        Self::open_async_with(kind, threads, true).await
+    }
+
+    /// [`AnyBackend::open_async`]; a WebGPU device without shader-f16 unless `gpu_f16` (f32
+    /// kernels, as on adapters without the feature).
+    pub async fn open_async_with(kind: BackendKind, threads: usize, gpu_f16: bool) -> Result<Self, BackendError> {
+        #[cfg(tinyllm_webgpu)]
+        let gpu = crate::backend::webgpu::WebGpuOptions {
+            no_f16: !gpu_f16,
+            ..Default::default()
+        };
+        #[cfg(not(tinyllm_webgpu))]
+        let _ = gpu_f16;
         Ok(match kind {
             BackendKind::Cpu => AnyBackend::Cpu(CpuBackend::new(threads)?),
             #[cfg(tinyllm_webgpu)]
-            BackendKind::WebGpu => AnyBackend::WebGpu(WebGpuBackend::open(Default::default()).await.map_err(|e| {
-                BackendError::Unavailable {
+            BackendKind::WebGpu => {
+                AnyBackend::WebGpu(WebGpuBackend::open(gpu).await.map_err(|e| BackendError::Unavailable {
                     backend: "webgpu",
                     reason: e.to_string(),
-                }
-            })?),
+                })?)
+            }
             #[cfg(not(target_arch = "wasm32"))]
             BackendKind::Vulkan => AnyBackend::Vulkan(VulkanBackend::new()?),
             #[cfg(target_arch = "wasm32")]
@@ -130,6 +143,17 @@ impl AnyBackend {
             AnyBackend::WebGpu(b) => b.adapter().name.clone(),
             #[cfg(not(target_arch = "wasm32"))]
             AnyBackend::Vulkan(b) => b.device().info().name.clone(),
+        }
+    }
+
+    /// Whether a GPU backend's device has f16 arithmetic in its shaders (false on the CPU).
+    pub fn gpu_f16(&self) -> bool {
+        match self {
+            AnyBackend::Cpu(_) => false,
+            #[cfg(tinyllm_webgpu)]
+            AnyBackend::WebGpu(b) => b.device().features().contains(wgpu::Features::SHADER_F16),
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan(b) => b.device().enabled().float16,
         }
     }
 

@@ -16,7 +16,9 @@ pub mod iquant;
 mod iquant_grids;
 /// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS, for the SIMD kernels' lookups too.
 #[cfg(target_arch = "x86_64")]
-pub(crate) use iquant_grids::{KVALUES_FP4, KVALUES_IQ4NL};
+pub(crate) use iquant_grids::KVALUES_FP4;
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
+pub(crate) use iquant_grids::KVALUES_IQ4NL;
 pub mod kquant;
 pub mod legacy;
 pub mod support;
@@ -258,6 +260,11 @@ mod support_tests {
 pub fn has_vec_dot(ty: GgmlType) -> bool {
     use GgmlType::*;
     !matches!(ty, Q8_1 | Q8_K | F64 | I8 | I16 | I32 | I64)
+}
+
+/// The row of [`support::SUPPORT`] for `ty`, if some fast kernel reads it.
+pub fn support_of(ty: GgmlType) -> Option<&'static support::Support> {
+    support::SUPPORT.iter().find(|s| s.name.eq_ignore_ascii_case(ty.name()))
 }
 
 /// The formats of [`support::SUPPORT`] with `pick` set, in the table's order.

@@ -13,6 +13,9 @@ pub struct Support {
     /// The CPU's AVX2/VNNI integer (or F16C) kernels multiply it; other formats take the
     /// portable path.
     pub cpu_simd: bool,
+    /// The browser CPU's WebAssembly kernels (SIMD128 and relaxed SIMD, on interleaved tiles)
+    /// multiply it; other formats take the portable path there.
+    pub wasm_simd: bool,
     /// A WGSL decoder: the GPU backends multiply and embed it.
     pub wgsl: bool,
     /// A decoder of its own for texture-held weights (`shaders/quant/tex/NAME.wgsl`); other
@@ -20,29 +23,30 @@ pub struct Support {
     pub wgsl_texture: bool,
 }
 
-const fn s(name: &'static str, cpu_simd: bool, wgsl: bool, wgsl_texture: bool) -> Support {
+const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl_texture: bool) -> Support {
     Support {
         name,
         cpu_simd,
+        wasm_simd,
         wgsl,
         wgsl_texture,
     }
 }
 
-/// Every format some fast kernel reads.
+/// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture).
 pub const SUPPORT: [Support; 14] = [
-    s("f32", true, true, false),
-    s("f16", true, true, false),
-    s("bf16", true, true, false),
-    s("q4_0", true, true, false),
-    s("q4_1", true, true, false),
-    s("q5_0", true, true, true),
-    s("q5_1", true, true, false),
-    s("q8_0", true, true, true),
-    s("q4_k", true, true, true),
-    s("q5_k", true, true, false),
-    s("q6_k", true, true, true),
-    s("iq4_nl", true, true, false),
-    s("iq4_xs", true, true, false),
-    s("mxfp4", true, true, false),
+    s("f32", true, false, true, false),
+    s("f16", true, false, true, false),
+    s("bf16", true, false, true, false),
+    s("q4_0", true, true, true, false),
+    s("q4_1", true, true, true, false),
+    s("q5_0", true, true, true, true),
+    s("q5_1", true, true, true, false),
+    s("q8_0", true, true, true, true),
+    s("q4_k", true, true, true, true),
+    s("q5_k", true, false, true, false),
+    s("q6_k", true, true, true, true),
+    s("iq4_nl", true, true, true, false),
+    s("iq4_xs", true, false, true, false),
+    s("mxfp4", true, false, true, false),
 ];

@@ -28,7 +28,20 @@ export interface LoadProgress {
 }
 
 export interface LoadOptions {
+  /**
+   * `auto` (default): WebGPU on a hardware adapter, else the wasm CPU (a fallback, software
+   * adapter such as SwiftShader is never picked: it runs on the same CPU, many times slower).
+   * `webgpu` uses any adapter. `info.backend_reason` says what was chosen and why.
+   */
   backend?: 'auto' | 'webgpu' | 'cpu';
+  /**
+   * The wasm CPU kernels: `auto` (default) relaxed SIMD where the browser runs it, else SIMD128;
+   * `relaxed` insists (BAD_REQUEST where the browser lacks it); `simd128` never uses relaxed
+   * SIMD. The first load of a TinyLLM instance picks the build.
+   */
+  cpuKernels?: 'auto' | 'relaxed' | 'simd128';
+  /** WebGPU device options. `f16: false` asks for a device without shader-f16 (f32 kernels). */
+  webgpu?: { f16?: boolean };
   onProgress?: (p: LoadProgress) => void;
   /** Positions in the context (default: the model's trained context). */
   contextSize?: number;
@@ -53,6 +66,12 @@ export interface ModelInfo {
   n_layer: number;
   n_embd: number;
   threads: number;
+  /** Why this backend: `auto`'s choice and the adapter it saw, or what was asked for. */
+  backend_reason: string;
+  /** The wasm build that runs: `wasm`, `wasm-relaxed`, `wasm-mt`, `wasm-mt-relaxed`. */
+  wasm_build: string;
+  /** The WebGPU device has shader-f16 (false on the CPU backend). */
+  f16: boolean;
   /** Every file came from Cache Storage. */
   cached: boolean;
   load_s: number;

@@ -112,6 +112,8 @@ export class TinyLLM {
         backend: options.backend || 'auto',
         contextSize: options.contextSize || 0,
         threads: options.threads,
+        cpuKernels: options.cpuKernels,
+        webgpu: options.webgpu,
         cache: options.cache,
         name,
       },

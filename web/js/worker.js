@@ -14,35 +14,83 @@ const stops = new Set();
 const fetches = new Map();
 let queue = Promise.resolve();
 
-/** The wasm build for this page: threaded where the page is cross-origin isolated. */
-async function initWasm(threads) {
-  if (wasm) return wasm;
-  const mtUrl = new URL('./wasm-mt/tinyllm_web.js', import.meta.url);
-  if (threads > 1 && self.crossOriginIsolated) {
-    try {
-      const mod = await import(mtUrl.href);
-      await mod.default({ module_or_path: new URL('./wasm-mt/tinyllm_web_bg.wasm', import.meta.url) });
-      await mod.initThreadPool(threads);
-      wasm = { mod, threads };
-      return wasm;
-    } catch (e) {
-      // No threaded build shipped, or the browser refused shared memory: one thread.
-      console.warn('tinyllm: threaded wasm unavailable, running on one thread:', e && e.message);
-    }
-  }
-  const mod = await import(new URL('./wasm/tinyllm_web.js', import.meta.url).href);
-  await mod.default({ module_or_path: new URL('./wasm/tinyllm_web_bg.wasm', import.meta.url) });
-  wasm = { mod, threads: 1 };
-  return wasm;
-}
+/**
+ * A module using relaxed SIMD (`i8x16.relaxed_swizzle`): it validates where the browser runs the
+ * relaxed-SIMD builds (Chrome 114+, Firefox 145+; not Safari).
+ */
+const RELAXED_PROBE = new Uint8Array([
+  0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 15, 1, 13, 0, 65, 1, 253, 15, 65, 2, 253, 15,
+  253, 128, 2, 11,
+]);
 
-async function hasWebGpu() {
-  if (!self.navigator || !navigator.gpu) return false;
+/** Whether this browser runs relaxed-SIMD WebAssembly. */
+function hasRelaxedSimd() {
   try {
-    return (await navigator.gpu.requestAdapter()) !== null;
+    return WebAssembly.validate(RELAXED_PROBE);
   } catch {
     return false;
   }
+}
+
+/**
+ * The wasm build for this page: threaded where the page is cross-origin isolated and more than
+ * one thread is asked for; relaxed SIMD where the browser has it, unless `kernels` is
+ * 'simd128' (`kernels` 'relaxed' insists on it). The first load of a worker picks the build.
+ */
+async function initWasm(threads, kernels) {
+  if (wasm) return wasm;
+  if (!['auto', 'relaxed', 'simd128'].includes(kernels)) {
+    throw new TinyLLMError('BAD_REQUEST', `cpuKernels must be 'auto', 'relaxed' or 'simd128', not '${kernels}'`, 'cpuKernels');
+  }
+  const relaxedHere = hasRelaxedSimd();
+  if (kernels === 'relaxed' && !relaxedHere) {
+    throw new TinyLLMError('BAD_REQUEST', 'this browser does not run relaxed-SIMD WebAssembly (use cpuKernels "auto" or "simd128")', 'cpuKernels');
+  }
+  // Relaxed first where the browser has it (the SIMD128 build is the fallback if it is missing).
+  const flavours = kernels === 'relaxed' ? ['-relaxed'] : kernels === 'simd128' || !relaxedHere ? [''] : ['-relaxed', ''];
+  const open = async (dir, n) => {
+    const mod = await import(new URL(`./${dir}/tinyllm_web.js`, import.meta.url).href);
+    await mod.default({ module_or_path: new URL(`./${dir}/tinyllm_web_bg.wasm`, import.meta.url) });
+    if (n > 1) await mod.initThreadPool(n);
+    return { mod, threads: n, build: dir };
+  };
+  const tried = [];
+  const candidates = [];
+  if (threads > 1 && self.crossOriginIsolated) for (const f of flavours) candidates.push([`wasm-mt${f}`, threads]);
+  for (const f of flavours) candidates.push([`wasm${f}`, 1]);
+  for (const [dir, n] of candidates) {
+    try {
+      wasm = await open(dir, n);
+      if (tried.length) console.warn(`tinyllm: running the ${dir} build (${tried.join('; ')})`);
+      return wasm;
+    } catch (e) {
+      // Not shipped, or the browser refused shared memory: the next one.
+      tried.push(`${dir} unavailable: ${e && e.message}`);
+    }
+  }
+  throw new TinyLLMError('INTERNAL', `no wasm build of the package could start: ${tried.join('; ')}`);
+}
+
+/**
+ * What the worker knows of WebGPU here: the adapter `navigator.gpu` offers, and whether it is a
+ * fallback (software) adapter, as SwiftShader, Chromium's CPU implementation of WebGPU, is:
+ * `isFallbackAdapter`, or a vendor/architecture naming a CPU implementation.
+ */
+async function probeWebGpu() {
+  if (!self.navigator || !navigator.gpu) return { adapter: null, why: 'the browser has no navigator.gpu' };
+  let adapter = null;
+  try {
+    adapter = await navigator.gpu.requestAdapter();
+  } catch (e) {
+    return { adapter: null, why: `requestAdapter failed: ${e && e.message}` };
+  }
+  if (!adapter) return { adapter: null, why: 'the browser offers no WebGPU adapter' };
+  const i = adapter.info || {};
+  const text = `${i.vendor || ''} ${i.architecture || ''} ${i.device || ''} ${i.description || ''}`.toLowerCase();
+  const software = /swiftshader|llvmpipe|lavapipe|softpipe|warp|\bcpu\b/.test(text);
+  const fallback = i.isFallbackAdapter === true || adapter.isFallbackAdapter === true || software;
+  const name = [i.vendor, i.architecture].filter(Boolean).join(' ') || 'unnamed adapter';
+  return { adapter, fallback, name, f16: adapter.features.has('shader-f16') };
 }
 
 function post(msg) {
@@ -61,21 +109,44 @@ async function load(id, o, stop) {
   if (!['auto', 'webgpu', 'cpu'].includes(backend)) {
     throw new TinyLLMError('BAD_REQUEST', `backend must be 'auto', 'webgpu' or 'cpu', not '${backend}'`, 'backend');
   }
-  if (backend === 'auto') backend = (await hasWebGpu()) ? 'webgpu' : 'cpu';
-  else if (backend === 'webgpu' && !(await hasWebGpu())) {
-    throw new TinyLLMError('NO_WEBGPU', 'this browser offers no WebGPU adapter (use backend "cpu" or "auto")');
+  const gpuOptions = o.webgpu || {};
+  if (gpuOptions.f16 !== undefined && typeof gpuOptions.f16 !== 'boolean') {
+    throw new TinyLLMError('BAD_REQUEST', `webgpu.f16 must be true or false, not ${JSON.stringify(gpuOptions.f16)}`, 'webgpu.f16');
   }
-  const { mod } = await initWasm(backend === 'cpu' ? threads : 1);
+  // Why this backend: `info.backend_reason` says it.
+  let reason;
+  if (backend === 'auto') {
+    const gpu = await probeWebGpu();
+    if (!gpu.adapter) {
+      backend = 'cpu';
+      reason = `auto: ${gpu.why}; the wasm CPU runs the model`;
+    } else if (gpu.fallback) {
+      // A software WebGPU runs on the same CPU as the wasm path, many times slower.
+      backend = 'cpu';
+      reason = `auto: the only WebGPU adapter is a fallback (software) one (${gpu.name}); the wasm CPU is faster`;
+    } else {
+      backend = 'webgpu';
+      reason = `auto: WebGPU adapter ${gpu.name}`;
+    }
+  } else if (backend === 'webgpu') {
+    const gpu = await probeWebGpu();
+    if (!gpu.adapter) throw new TinyLLMError('NO_WEBGPU', `${gpu.why} (use backend "cpu" or "auto")`);
+    reason = `asked for webgpu: adapter ${gpu.name}${gpu.fallback ? ' (a fallback, software adapter)' : ''}`;
+  } else {
+    reason = 'asked for cpu';
+  }
+  const { mod } = await initWasm(backend === 'cpu' ? threads : 1, o.cpuKernels || 'auto');
   const parts = Array.isArray(o.source) ? o.source : [o.source];
   if (parts.length === 0) throw new TinyLLMError('BAD_REQUEST', 'no model source given', 'source');
   let loader;
   try {
-    loader = await mod.ModelLoader.create(backend, parts.length, threads);
+    loader = await mod.ModelLoader.create(backend, parts.length, threads, gpuOptions.f16 !== false);
   } catch (e) {
     const err = TinyLLMError.from(e);
     if (o.backend === 'auto' && err.code === 'NO_WEBGPU') {
       backend = 'cpu';
-      loader = await mod.ModelLoader.create('cpu', parts.length, threads);
+      reason = `auto: WebGPU did not open (${err.message}); the wasm CPU runs the model`;
+      loader = await mod.ModelLoader.create('cpu', parts.length, threads, true);
     } else {
       throw err;
     }
@@ -116,7 +187,7 @@ async function load(id, o, stop) {
   }
   report('load', true);
   engine = await loader.finish(o.contextSize || 0, o.name || 'model');
-  info = { ...JSON.parse(engine.info()), threads: backend === 'cpu' ? wasm.threads : 1, cached: fromCache === parts.length, load_s: (performance.now() - started) / 1000 };
+  info = { ...JSON.parse(engine.info()), backend_reason: reason, wasm_build: wasm.build, threads: backend === 'cpu' ? wasm.threads : 1, cached: fromCache === parts.length, load_s: (performance.now() - started) / 1000 };
   return info;
 }
 

@@ -175,6 +175,7 @@ impl WebEngine {
                 "architecture": info.arch,
                 "backend": i.engine.model.backend().name(),
                 "device": i.engine.model.backend().detail(),
+                "f16": i.engine.model.backend().gpu_f16(),
                 "context_size": i.session.n_ctx(),
                 "n_vocab": info.n_vocab,
                 "n_layer": info.n_layer,

@@ -44,10 +44,11 @@ fn kind(name: &str) -> Result<BackendKind, WebError> {
 #[wasm_bindgen]
 impl ModelLoader {
     /// A loader onto `backend` (`webgpu` or `cpu`, `threads` CPU workers) for a model in
-    /// `parts` files (a split set streams part after part).
-    pub async fn create(backend: String, parts: u32, threads: u32) -> Result<ModelLoader, JsValue> {
+    /// `parts` files (a split set streams part after part); a WebGPU device without
+    /// shader-f16 unless `gpu_f16`.
+    pub async fn create(backend: String, parts: u32, threads: u32, gpu_f16: bool) -> Result<ModelLoader, JsValue> {
         let kind = kind(&backend)?;
-        let be = AnyBackend::open_async(kind, threads.max(1) as usize)
+        let be = AnyBackend::open_async_with(kind, threads.max(1) as usize, gpu_f16)
             .await
             .map_err(WebError::backend)?;
         #[cfg(not(target_feature = "atomics"))]

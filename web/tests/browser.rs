@@ -191,7 +191,10 @@ fn fixture_prompt(f: &str) -> Vec<u32> {
         .collect()
 }
 
-fn greedy_in_browser(backend: &str, threads: Option<u32>, isolate: bool) {
+/// The fixtures' greedy tokens in the browser on `backend` (`options`: more load options, such
+/// as the wasm build's kernels or the WebGPU device's features) against native ones. Returns
+/// each load's `info`.
+fn greedy_in_browser(backend: &str, threads: Option<u32>, isolate: bool, options: Value) -> Vec<Value> {
     let models = Models::new();
     let server = serve(
         &models,
@@ -208,8 +211,10 @@ fn greedy_in_browser(backend: &str, threads: Option<u32>, isolate: bool) {
     let got = scenario(
         &server,
         "greedy",
-        json!({"models": cases, "backend": backend, "threads": threads}),
+        json!({"models": cases, "backend": backend, "threads": threads, "options": options}),
     );
+    let what = format!("{backend} {options}");
+    let mut infos = Vec::new();
     for (f, r) in FIXTURES.iter().zip(got.as_array().unwrap()) {
         assert_eq!(r["info"]["backend"], backend, "{f}: {}", r["info"]);
         if let Some(t) = threads {
@@ -218,19 +223,71 @@ fn greedy_in_browser(backend: &str, threads: Option<u32>, isolate: bool) {
         let ids = fixture_prompt(f);
         let (want, gaps) = native_greedy(&common::golden(&format!("fixtures/{f}")), &ids, n);
         let tokens: Vec<u32> = serde_json::from_value(r["tokens"].clone()).unwrap();
-        assert_same_greedy(&format!("{f} on {backend}"), &tokens, &want, &gaps);
-        eprintln!("{f} on {backend} ({}): {tokens:?}", r["info"]["device"]);
+        assert_same_greedy(&format!("{f} on {what}"), &tokens, &want, &gaps);
+        eprintln!("{f} on {what} ({}): {tokens:?}", r["info"]["device"]);
+        infos.push(r["info"].clone());
+    }
+    infos
+}
+
+/// WebGPU with the device's own features and on a device asked for without shader-f16 (every
+/// kernel in f32, as on adapters without the feature): both reproduce the native tokens, and
+/// the second device has no f16.
+#[test]
+fn fixtures_reproduce_native_greedy_tokens_on_webgpu_with_and_without_f16() {
+    for f16 in [true, false] {
+        let infos = greedy_in_browser("webgpu", None, false, json!({"webgpu": {"f16": f16}}));
+        if !f16 {
+            for info in infos {
+                assert_eq!(info["f16"], false, "asked for no shader-f16: {info}");
+            }
+        }
     }
 }
 
-#[test]
-fn fixtures_reproduce_native_greedy_tokens_on_webgpu() {
-    greedy_in_browser("webgpu", None, false);
-}
-
+/// The wasm CPU on one thread, in the SIMD128 build and the relaxed-SIMD one (Chromium runs
+/// both): each reproduces the native tokens, and each load says which build ran.
 #[test]
 fn fixtures_reproduce_native_greedy_tokens_on_the_wasm_cpu() {
-    greedy_in_browser("cpu", Some(1), false);
+    for (kernels, build) in [("simd128", "wasm"), ("relaxed", "wasm-relaxed")] {
+        for info in greedy_in_browser("cpu", Some(1), false, json!({"cpuKernels": kernels})) {
+            assert_eq!(info["wasm_build"], build, "{info}");
+            assert_eq!(info["device"], kernels, "{info}");
+        }
+    }
+}
+
+/// `backend: 'auto'` never picks a fallback (software) WebGPU adapter such as headless
+/// Chromium's SwiftShader: the wasm CPU runs, and `backend_reason` says why. On a page with a
+/// hardware adapter it picks WebGPU.
+#[test]
+fn auto_skips_a_fallback_webgpu_adapter() {
+    let models = Models::new();
+    let server = serve(&models, Options::default());
+    let got = scenario(
+        &server,
+        "autoChoice",
+        json!({"url": format!("/models/{}", FIXTURES[0])}),
+    );
+    let (adapter, info) = (&got["adapter"], &got["info"]);
+    eprintln!("adapter {adapter}, info {info}");
+    let software = adapter.is_null()
+        || adapter["isFallbackAdapter"] == true
+        || adapter.to_string().to_lowercase().contains("swiftshader");
+    if software {
+        assert_eq!(info["backend"], "cpu", "{got}");
+        let reason = info["backend_reason"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("auto:"), "{got}");
+        if !adapter.is_null() {
+            assert!(
+                reason.contains("fallback"),
+                "the reason names the fallback adapter: {got}"
+            );
+        }
+    } else {
+        assert_eq!(info["backend"], "webgpu", "{got}");
+    }
+    assert_eq!(got["tokens"].as_array().map(Vec::len), Some(2), "{got}");
 }
 
 #[test]
@@ -418,7 +475,11 @@ fn real_models_give_natives_first_tokens_on_the_wasm_cpu() {
 /// and still reproduces the native greedy tokens.
 #[test]
 fn fixtures_reproduce_native_greedy_tokens_on_two_wasm_threads() {
-    greedy_in_browser("cpu", Some(2), true);
+    for (kernels, build) in [("simd128", "wasm-mt"), ("relaxed", "wasm-mt-relaxed")] {
+        for info in greedy_in_browser("cpu", Some(2), true, json!({"cpuKernels": kernels})) {
+            assert_eq!(info["wasm_build"], build, "{info}");
+        }
+    }
 }
 
 /// The chat page of the npm package (`pkg/chat/`), its model running in the page's worker on
@@ -520,9 +581,14 @@ fn bench_cpu_and_webgpu_against_wllama() {
     let mut all = Vec::new();
     println!("| model | path | threads | tinyllm prefill | wllama prefill | ratio | tinyllm decode | wllama decode | ratio |");
     println!("|---|---|---|---|---|---|---|---|---|");
+    // TINYLLM_BENCH_WEBGPU=0 leaves WebGPU out (SwiftShader here: minutes for a few tokens).
     let mut configs: Vec<(&str, u32)> = threads.iter().map(|&t| ("cpu", t)).collect();
-    configs.push(("webgpu", 1));
-    for model in common::REAL_MODELS {
+    if std::env::var("TINYLLM_BENCH_WEBGPU").as_deref() != Ok("0") {
+        configs.push(("webgpu", 1));
+    }
+    // TINYLLM_BENCH_MODELS=gemma (a substring) picks models.
+    let only = std::env::var("TINYLLM_BENCH_MODELS").unwrap_or_default();
+    for model in common::REAL_MODELS.iter().filter(|m| m.contains(only.as_str())) {
         let url = format!("{}/models/{model}", server.url);
         for &(path, t) in &configs {
             // SwiftShader runs WebGPU on the CPU, slowly: a short prompt and a few tokens there.

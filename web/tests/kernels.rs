@@ -1,20 +1,27 @@
 //! The CPU kernels of the wasm build against the scalar `vec_dot` oracle, in WebAssembly
-//! itself (Node through `wasm-bindgen-test-runner`; `scripts/test.sh` runs it): every matrix
-//! of the golden fixtures, one row and a batch, with the kernels the browser runs (SIMD128
-//! where the build has it) and the portable set. Native builds compile this file to nothing.
+//! itself: every matrix of the golden fixtures, one row and a batch, and llama.cpp's blocks of
+//! every covered format as tiles of several shapes, with the kernels the browser runs (SIMD128
+//! where the build has it, relaxed SIMD where it has that) and the portable set. Native builds
+//! compile this file to nothing. `scripts/test.sh` runs the SIMD128 build in Node and the
+//! relaxed one in headless Chromium (Node 20's relaxed SIMD, behind a flag, computes the byte
+//! dot product wrongly):
 //!
 //! CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-//!   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
+//!   CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
+//!   WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=/usr/bin/chromedriver \
+//!   WASM_BINDGEN_TEST_WEBDRIVER_JSON=web/tests/webdriver.json \
 //!   cargo test -p tinyllm-web --target wasm32-unknown-unknown --test kernels
 
 #![cfg(target_arch = "wasm32")]
 
 use std::sync::Arc;
 
-use tinyllm::backend::cpu::kernels::Kernels;
+use tinyllm::backend::cpu::interleave;
+use tinyllm::backend::cpu::kernels::{Kernels, Layout, TileOut};
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::Backend;
 use tinyllm::gguf::GgufFile;
+use tinyllm::quant::GgmlType;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 /// The fixtures, embedded (the test runs where there is no file system).
@@ -58,12 +65,104 @@ async fn matmul(be: &CpuBackend, file: &Arc<GgufFile>, name: &str, x: &[f32], ro
     be.read(&out, rows * n).unwrap().await.unwrap()
 }
 
-#[wasm_bindgen_test]
-async fn wasm_kernels_match_the_vec_dot_oracle() {
-    let oracle = CpuBackend::with_kernels(1, Kernels::oracle()).unwrap();
+/// The kernel sets of this build: portable, SIMD128 where built with it, relaxed SIMD where
+/// built with that (the build's default last).
+fn kernel_sets() -> Vec<Kernels> {
+    #[allow(unused_mut)]
     let mut sets = vec![Kernels::portable()];
     #[cfg(target_feature = "simd128")]
     sets.push(Kernels::simd128());
+    #[cfg(target_feature = "relaxed-simd")]
+    sets.push(Kernels::relaxed());
+    sets
+}
+
+/// llama.cpp's quantized blocks of every format the wasm kernels cover (`tests/golden/quants`:
+/// 2048 values of `source.f32` each).
+const BLOBS: [(GgmlType, &[u8]); 8] = [
+    (GgmlType::Q4_0, include_bytes!("../../tests/golden/quants/Q4_0.bin")),
+    (GgmlType::Q4_1, include_bytes!("../../tests/golden/quants/Q4_1.bin")),
+    (GgmlType::Q5_0, include_bytes!("../../tests/golden/quants/Q5_0.bin")),
+    (GgmlType::Q5_1, include_bytes!("../../tests/golden/quants/Q5_1.bin")),
+    (GgmlType::Q8_0, include_bytes!("../../tests/golden/quants/Q8_0.bin")),
+    (GgmlType::IQ4_NL, include_bytes!("../../tests/golden/quants/IQ4_NL.bin")),
+    (GgmlType::Q4_K, include_bytes!("../../tests/golden/quants/Q4_K.bin")),
+    (GgmlType::Q6_K, include_bytes!("../../tests/golden/quants/Q6_K.bin")),
+];
+
+/// Each SIMD set's tiles on llama.cpp's blocks of each covered format, as matrices of several
+/// shapes (a partial last tile and half included), against the oracle's single dot products:
+/// every output within the f32 reordering bound.
+#[wasm_bindgen_test]
+fn wasm_tiles_match_the_oracle_on_the_golden_blocks() {
+    let covered = tinyllm::quant::supported(|s| s.wasm_simd);
+    let mut blobs: Vec<GgmlType> = BLOBS.iter().map(|(t, _)| *t).collect();
+    blobs.sort_by_key(|t| t.name());
+    let mut want: Vec<GgmlType> = covered.clone();
+    want.sort_by_key(|t| t.name());
+    assert_eq!(blobs, want, "a golden blob per covered format");
+    let oracle = Kernels::oracle();
+    for kernels in kernel_sets().into_iter().filter(|k| k.variant != "portable") {
+        for (ty, blob) in BLOBS {
+            for k in [ty.block_size().max(64), 256] {
+                let row_bytes = k / ty.block_size() * ty.block_bytes();
+                let all = blob.len() / row_bytes;
+                for n in [all, all.min(5), all.min(13)] {
+                    let rows = &blob[..n * row_bytes];
+                    let tiles = interleave::interleave(ty, k, rows).unwrap();
+                    for batch in [1usize, 2, 3, 7] {
+                        let x: Vec<f32> = (0..batch * k).map(|i| 0.3 + 1.7 * ((i as f32) * 0.61).sin()).collect();
+                        let act = (kernels.prepare)(ty, &x, k).unwrap();
+                        let mut got = vec![f32::NAN; batch * n];
+                        (kernels.tile)(
+                            ty,
+                            Layout::Interleaved,
+                            k,
+                            &tiles,
+                            &act,
+                            &mut TileOut::new(&mut got, batch),
+                        );
+                        let oact = (oracle.prepare)(ty, &x, k).unwrap();
+                        let mut exp = vec![f32::NAN; batch * n];
+                        (oracle.tile)(ty, Layout::Rows, k, rows, &oact, &mut TileOut::new(&mut exp, batch));
+                        let scale = exp.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-6);
+                        for (i, (a, b)) in got.iter().zip(&exp).enumerate() {
+                            assert!(
+                                (a - b).abs() <= 1e-5 * scale,
+                                "{} {ty} k={k} n={n} batch={batch} [{i}]: {a} vs oracle {b}",
+                                kernels.variant
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        web_sys_log(&format!(
+            "{}: the golden blocks of {} formats equal the oracle",
+            kernels.variant,
+            BLOBS.len()
+        ));
+    }
+}
+
+/// The kernels' f16 conversion (vectors, no F16C in wasm) equals `half`'s for every value.
+#[cfg(target_feature = "simd128")]
+#[wasm_bindgen_test]
+fn f16_conversion_is_exact_for_every_value() {
+    for bits in 0..=u16::MAX {
+        let want = half::f16::from_bits(bits).to_f32();
+        let got = tinyllm::backend::cpu::wasm::f16_to_f32(bits);
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "{bits:#06x}: {got} vs {want}"
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+async fn wasm_kernels_match_the_vec_dot_oracle() {
+    let oracle = CpuBackend::with_kernels(1, Kernels::oracle()).unwrap();
+    let sets = kernel_sets();
     assert_eq!(
         Kernels::detect().variant,
         sets.last().unwrap().variant,

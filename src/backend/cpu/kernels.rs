@@ -9,9 +9,10 @@
 //!   quantized blocks in registers, register-blocked over several weight and activation rows
 //!   (see [`super::simd`]); `avxvnni` and `avx512vnni` are the same kernels with VNNI dot
 //!   products. Types they do not cover fall back to `portable`.
-//! * `simd128` (wasm32 builds with `+simd128`, the browser package): integer dot products of
-//!   the quantized blocks in 128-bit vectors for the formats real models spend their bytes on
-//!   ([`super::simd128`]); other types fall back to `portable`.
+//! * `simd128` and `relaxed` (wasm32 builds with `+simd128`, and `+relaxed-simd` for the
+//!   second; the browser package): the same integer dot products on interleaved tiles in
+//!   128-bit vectors ([`super::wasm`]), SIMD128's widening products or relaxed SIMD's byte dot
+//!   product; types they do not cover fall back to `portable`.
 //! * `portable` (default elsewhere): the quantized activations are expanded back to the exact
 //!   f32 values they represent, each weight row is decoded to f32 once and reused across the
 //!   batch, and the products are summed in f32.
@@ -44,11 +45,12 @@ pub struct Activations {
     /// its 32 values, for Q4_0/Q5_0 weights the offset (-8, -16) times `Σq`, for Q8_0/IQ4_NL
     /// weights -128 times `Σq` (the VNNI kernels take their weights as `w + 128`). (Only the AVX2
     /// kernels read these, so other targets never do.)
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// The wasm kernels read `scales` (each Q8_0 block's `d` as f32) and `offsets` (its `Σq`).
+    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "wasm32")), allow(dead_code))]
     pub(super) scales: Vec<f32>,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) dsums: Vec<f32>,
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "wasm32")), allow(dead_code))]
     pub(super) offsets: Vec<i32>,
 }
 
@@ -184,7 +186,8 @@ pub struct Kernels {
     pub interleaves: fn(GgmlType) -> bool,
     /// `gate[i] = silu(gate[i]) · up[i]` (the SwiGLU gate).
     pub swiglu: fn(gate: &mut [f32], up: &[f32]),
-    /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `simd128`, `portable`, `oracle`).
+    /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `relaxed`, `simd128`, `portable`,
+    /// `oracle`).
     pub variant: &'static str,
 }
 
@@ -215,21 +218,35 @@ impl Kernels {
                 return k;
             }
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        if choice.as_deref() != Ok("simd128") {
+            return Self::relaxed();
+        }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         return Self::simd128();
         #[allow(unreachable_code)]
         Self::portable()
     }
 
-    /// The WebAssembly SIMD128 kernels ([`super::simd128`]).
+    /// The WebAssembly SIMD128 kernels ([`super::wasm::Simd128`]).
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     pub fn simd128() -> Self {
         Kernels {
-            prepare: prepare_simd128,
-            tile: tile_simd128,
-            interleaves: |_| false,
+            prepare: prepare_wasm,
+            tile: tile_wasm::<super::wasm::Simd128>,
+            interleaves: super::wasm::supports,
             swiglu: swiglu_scalar,
             variant: "simd128",
+        }
+    }
+
+    /// The WebAssembly relaxed-SIMD kernels ([`super::wasm::Relaxed`]).
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    pub fn relaxed() -> Self {
+        Kernels {
+            tile: tile_wasm::<super::wasm::Relaxed>,
+            variant: "relaxed",
+            ..Self::simd128()
         }
     }
 
@@ -288,29 +305,42 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantE
     unsafe { super::simd::q8::prepare(ty, x, k) }
 }
 
-/// SIMD128 activations: quantized blocks for the types the kernels cover, f32 values for the
-/// rest.
+/// Activations of the wasm kernels: quantized blocks (with f32 scales and block sums) for the
+/// types they cover, f32 values for the rest.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn prepare_simd128(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
-    if super::simd128::supports(ty) {
-        prepare_blocks(ty, x, k)
+fn prepare_wasm(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
+    if super::wasm::supports(ty) {
+        super::wasm::prepare(ty, x, k)
     } else {
         prepare_values(ty, x, k)
     }
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn tile_simd128(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
-    let w = file_rows(ty, layout, k, w, out);
-    if super::simd128::supports(ty) {
-        for_rows(k, &w, act, out, |wr, o| {
-            for (r, y) in o.iter_mut().enumerate() {
-                let a = act.bytes.get(r * act.row_bytes..(r + 1) * act.row_bytes).unwrap_or(&[]);
-                *y = super::simd128::dot(ty, k, wr, a).unwrap_or(f32::NAN);
-            }
-        });
+fn tile_wasm<D: super::wasm::Dot>(
+    ty: GgmlType,
+    layout: Layout,
+    k: usize,
+    w: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+) {
+    if super::wasm::supports(ty) {
+        // The backend interleaves every covered type at load; file rows (never given) would
+        // be interleaved here.
+        let tiles = match layout {
+            Layout::Interleaved => std::borrow::Cow::Borrowed(w),
+            Layout::Rows => match super::interleave::interleave(ty, k, w) {
+                Some(t) => std::borrow::Cow::Owned(t),
+                None => return out.fill(f32::NAN),
+            },
+        };
+        if !super::wasm::tile::<D>(ty, k, &tiles, act, out) {
+            out.fill(f32::NAN);
+        }
         return;
     }
+    let w = file_rows(ty, layout, k, w, out);
     let mut scratch = vec![0f32; k];
     for_rows(k, &w, act, out, |wr, o| row_portable(ty, k, wr, act, &mut scratch, o));
 }
@@ -412,7 +442,7 @@ fn prepare_values(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, Quan
     Ok(a)
 }
 
-fn prepare_blocks(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
+pub(super) fn prepare_blocks(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
     let act = ty.vec_dot_type();
     if act == GgmlType::F32 {
         // Float weights: the dot product takes the (rounded) values as little-endian f32.

@@ -16,8 +16,10 @@ pub mod pool;
 mod recurrent;
 #[cfg(target_arch = "x86_64")]
 mod simd;
+#[cfg_attr(not(all(target_arch = "wasm32", target_feature = "atomics")), allow(dead_code))]
+mod team;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub mod simd128;
+pub mod wasm;
 
 use std::sync::Arc;
 

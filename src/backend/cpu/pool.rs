@@ -7,6 +7,10 @@
 //! in wasm's threaded build (shared memory, `+atomics`) the global pool whose Web Workers the
 //! page started (`initThreadPool`, wasm-bindgen-rayon); in the single-threaded wasm build tasks
 //! run in order on the calling thread.
+//!
+//! In the threaded wasm build a pass ([`Pool::run`]) keeps the other workers awake on a
+//! [`super::team::Team`] and every op of the pass hands its tasks over through it: waking a
+//! Web Worker per op cost more than a decode step's small ops take.
 
 use super::super::readback::MaybeSend;
 use super::super::BackendError;
@@ -26,6 +30,9 @@ pub struct Pool {
     /// The dedicated pool (native); `None`: rayon's global pool (wasm's threaded build).
     #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     pool: Option<rayon::ThreadPool>,
+    /// The workers of a pass in the threaded wasm build.
+    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    team: super::team::Team,
     threads: usize,
 }
 
@@ -61,6 +68,7 @@ impl Pool {
             let _ = threads;
             Ok(Pool {
                 pool: None,
+                team: super::team::Team::default(),
                 threads: rayon::current_num_threads(),
             })
         }
@@ -78,7 +86,24 @@ impl Pool {
         threaded! {
             return match &self.pool {
                 Some(p) => p.install(f),
-                // The caller (the engine's worker) waits while a pool worker runs the pass.
+                // The caller (the engine's worker) waits while a pool worker runs the pass,
+                // the other workers serving the team until it ends.
+                #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+                None if self.threads > 1 && !self.team.is_open() => rayon::scope(|s| {
+                    /// Closes the team however the pass ends, so the helpers return.
+                    struct Close<'a>(&'a super::team::Team);
+                    impl Drop for Close<'_> {
+                        fn drop(&mut self) {
+                            self.0.close();
+                        }
+                    }
+                    self.team.open();
+                    let _close = Close(&self.team);
+                    for _ in 1..self.threads {
+                        s.spawn(|_| self.team.serve());
+                    }
+                    f()
+                }),
                 None if self.threads > 1 => rayon::scope(|_| f()),
                 None => f(),
             };
@@ -94,6 +119,10 @@ impl Pool {
 
     /// Run `f(i)` for each `i` in `0..n`, in parallel.
     pub fn for_each_index(&self, n: usize, f: impl Fn(usize) + Sync + Send) {
+        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        if self.team.is_open() {
+            return self.team.dispatch(n, &f);
+        }
         threaded! {
             use rayon::prelude::*;
             if n > 1 && self.threads > 1 {
@@ -111,6 +140,22 @@ impl Pool {
     /// be shorter), in parallel.
     pub fn for_chunks<T: Send>(&self, out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
         let chunk = chunk.max(1);
+        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        if self.team.is_open() {
+            /// The output's start, shared by the tasks (each takes its own chunk).
+            struct Base<T>(*mut T);
+            // SAFETY: the tasks write disjoint chunks, as `par_chunks_mut` would hand out.
+            unsafe impl<T: Send> Sync for Base<T> {}
+            let (len, base) = (out.len(), Base(out.as_mut_ptr()));
+            let base = &base;
+            return self.team.dispatch(len.div_ceil(chunk), &|i| {
+                let start = i * chunk;
+                // SAFETY: chunk `i` is `start..min(start + chunk, len)` of `out`, disjoint from
+                // every other task's, and `out` is borrowed mutably until dispatch returns.
+                let c = unsafe { std::slice::from_raw_parts_mut(base.0.add(start), chunk.min(len - start)) };
+                f(i, c)
+            });
+        }
         threaded! {
             use rayon::prelude::*;
             if out.len() > chunk && self.threads > 1 {

@@ -153,8 +153,9 @@ pub struct Context {
 }
 
 impl Context {
-    /// Open the preferred adapter, or adapter `index` of the list in preference order.
-    pub async fn open(index: Option<usize>) -> Result<Self, WebGpuError> {
+    /// Open the preferred adapter, or adapter `index` of the list in preference order; without
+    /// shader-f16 if `no_f16`.
+    pub async fn open(index: Option<usize>, no_f16: bool) -> Result<Self, WebGpuError> {
         let mut list = adapters().await;
         let count = list.len();
         let adapter = match index {
@@ -180,11 +181,15 @@ impl Context {
         }
         // Ask for everything the adapter offers: large weights want the largest bindings.
         let limits = adapter.limits();
+        let mut wanted = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
+        if no_f16 {
+            wanted.remove(wgpu::Features::SHADER_F16);
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tinyllm"),
                 // Subgroup operations let the CPU-adapter matmul share activation loads across lanes.
-                required_features: adapter.features() & (wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16),
+                required_features: adapter.features() & wanted,
                 required_limits: limits.clone(),
                 ..Default::default()
             })

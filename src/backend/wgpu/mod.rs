@@ -93,6 +93,10 @@ pub struct WebGpuOptions {
     /// matmul), and the quantized mixture-of-experts and qwen35 fixtures land up to 0.11 from
     /// llama.cpp's answers where the rounded path stays within the golden README's dense rule.
     pub round_activations: Option<bool>,
+    /// Ask for a device without shader-f16 even where the adapter offers it: every kernel
+    /// then runs in f32, as on adapters without the feature (Firefox, Chrome through ANGLE on
+    /// Linux, some NVIDIA setups). Tests and the browser package's `webgpu: {f16: false}`.
+    pub no_f16: bool,
 }
 
 struct Pipe {
@@ -172,7 +176,7 @@ impl WebGpuBackend {
 
     /// Open a device with `opts`: awaitable, for the browser's event loop.
     pub async fn open(opts: WebGpuOptions) -> Result<Self, WebGpuError> {
-        let ctx = Context::open(opts.adapter).await?;
+        let ctx = Context::open(opts.adapter, opts.no_f16).await?;
         let cpu_adapter = ctx.adapter.device_type == "Cpu";
         let default_matmul = if cpu_adapter {
             MatmulVariant::Texture

@@ -32,16 +32,39 @@ async function pageMemory() {
 }
 
 window.scenarios = {
-  /** Greedy runs of `models` ({url, promptIds, maxTokens}) on `backend`, each in a fresh worker. */
-  async greedy({ models, backend, contextSize, threads }) {
+  /**
+   * Greedy runs of `models` ({url, promptIds, maxTokens}) on `backend`, each in a fresh worker;
+   * `options` go to `load` as they are (cpuKernels, webgpu).
+   */
+  async greedy({ models, backend, contextSize, threads, options }) {
     const out = [];
     for (const m of models) {
-      const llm = await TinyLLM.load(m.url, { backend, contextSize: contextSize || 512, threads, cache: false });
+      const llm = await TinyLLM.load(m.url, { backend, contextSize: contextSize || 512, threads, cache: false, ...(options || {}) });
       const r = await llm.generate({ promptIds: m.promptIds, maxTokens: m.maxTokens, temperature: 0, topLogprobs: 2 });
       out.push({ url: m.url, info: llm.info, tokens: r.tokens, topLogprobs: r.topLogprobs, timings: r.timings });
       await llm.unload();
     }
     return out;
+  },
+
+  /**
+   * What `backend: 'auto'` picks on this page, next to the adapter the page itself sees
+   * (null where there is none).
+   */
+  async autoChoice({ url }) {
+    let adapter = null;
+    if (navigator.gpu) {
+      const a = await navigator.gpu.requestAdapter();
+      if (a) {
+        const i = a.info || {};
+        adapter = { vendor: i.vendor, architecture: i.architecture, isFallbackAdapter: i.isFallbackAdapter ?? a.isFallbackAdapter ?? null, f16: a.features.has('shader-f16') };
+      }
+    }
+    const llm = await TinyLLM.load(url, { backend: 'auto', contextSize: 128, cache: false });
+    const r = await llm.generate({ promptIds: [1, 2, 3], maxTokens: 2, temperature: 0 });
+    const info = llm.info;
+    await llm.unload();
+    return { adapter, info, tokens: r.tokens };
   },
 
   /** Load `url` twice (Cache Storage on), reporting where each load came from. */

@@ -219,9 +219,7 @@ unsafe fn dpbusd<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
 
 /// Whether [`tile`] covers weights of type `ty`.
 pub fn supports(ty: GgmlType) -> bool {
-    crate::quant::support::SUPPORT
-        .iter()
-        .any(|s| s.cpu_simd && s.name.eq_ignore_ascii_case(ty.name()))
+    crate::quant::support_of(ty).is_some_and(|s| s.cpu_simd)
 }
 
 /// Output `(a, w)` of `out` = row `w` of the `out.nw()` rows of `weights` (`k` values of `ty` per

@@ -1,0 +1,213 @@
+//! A team of threads that stays awake for a whole forward pass and takes each op's tasks from
+//! one shared word, as llama.cpp's threads meet at a barrier per op.
+//!
+//! Why: in the browser, rayon's workers are Web Workers that sleep on `Atomics.wait` between
+//! ops, and waking one per op costs tens of microseconds, more than a decode step's small
+//! matmuls take. So the threaded wasm build's [`super::pool::Pool::run`] puts its other
+//! workers on [`Team::serve`] for the length of a pass: they spin on the claim word, and an op
+//! ([`Team::dispatch`]) publishes its tasks with one store, runs them alongside, and waits for
+//! the last. The split is dynamic (each thread claims the next task index), so results do not
+//! depend on which thread ran what, and a pass still completes if no helper ever joins.
+//!
+//! The claim word packs the op's epoch, its task count and the next task index, so a helper
+//! that saw an older op can never claim a task of a newer one (its compare-exchange fails), and
+//! a claimed task's job cannot change under it: the next op is published only once every
+//! claimed task has finished.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+/// Bits of the claim word for the next index and the task count.
+const INDEX_BITS: u32 = 20;
+/// The most tasks one op can have (larger ops run in several dispatches).
+pub const MAX_TASKS: usize = (1 << INDEX_BITS) - 1;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+
+/// An op's work: `f(i)` for each task index.
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+}
+
+/// See the module doc.
+pub struct Team {
+    /// `epoch << 40 | tasks << 20 | next`.
+    claim: AtomicU64,
+    /// Tasks of the current op finished.
+    done: AtomicUsize,
+    /// The current op's job (on its dispatcher's stack while any of its tasks runs).
+    job: AtomicPtr<Job<'static>>,
+    /// Helpers return from [`Team::serve`].
+    quit: AtomicBool,
+    /// Helpers are serving: [`Team::dispatch`] may hand them tasks.
+    open: AtomicBool,
+    /// An op is being dispatched (a second dispatcher runs its tasks alone).
+    busy: AtomicBool,
+}
+
+thread_local! {
+    /// This thread is running a task: an op inside a task runs its tasks in place.
+    static IN_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn unpack(c: u64) -> (u64, usize, usize) {
+    (
+        c >> (2 * INDEX_BITS),
+        ((c >> INDEX_BITS) & INDEX_MASK) as usize,
+        (c & INDEX_MASK) as usize,
+    )
+}
+
+impl Default for Team {
+    fn default() -> Self {
+        Team {
+            claim: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            quit: AtomicBool::new(true),
+            open: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Team {
+    /// Let helpers serve (before they are started).
+    pub fn open(&self) {
+        self.quit.store(false, Ordering::Release);
+        self.open.store(true, Ordering::Release);
+    }
+
+    /// Send the helpers home: [`Team::serve`] returns.
+    pub fn close(&self) {
+        self.open.store(false, Ordering::Release);
+        self.quit.store(true, Ordering::Release);
+    }
+
+    /// Whether helpers are serving.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// A helper's loop: take tasks of each op as it is published, until [`Team::close`].
+    pub fn serve(&self) {
+        while !self.quit.load(Ordering::Acquire) {
+            if !self.work() {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Claim and run tasks of the current op until none is left; whether any was run.
+    fn work(&self) -> bool {
+        let mut ran = false;
+        let mut c = self.claim.load(Ordering::Acquire);
+        loop {
+            let (_, tasks, next) = unpack(c);
+            if next >= tasks {
+                return ran;
+            }
+            match self
+                .claim
+                .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    // SAFETY: the claim succeeded in the op's epoch, so its job was published
+                    // before, and the next op is published only after this task is counted
+                    // done: the job lives until then.
+                    let job = unsafe { &*self.job.load(Ordering::Acquire) };
+                    IN_TASK.with(|t| t.set(true));
+                    (job.f)(next);
+                    IN_TASK.with(|t| t.set(false));
+                    self.done.fetch_add(1, Ordering::Release);
+                    ran = true;
+                    c = self.claim.load(Ordering::Acquire);
+                }
+                Err(now) => c = now,
+            }
+        }
+    }
+
+    /// Run `f(i)` for every `i` in `0..n`, on this thread and the serving helpers; returns
+    /// once all have run. Inside a task, or while another op is dispatched, or when no helper
+    /// serves, the tasks run here in order.
+    pub fn dispatch(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        let nested = IN_TASK.with(|t| t.get());
+        if n <= 1 || nested || !self.is_open() || self.busy.swap(true, Ordering::Acquire) {
+            (0..n).for_each(f);
+            return;
+        }
+        let mut start = 0;
+        while start < n {
+            let count = (n - start).min(MAX_TASKS);
+            let g = move |i: usize| f(start + i);
+            let job = Job { f: &g };
+            // SAFETY (of the lifetime): the pointer is read only by tasks of this op, which
+            // all finish before this function returns (the wait below).
+            let ptr = &job as *const Job<'_> as *mut Job<'static>;
+            self.job.store(ptr, Ordering::Release);
+            self.done.store(0, Ordering::Release);
+            let (epoch, _, _) = unpack(self.claim.load(Ordering::Acquire));
+            // The epoch wraps after 2^24 ops; a helper would have to stall that long between
+            // reading the word and claiming from it to confuse two ops.
+            let epoch = (epoch + 1) & ((1 << (64 - 2 * INDEX_BITS)) - 1);
+            let word = (epoch << (2 * INDEX_BITS)) | ((count as u64) << INDEX_BITS);
+            self.claim.store(word, Ordering::Release);
+            self.work();
+            while self.done.load(Ordering::Acquire) < count {
+                std::hint::spin_loop();
+            }
+            start += count;
+        }
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    /// Many ops of varied sizes on a team of four: every task runs exactly once per op, and an
+    /// op's writes are all visible when dispatch returns.
+    #[test]
+    fn every_task_runs_once_per_op() {
+        let team = Team::default();
+        team.open();
+        let counts: Vec<AtomicU32> = (0..3000).map(|_| AtomicU32::new(0)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| team.serve());
+            }
+            for op in 0..2000usize {
+                let n = (op * 7919) % 3000;
+                team.dispatch(n, &|i| {
+                    counts[i].fetch_add(1, Ordering::Relaxed);
+                });
+                for (i, c) in counts.iter().enumerate() {
+                    let want = u32::from(i < n);
+                    assert_eq!(c.swap(0, Ordering::Relaxed), want, "op {op} task {i} of {n}");
+                }
+            }
+            team.close();
+        });
+    }
+
+    /// Without helpers (closed, or none joined) and nested inside a task, tasks still all run.
+    #[test]
+    fn runs_alone_and_nested() {
+        let team = Team::default();
+        let sum = AtomicUsize::new(0);
+        team.dispatch(100, &|i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 4950);
+        team.open();
+        sum.store(0, Ordering::Relaxed);
+        team.dispatch(10, &|_| {
+            team.dispatch(10, &|j| {
+                sum.fetch_add(j, Ordering::Relaxed);
+            })
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 450);
+        team.close();
+    }
+}

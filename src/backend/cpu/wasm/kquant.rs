@@ -1,0 +1,179 @@
+//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files) against Q8_K activations, on
+//! interleaved tiles. Field offsets follow [`super::super::interleave`]'s order:
+//!
+//! * Q4_K: `d` (8 f16), `dmin` (8 f16), the 12 bytes of packed 6-bit scales and minimums (3
+//!   groups of 4 bytes per row), `qs` (32 groups). `qs` bytes `32c..32c + 32` hold sub-block
+//!   `2c` in their low nibbles and `2c + 1` in their high ones.
+//! * Q6_K: `d`, the 16 signed scales (4 groups), `ql` (32 groups), `qh` (16 groups). In each
+//!   half of 128 values, `ql` bytes `l` and `l + 32` and `qh` byte `l` give values `l`, `l + 32`,
+//!   `l + 64`, `l + 96` (low nibbles, then high; two `qh` bits each).
+//!
+//! Each sub-block's exact integer sum meets its row's scale as i32 (four rows per vector), as
+//! ggml's `Σ sc·Σ q·q8`; Q6_K's `q - 32` takes `32·bsum` off each 16-value sub-block, Q4_K's
+//! minimums meet the activations' 16-value sums in `Σ m·bsum`.
+
+// Register tiles are `[acc; C]` arrays indexed by activation row in loops the compiler unrolls.
+#![allow(clippy::needless_range_loop)]
+
+use core::arch::wasm32::*;
+
+use super::{f16x4, load, splat4, Dot, Family, HALF};
+use crate::backend::cpu::interleave::TILE_ROWS;
+use crate::backend::cpu::kernels::Activations;
+use crate::quant::GgmlType;
+
+/// A Q8_K activation block: f32 scale, 256 values at [`ACT_VALUES`], 16 i16 sums at
+/// [`ACT_BSUMS`].
+const ACT_BLOCK: usize = 292;
+const ACT_VALUES: usize = 4;
+const ACT_BSUMS: usize = 260;
+
+const Q4_K: u8 = 0;
+const Q6_K: u8 = 1;
+
+/// The kernels of `ty`, where it is one of this file's formats.
+pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
+    Some(match ty {
+        GgmlType::Q4_K => Family {
+            four: half::<D, Q4_K, 4>,
+            two: half::<D, Q4_K, 2>,
+            one: half::<D, Q4_K, 1>,
+        },
+        GgmlType::Q6_K => Family {
+            four: half::<D, Q6_K, 4>,
+            two: half::<D, Q6_K, 2>,
+            one: half::<D, Q6_K, 1>,
+        },
+        _ => return None,
+    })
+}
+
+// Tile-block offsets. Q4_K: 1152 bytes; Q6_K: 1680.
+const Q4K_BLOCK: usize = TILE_ROWS * 144;
+const Q4K_DMIN: usize = 2 * TILE_ROWS;
+const Q4K_SCALES: usize = 4 * TILE_ROWS;
+const Q4K_QS: usize = 16 * TILE_ROWS;
+const Q6K_BLOCK: usize = TILE_ROWS * 210;
+const Q6K_SCALES: usize = 2 * TILE_ROWS;
+const Q6K_QL: usize = 18 * TILE_ROWS;
+const Q6K_QH: usize = 146 * TILE_ROWS;
+
+/// Byte `j` of each 32-bit lane of `v`, zero-extended.
+#[inline(always)]
+fn byte_u(v: v128, j: usize) -> v128 {
+    v128_and(u32x4_shr(v, 8 * j as u32), u32x4_splat(0xff))
+}
+
+/// Byte `j` of each 32-bit lane of `v`, sign-extended.
+#[inline(always)]
+fn byte_s(v: v128, j: usize) -> v128 {
+    i32x4_shr(i32x4_shl(v, 24 - 8 * j as u32), 24)
+}
+
+/// Activation row `r`'s 16-value sum `j` of block `b`.
+#[inline(always)]
+unsafe fn bsum(row: *const u8, b: usize, j: usize) -> i32 {
+    let p = row.add(b * ACT_BLOCK + ACT_BSUMS + 2 * j);
+    i32::from(i16::from_le_bytes([*p, *p.add(1)]))
+}
+
+/// Rows `4h..4h + 4` of the tile at `tile` (`nb` tile blocks) against activation rows
+/// `a0..a0 + C`: per super-block `(d_w·d_a)·Σ sc·Σ q·a`, less `(dmin_w·d_a)·Σ m·bsum` for Q4_K,
+/// the oracle's arithmetic in its order.
+///
+/// # Safety
+/// `tile` holds `nb` tile blocks of `kind`; `act` has rows `a0..a0 + C` of `nb` Q8_K blocks.
+#[inline(always)]
+unsafe fn half<D: Dot, const K: u8, const C: usize>(
+    nb: usize,
+    tile: *const u8,
+    h: usize,
+    act: &Activations,
+    a0: usize,
+) -> [v128; C] {
+    let lanes = 4 * HALF * h;
+    let low = u8x16_splat(0x0f);
+    let rows: [*const u8; C] = core::array::from_fn(|c| act.bytes.as_ptr().add((a0 + c) * act.row_bytes));
+    let mut acc = [f32x4_splat(0.0); C];
+    for b in 0..nb {
+        let a = |c: usize, value: usize| D::act(splat4(rows[c].add(b * ACT_BLOCK + ACT_VALUES + value)));
+        let da = |c: usize| f32::from_le_bytes(*(rows[c].add(b * ACT_BLOCK) as *const [u8; 4]));
+        if K == Q4_K {
+            let t = tile.add(b * Q4K_BLOCK);
+            let (u0, u1, u2) = (
+                load(t.add(Q4K_SCALES + lanes)),
+                load(t.add(Q4K_SCALES + 32 + lanes)),
+                load(t.add(Q4K_SCALES + 64 + lanes)),
+            );
+            // `quant::kquant::scale_min_k4` for four rows at once: scales and minimums 0..4 are
+            // the low 6 bits of bytes 0..4 / 4..8; 4..8 take 4 bits from bytes 8..12 and their
+            // top 2 bits from the spare top bits of bytes 0..8.
+            let six = u32x4_splat(0x3f3f_3f3f);
+            let four = u32x4_splat(0x0f0f_0f0f);
+            let top = |u: v128| u32x4_shl(v128_and(u32x4_shr(u, 6), u32x4_splat(0x0303_0303)), 4);
+            let sc = [v128_and(u0, six), v128_or(v128_and(u2, four), top(u0))];
+            let mins = [v128_and(u1, six), v128_or(v128_and(u32x4_shr(u2, 4), four), top(u1))];
+            let mut isum = [i32x4_splat(0); C];
+            for j in 0..8 {
+                let (ch, nibble) = (j / 2, j % 2);
+                let mut sub = [D::zero(); C];
+                for g in 0..8 {
+                    let v = load(t.add(Q4K_QS + 32 * (8 * ch + g) + lanes));
+                    let q = if nibble == 0 { v128_and(v, low) } else { u8x16_shr(v, 4) };
+                    for c in 0..C {
+                        sub[c] = D::u7(sub[c], q, a(c, 32 * j + 4 * g));
+                    }
+                }
+                let s = byte_u(sc[j / 4], j % 4);
+                for c in 0..C {
+                    isum[c] = i32x4_add(isum[c], i32x4_mul(D::sum(sub[c]), s));
+                }
+            }
+            let d = f16x4(t.add(2 * HALF * h));
+            let dmin = f16x4(t.add(Q4K_DMIN + 2 * HALF * h));
+            for c in 0..C {
+                let mut msum = i32x4_splat(0);
+                for j in 0..8 {
+                    let pair = bsum(rows[c], b, 2 * j) + bsum(rows[c], b, 2 * j + 1);
+                    msum = i32x4_add(msum, i32x4_mul(byte_u(mins[j / 4], j % 4), i32x4_splat(pair)));
+                }
+                let da = f32x4_splat(da(c));
+                acc[c] = f32x4_add(acc[c], f32x4_mul(f32x4_mul(d, da), f32x4_convert_i32x4(isum[c])));
+                acc[c] = f32x4_sub(acc[c], f32x4_mul(f32x4_mul(dmin, da), f32x4_convert_i32x4(msum)));
+            }
+        } else {
+            let t = tile.add(b * Q6K_BLOCK);
+            let three = u8x16_splat(3);
+            let mut isum = [i32x4_splat(0); C];
+            for s in 0..16 {
+                // Sub-block `s` of 16 values: half `h2` of 128, quarter `qq` (which nibble of
+                // which `ql` byte, which `qh` bits), groups `4gg..4gg + 4`.
+                let (h2, qq, gg) = (s / 8, s % 8 / 2, s % 2);
+                let mut sub = [D::zero(); C];
+                for g in 4 * gg..4 * gg + 4 {
+                    let l = load(t.add(Q6K_QL + 32 * (16 * h2 + 8 * (qq % 2) + g) + lanes));
+                    let hb = load(t.add(Q6K_QH + 32 * (8 * h2 + g) + lanes));
+                    let lo = if qq < 2 { v128_and(l, low) } else { u8x16_shr(l, 4) };
+                    let hi = i8x16_shl(v128_and(u8x16_shr(hb, 2 * qq as u32), three), 4);
+                    let q = v128_or(lo, hi);
+                    for c in 0..C {
+                        sub[c] = D::u7(sub[c], q, a(c, 128 * h2 + 32 * qq + 4 * g));
+                    }
+                }
+                let scale = byte_s(load(t.add(Q6K_SCALES + 32 * (s / 4) + lanes)), s % 4);
+                for c in 0..C {
+                    let centred = i32x4_sub(D::sum(sub[c]), i32x4_splat(32 * bsum(rows[c], b, s)));
+                    isum[c] = i32x4_add(isum[c], i32x4_mul(centred, scale));
+                }
+            }
+            let d = f16x4(t.add(2 * HALF * h));
+            for c in 0..C {
+                acc[c] = f32x4_add(
+                    acc[c],
+                    f32x4_mul(f32x4_mul(d, f32x4_splat(da(c))), f32x4_convert_i32x4(isum[c])),
+                );
+            }
+        }
+    }
+    acc
+}

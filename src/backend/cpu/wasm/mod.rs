@@ -1,0 +1,281 @@
+//! WebAssembly SIMD kernels of the browser's CPU path, on weights interleaved at load as the
+//! native AVX2 kernels take them ([`super::interleave`]: eight rows per tile, four consecutive
+//! values of a row per 32-bit lane). A 128-bit vector holds four of those lanes, so a tile is two
+//! halves of four rows, each finished on its own; the activation's four bytes, broadcast, meet
+//! all four rows at once and each lane ends a block with its row's exact integer sum. No sum
+//! across lanes, and the per-row scales arrive four at a time (f16 converted in vectors, not one
+//! software conversion per block as the row kernels of the first browser build did).
+//!
+//! Two dot-product instruction sets, one kernel source ([`Dot`]):
+//! * [`Simd128`]: every browser with WebAssembly SIMD. No byte dot product exists there: bytes
+//!   widen to i16 and `i32x4.dot_i16x8_s` sums pairs; the pairs of a block are folded into
+//!   lanes once per block.
+//! * [`Relaxed`] (builds with `+relaxed-simd`; Chrome 114+, Firefox 145+ behind no flag, not
+//!   Safari): `i32x4.relaxed_dot_i8x16_i7x16_add_s`, one instruction per 16 products (`vpdpbusd`
+//!   or `pmaddubsw` + `pmaddwd` on x86, `sdot` on ARM). Its second operand must be 0..=127 for a
+//!   defined result, which the unsigned 4-, 5- and 6-bit codes are (their offsets, -8, -16,
+//!   -32, are taken off afterwards with the activations' block sums, as ggml's x86 kernels do).
+//!   Signed weights (Q8_0, IQ4_NL) take the sign trick: `|w|` meets `a·sign(w)`, exact for
+//!   every weight but -128, which ggml's quantizers never write (on x86 even that is exact;
+//!   an ARM browser would read such a byte as -128·(-a)).
+//!
+//! The arithmetic is ggml's, as in the oracle [`crate::quant::vec_dot`]: exact integer sums per
+//! block (K-quants: per sub-block, times its scale), then per block `acc += (d_w·d_a)·sum` in
+//! f32 in the oracle's order, so results equal the oracle's to the last bit in most rows and
+//! within its rounding in all. `web/tests/kernels.rs` checks both sets against it in
+//! WebAssembly on every matrix of the golden fixtures.
+//!
+//! Files: `legacy.rs` (the 32-value formats against Q8_0), `kquant.rs` (Q4_K, Q6_K against
+//! Q8_K).
+
+mod kquant;
+mod legacy;
+
+use core::arch::wasm32::*;
+
+use super::interleave::TILE_ROWS;
+use super::kernels::{Activations, TileOut};
+use crate::quant::{GgmlType, QuantError};
+
+/// Rows of a tile that one vector holds (a 32-bit lane each).
+const HALF: usize = 4;
+const _: () = assert!(TILE_ROWS == 2 * HALF);
+
+/// Whether these kernels cover weights of `ty` (from [`crate::quant::support`]'s `wasm_simd`).
+pub fn supports(ty: GgmlType) -> bool {
+    crate::quant::support_of(ty).is_some_and(|s| s.wasm_simd)
+}
+
+/// Byte dot products of one instruction set: per 32-bit lane, the sum of the four products of
+/// its bytes in `w` and in an activation (four bytes repeated in every lane), accumulated.
+pub trait Dot {
+    /// An activation's four bytes, prepared once for every weight vector they meet.
+    type A: Copy;
+    /// A running sum; [`Dot::sum`] gives its i32 lanes.
+    type Acc: Copy;
+    /// Prepare four activation bytes (`a`: the same four bytes in every lane).
+    fn act(a: v128) -> Self::A;
+    fn zero() -> Self::Acc;
+    /// `acc +` the lane sums of `w · a`, every byte of `w` in 0..=127.
+    fn u7(acc: Self::Acc, w: v128, a: Self::A) -> Self::Acc;
+    /// `acc +` the lane sums of `w · a`, `w` any signed byte but -128 (see the module doc).
+    fn i8(acc: Self::Acc, w: v128, a: Self::A) -> Self::Acc;
+    /// The four i32 lane sums.
+    fn sum(acc: Self::Acc) -> v128;
+}
+
+/// SIMD128 byte dot products: widened to i16, pairs summed by `i32x4.dot_i16x8_s`. The low
+/// eight bytes of `w` are rows 0 and 1 (four each), the high eight rows 2 and 3: each half
+/// accumulates two partial sums per row, folded into one lane per row by [`Dot::sum`].
+pub struct Simd128;
+
+impl Dot for Simd128 {
+    /// The four bytes as i16, twice: the low (and high) eight bytes of a weight vector meet it.
+    type A = v128;
+    /// Rows 0-1 and rows 2-3, two partial sums each.
+    type Acc = (v128, v128);
+
+    #[inline(always)]
+    fn act(a: v128) -> v128 {
+        i16x8_extend_low_i8x16(a)
+    }
+
+    #[inline(always)]
+    fn zero() -> (v128, v128) {
+        (i32x4_splat(0), i32x4_splat(0))
+    }
+
+    #[inline(always)]
+    fn u7(acc: (v128, v128), w: v128, a: v128) -> (v128, v128) {
+        Self::i8(acc, w, a)
+    }
+
+    #[inline(always)]
+    fn i8(acc: (v128, v128), w: v128, a: v128) -> (v128, v128) {
+        (
+            i32x4_add(acc.0, i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), a)),
+            i32x4_add(acc.1, i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), a)),
+        )
+    }
+
+    #[inline(always)]
+    fn sum(acc: (v128, v128)) -> v128 {
+        i32x4_add(
+            i32x4_shuffle::<0, 2, 4, 6>(acc.0, acc.1),
+            i32x4_shuffle::<1, 3, 5, 7>(acc.0, acc.1),
+        )
+    }
+}
+
+/// Relaxed-SIMD byte dot products (`i32x4.relaxed_dot_i8x16_i7x16_add_s`).
+#[cfg(target_feature = "relaxed-simd")]
+pub struct Relaxed;
+
+#[cfg(target_feature = "relaxed-simd")]
+impl Dot for Relaxed {
+    type A = v128;
+    type Acc = v128;
+
+    #[inline(always)]
+    fn act(a: v128) -> v128 {
+        a
+    }
+
+    #[inline(always)]
+    fn zero() -> v128 {
+        i32x4_splat(0)
+    }
+
+    #[inline(always)]
+    fn u7(acc: v128, w: v128, a: v128) -> v128 {
+        i32x4_relaxed_dot_i8x16_i7x16_add(a, w, acc)
+    }
+
+    #[inline(always)]
+    fn i8(acc: v128, w: v128, a: v128) -> v128 {
+        // a·sign(w) (negated where w < 0: `(a ^ m) - m` with m all ones there) meets |w|.
+        let m = i8x16_shr(w, 7);
+        let signed = i8x16_sub(v128_xor(a, m), m);
+        i32x4_relaxed_dot_i8x16_i7x16_add(signed, i8x16_abs(w), acc)
+    }
+
+    #[inline(always)]
+    fn sum(acc: v128) -> v128 {
+        acc
+    }
+}
+
+/// Activations for these kernels: the oracle's blocks (Q8_0 or Q8_K, byte for byte), and for
+/// Q8_0 each block's scale as f32 (`scales`) and the sum of its 32 values (`offsets`), which
+/// the offset and minimum terms take.
+pub fn prepare(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
+    let mut a = super::kernels::prepare_blocks(ty, x, k)?;
+    if ty.vec_dot_type() == GgmlType::Q8_0 {
+        let blocks = a.bytes.len() / legacy::ACT_BLOCK;
+        a.scales.reserve(blocks);
+        a.offsets.reserve(blocks);
+        for b in a.bytes.chunks_exact(legacy::ACT_BLOCK) {
+            a.scales.push(half::f16::from_le_bytes([b[0], b[1]]).to_f32());
+            a.offsets.push(b[2..].iter().map(|&q| i32::from(q as i8)).sum());
+        }
+    }
+    Ok(a)
+}
+
+/// A tile kernel: rows `4·h..` (`h` the half) of the tile at `tile` (`nb` blocks) against
+/// activation rows `a0..a0 + C`, returning each row's four results.
+type HalfFn<const C: usize> =
+    unsafe fn(nb: usize, tile: *const u8, h: usize, act: &Activations, a0: usize) -> [v128; C];
+
+/// The kernels of one format for activation groups of 4, 2 and 1 rows.
+struct Family {
+    four: HalfFn<4>,
+    two: HalfFn<2>,
+    one: HalfFn<1>,
+}
+
+/// `out` from interleaved weights `w` (the tiles holding `out.nw()` rows of `k` values of
+/// `ty`) and `act` (from [`prepare`]); false (nothing written) where `ty` is not covered or
+/// the lengths do not fit.
+pub fn tile<D: Dot>(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+    let Some(family) = legacy::family::<D>(ty).or_else(|| kquant::family::<D>(ty)) else {
+        return false;
+    };
+    let bs = ty.block_size();
+    let nb = k / bs;
+    let act_block = ty.vec_dot_type().block_bytes();
+    let tb = TILE_ROWS * nb * ty.block_bytes();
+    let (rows, nw) = (out.rows(), out.nw());
+    let q8_0 = ty.vec_dot_type() == GgmlType::Q8_0;
+    let fits = k > 0
+        && k.is_multiple_of(bs)
+        && w.len() >= nw.div_ceil(TILE_ROWS) * tb
+        && act.rows == rows
+        && act.row_bytes == nb * act_block
+        && act.bytes.len() >= rows * act.row_bytes
+        && (!q8_0 || (act.scales.len() >= rows * nb && act.offsets.len() >= rows * nb));
+    if !fits {
+        return false;
+    }
+    for t in 0..nw.div_ceil(TILE_ROWS) {
+        let tile = w[t * tb..].as_ptr();
+        for h in 0..2 {
+            let r0 = t * TILE_ROWS + h * HALF;
+            if r0 >= nw {
+                break;
+            }
+            let live = (nw - r0).min(HALF);
+            let mut a0 = 0;
+            // SAFETY (of the kernel calls): the tile holds `nb` whole tile blocks (checked
+            // above), and rows `a0..a0 + C` of `act` have `nb` blocks each and their scales.
+            while a0 < rows {
+                match rows - a0 {
+                    n if n >= 4 => {
+                        let r = unsafe { (family.four)(nb, tile, h, act, a0) };
+                        store(out, a0, r0, live, &r);
+                        a0 += 4;
+                    }
+                    n if n >= 2 => {
+                        let r = unsafe { (family.two)(nb, tile, h, act, a0) };
+                        store(out, a0, r0, live, &r);
+                        a0 += 2;
+                    }
+                    _ => {
+                        let r = unsafe { (family.one)(nb, tile, h, act, a0) };
+                        store(out, a0, r0, live, &r);
+                        a0 += 1;
+                    }
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Results of activation rows `a0..` for weight rows `r0..r0 + live`.
+fn store<const C: usize>(out: &mut TileOut<'_>, a0: usize, r0: usize, live: usize, r: &[v128; C]) {
+    for (c, v) in r.iter().enumerate() {
+        let lanes = [
+            f32x4_extract_lane::<0>(*v),
+            f32x4_extract_lane::<1>(*v),
+            f32x4_extract_lane::<2>(*v),
+            f32x4_extract_lane::<3>(*v),
+        ];
+        for (i, &x) in lanes.iter().take(live).enumerate() {
+            out.set(a0 + c, r0 + i, x);
+        }
+    }
+}
+
+/// Four f16 at `p` as f32 (exact for every finite value, infinities and NaNs kept): the
+/// magnitude's bits shifted into an f32's place and rescaled by 2^112, which makes f16
+/// subnormals normal exactly.
+#[inline(always)]
+unsafe fn f16x4(p: *const u8) -> v128 {
+    let h = u32x4_extend_low_u16x8(v128_load64_zero(p as *const u64));
+    let em = u32x4_shl(v128_and(h, u32x4_splat(0x7fff)), 13);
+    let sign = u32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
+    let mag = f32x4_mul(em, f32x4_splat(f32::from_bits(0x7780_0000)));
+    let special = u32x4_ge(em, u32x4_splat(0x7c00 << 13));
+    let mag = v128_bitselect(v128_or(em, u32x4_splat(0x7f80_0000)), mag, special);
+    v128_or(mag, sign)
+}
+
+/// Four bytes at `p` in every lane.
+#[inline(always)]
+unsafe fn splat4(p: *const u8) -> v128 {
+    v128_load32_splat(p as *const u32)
+}
+
+#[inline(always)]
+unsafe fn load(p: *const u8) -> v128 {
+    v128_load(p as *const v128)
+}
+
+/// The kernels' f16 conversion of one value (`web/tests/kernels.rs` checks it against `half`
+/// for all 65536).
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let b = [bits.to_le_bytes(), [0; 2], [0; 2], [0; 2]].concat();
+    // SAFETY: `b` holds the eight bytes `f16x4` reads.
+    f32x4_extract_lane::<0>(unsafe { f16x4(b.as_ptr()) })
+}
