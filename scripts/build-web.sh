@@ -41,6 +41,11 @@ relaxed_features=("${wasm_features[@]}" --enable-relaxed-simd)
 build() {
   local name=$1 dir=$2
   shift 2
+  # TINYLLM_WEB_ONLY="wasm-mt-relaxed ..." builds those alone (while working on one).
+  if [ -n "${TINYLLM_WEB_ONLY:-}" ] && [[ " $TINYLLM_WEB_ONLY " != *" $name "* ]]; then
+    echo "(skipped: TINYLLM_WEB_ONLY)"
+    return
+  fi
   local features=("${wasm_features[@]}")
   [[ $name == *-relaxed ]] && features=("${relaxed_features[@]}")
   CARGO_TARGET_DIR="$dir" cargo build "${cargo_flags[@]}" "$@"

@@ -217,6 +217,18 @@ impl GgufFile {
         Self::assemble(parts)
     }
 
+    /// The metadata and tensor table of a one-file model from the file's first bytes
+    /// (`file_size`: the whole file's length), without its tensor data (views are empty):
+    /// enough to size a model before downloading it. `Ok(Err(need))` when `prefix` ends before
+    /// the header does: the header needs the first `need` bytes.
+    pub fn from_header_prefix(prefix: &[u8], file_size: u64) -> Result<Result<Self, u64>, GgufError> {
+        match parse::parse_prefix(prefix, file_size) {
+            Ok(header) => Ok(Ok(Self::assemble(vec![(header, Source::Streamed(file_size))])?)),
+            Err(parse::ParseError::Incomplete { need }) => Ok(Err(need)),
+            Err(parse::ParseError::Gguf(e)) => Err(e),
+        }
+    }
+
     /// One model from the parsed headers of its parts (in order) and their bytes: the tensor
     /// tables merged, the split-set metadata checked.
     fn assemble(headers: Vec<(parse::Header, Source)>) -> Result<Self, GgufError> {

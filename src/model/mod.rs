@@ -19,6 +19,7 @@ pub mod gpt_oss;
 pub mod hparams;
 pub mod hybrid;
 pub mod llama;
+pub mod memory;
 pub mod mla;
 pub mod moe;
 pub mod qwen35;

@@ -5,6 +5,7 @@
 //   NOT_GGUF, TRUNCATED, BAD_GGUF            the file is not a usable GGUF model
 //   UNSUPPORTED_ARCH, BAD_MODEL              a GGUF model this build cannot run
 //   NO_WEBGPU, GPU_OUT_OF_MEMORY             the device
+//   INSUFFICIENT_MEMORY                      the model cannot fit the tab or the device
 //   BAD_REQUEST, CONTEXT_LENGTH_EXCEEDED     the request (`param` names the field)
 //   ABORTED                                  the caller's AbortSignal fired
 //   UNLOADED, WORKER_CRASHED, INTERNAL       everything else

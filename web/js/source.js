@@ -203,3 +203,36 @@ export async function clearCache(url) {
   const store = await caches.open(CACHE_NAME);
   return store.delete(new URL(String(url), self.location.href).href);
 }
+
+/**
+ * The first `n` bytes of a model file and the file's size, without downloading the rest: a
+ * Range request for a URL (a server that ignores Range sends the file from the start, and
+ * the read stops after `n` bytes), a slice of a Blob or File, a view of an ArrayBuffer.
+ */
+export async function readPrefix(source, n, signal) {
+  if (typeof source === 'string' || source instanceof URL) {
+    const url = String(source);
+    const res = await fetchOk(url, { headers: { Range: `bytes=0-${n - 1}` }, signal }, 'model file');
+    const size = await sizeOf(url, res, signal);
+    const reader = res.body.getReader();
+    const out = new Uint8Array(Math.min(n, size));
+    let got = 0;
+    while (got < out.length) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const take = Math.min(value.byteLength, out.length - got);
+      out.set(value.subarray(0, take), got);
+      got += take;
+    }
+    await reader.cancel().catch(() => {});
+    return { bytes: out.subarray(0, got), size };
+  }
+  if (typeof Blob !== 'undefined' && source instanceof Blob) {
+    return { bytes: new Uint8Array(await source.slice(0, n).arrayBuffer()), size: source.size };
+  }
+  if (source instanceof ArrayBuffer || ArrayBuffer.isView(source)) {
+    const all = source instanceof ArrayBuffer ? new Uint8Array(source) : new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
+    return { bytes: all.subarray(0, n), size: all.byteLength };
+  }
+  throw new TinyLLMError('BAD_REQUEST', 'a model source is a URL, a Blob or File, or an ArrayBuffer', 'source');
+}

@@ -5,7 +5,7 @@ export type ErrorCode =
   | 'NOT_FOUND' | 'HTTP_ERROR' | 'CORS' | 'NETWORK'
   | 'NOT_GGUF' | 'TRUNCATED' | 'BAD_GGUF'
   | 'UNSUPPORTED_ARCH' | 'BAD_MODEL'
-  | 'NO_WEBGPU' | 'GPU_OUT_OF_MEMORY'
+  | 'NO_WEBGPU' | 'GPU_OUT_OF_MEMORY' | 'INSUFFICIENT_MEMORY'
   | 'BAD_REQUEST' | 'CONTEXT_LENGTH_EXCEEDED'
   | 'ABORTED' | 'BUSY' | 'UNLOADED' | 'WORKER_CRASHED' | 'INTERNAL';
 
@@ -75,6 +75,27 @@ export interface ModelInfo {
   /** Every file came from Cache Storage. */
   cached: boolean;
   load_s: number;
+}
+
+/** Bytes a model needs, from `TinyLLM.estimate`. */
+export interface MemoryEstimate {
+  /** Positions the KV cache is sized for. */
+  n_ctx: number;
+  weights: number;
+  kv: number;
+  /** Recurrent state (qwen35), whatever the context. */
+  recurrent: number;
+  /** Activations of a 512-token prefill batch and the logits. */
+  working: number;
+  tokenizer: number;
+  largest_tensor: number;
+  file_bytes: number;
+  /** Peak wasm memory on the CPU backend. */
+  cpu: { wasm_bytes: number };
+  /** Peak wasm memory and GPU memory on WebGPU. */
+  webgpu: { wasm_bytes: number; gpu_bytes: number };
+  /** What a load is held to: wasm32's 4 GiB, and the device's memory where the browser says it. */
+  limits: { wasm_bytes: number; device_bytes: number | null };
 }
 
 export interface ChatMessage {
@@ -213,6 +234,8 @@ export interface GenerateResult {
 export class TinyLLM {
   /** A worker with the model `source` loaded. */
   static load(source: ModelSource, options?: LoadOptions): Promise<TinyLLM>;
+  /** What a model will need, from its GGUF header alone (no tensor is downloaded). */
+  static estimate(source: ModelSource, options?: { contextLength?: number; signal?: AbortSignal; workerUrl?: string | URL }): Promise<MemoryEstimate>;
   /** A worker with no model yet. */
   constructor(options?: { workerUrl?: string | URL });
   /** Load (or replace) this worker's model; a failed load leaves the worker usable. */

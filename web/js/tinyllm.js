@@ -75,6 +75,25 @@ export class TinyLLM {
   }
 
   /**
+   * What a model will need, from its GGUF header alone (a Range request for the first bytes;
+   * no tensor is downloaded): the bytes of its weights, KV cache (for `contextLength`
+   * positions; default the trained context), working set and tokenizer, and the peak wasm
+   * memory on each backend (`cpu.wasm_bytes`, `webgpu.wasm_bytes`, `webgpu.gpu_bytes`), with the
+   * limits a load is held to (`limits.wasm_bytes`, `limits.device_bytes`). A load that would
+   * exceed them fails with INSUFFICIENT_MEMORY as soon as the header is in.
+   */
+  static async estimate(source, options = {}) {
+    const llm = new TinyLLM(options);
+    const base = (typeof document !== 'undefined' && document.baseURI) || (globalThis.location && globalThis.location.href);
+    const src = typeof source === 'string' || source instanceof URL ? new URL(String(source), base).href : source;
+    try {
+      return await llm._call({ op: 'estimate', source: src, contextLength: options.contextLength || 0 }, { signal: options.signal });
+    } finally {
+      llm._terminate();
+    }
+  }
+
+  /**
    * An engine worker with no model yet (`workerUrl`: where the package's worker.js is served,
    * if not beside this module). Load one with `load()`; a failed load leaves the worker ready
    * for the next.

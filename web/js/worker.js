@@ -4,7 +4,7 @@
 // tokens: the engine hands the event loop a turn after each one.
 
 import { TinyLLMError } from './errors.js';
-import { openPart, clearCache } from './source.js';
+import { openPart, clearCache, readPrefix } from './source.js';
 
 let wasm = null; // the wasm-bindgen module, once initialized
 let engine = null; // WebEngine
@@ -93,6 +93,42 @@ async function probeWebGpu() {
   return { adapter, fallback, name, f16: adapter.features.has('shader-f16') };
 }
 
+/** The most a wasm32 linear memory can hold. */
+const WASM32_MAX = 4294967296;
+
+/**
+ * The device's memory where the browser says it (`navigator.deviceMemory`, GiB, rounded down
+ * to a power of two); 0 when it does not, or says 8, the value Chrome caps every larger
+ * device at.
+ */
+function deviceBytes() {
+  const gib = self.navigator && navigator.deviceMemory;
+  return typeof gib === 'number' && gib > 0 && gib < 8 ? gib * 2 ** 30 : 0;
+}
+
+/**
+ * What a model will need, from its header alone (`TinyLLM.estimate`): the first MiB of the
+ * file, more where the header is longer (a large vocabulary), never the tensors.
+ */
+async function estimate(o, signal) {
+  const { mod } = await initWasm(1, 'auto');
+  const source = Array.isArray(o.source) ? o.source[0] : o.source;
+  let n = 1 << 20;
+  for (;;) {
+    const { bytes, size } = await readPrefix(source, n, signal);
+    const out = JSON.parse(mod.estimateMemory(bytes, size, o.contextLength || 0));
+    if (out.need_bytes === undefined) {
+      out.file_bytes = size;
+      out.limits = { wasm_bytes: WASM32_MAX, device_bytes: deviceBytes() || null };
+      return out;
+    }
+    if (out.need_bytes <= bytes.length || out.need_bytes > 512 << 20) {
+      throw new TinyLLMError('BAD_GGUF', `the GGUF header would need ${out.need_bytes} bytes`);
+    }
+    n = Math.max(out.need_bytes, 2 * n);
+  }
+}
+
 function post(msg) {
   self.postMessage(msg);
 }
@@ -151,6 +187,8 @@ async function load(id, o, stop) {
       throw err;
     }
   }
+  // Refuse, once the header is in, a model that cannot fit (INSUFFICIENT_MEMORY).
+  loader.setLimits(o.contextSize || 0, WASM32_MAX, deviceBytes());
   const started = performance.now();
   let downloaded = 0;
   let loaded = 0;
@@ -226,6 +264,10 @@ async function handle(m) {
         break;
       case 'info':
         data = info;
+        break;
+      case 'estimate':
+        fetches.set(id, new AbortController());
+        data = await estimate(m, fetches.get(id).signal);
         break;
       case 'memory':
         // Linear memory only grows: its size now is the peak so far.

@@ -7,6 +7,7 @@
 pub mod engine;
 pub mod error;
 pub mod load;
+pub mod memory;
 
 pub use engine::WebEngine;
 pub use load::ModelLoader;

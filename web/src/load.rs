@@ -27,8 +27,15 @@ pub struct ModelLoader {
     stream: Option<GgufStream>,
     backend: Option<AnyBackend>,
     placed: Placed<AnyBackend>,
-    /// Whether the architecture was checked (once the first header is in).
+    /// Whether the architecture and the memory were checked (once the first header is in).
     arch_checked: bool,
+    /// The first part's bytes until its header parses (the memory check reads it), and that
+    /// part's length.
+    head: Vec<u8>,
+    first_size: u64,
+    /// What the memory check holds the model to: the context asked for, the wasm memory's
+    /// ceiling and the device's memory (0: unknown). `None`: no check.
+    limits: Option<(usize, f64, f64)>,
     #[cfg(not(target_feature = "atomics"))]
     oom: Option<GpuScope>,
 }
@@ -64,9 +71,21 @@ impl ModelLoader {
             backend: Some(be),
             placed: Placed::default(),
             arch_checked: false,
+            head: Vec::new(),
+            first_size: 0,
+            limits: None,
             #[cfg(not(target_feature = "atomics"))]
             oom,
         })
+    }
+
+    /// Refuse the model with `INSUFFICIENT_MEMORY` as soon as its header is in when it needs
+    /// more than the tab has ([`crate::memory`]): `context` positions (0: the trained
+    /// context), `wasm_bytes` the wasm memory's ceiling (wasm32: 4 GiB), `device_bytes` the
+    /// device's memory where the browser says it (`navigator.deviceMemory`), else 0.
+    #[wasm_bindgen(js_name = setLimits)]
+    pub fn set_limits(&mut self, context: u32, wasm_bytes: f64, device_bytes: f64) {
+        self.limits = Some((context as usize, wasm_bytes, device_bytes.max(0.0)));
     }
 
     /// The backend in use (`webgpu` or `cpu`).
@@ -91,6 +110,9 @@ impl ModelLoader {
         }
         let stream = self.stream.as_mut().ok_or_else(finished)?;
         stream.begin(size as u64).map_err(WebError::gguf)?;
+        if !self.arch_checked && self.first_size == 0 {
+            self.first_size = size as u64;
+        }
         Ok(())
     }
 
@@ -99,6 +121,14 @@ impl ModelLoader {
         let (Some(stream), Some(be)) = (self.stream.as_mut(), self.backend.as_ref()) else {
             return Err(finished());
         };
+        let backend = tinyllm::backend::Backend::name(be);
+        #[cfg(not(target_feature = "atomics"))]
+        let gpu_max_buffer = match be {
+            AnyBackend::WebGpu(g) => g.device().limits().max_buffer_size as f64,
+            _ => 0.0,
+        };
+        #[cfg(target_feature = "atomics")]
+        let gpu_max_buffer = 0.0;
         let placed = &self.placed;
         stream
             .push::<GgufError>(chunk, &mut |t| {
@@ -106,11 +136,17 @@ impl ModelLoader {
                 Ok(())
             })
             .map_err(WebError::gguf)?;
-        if !self.arch_checked {
-            if let Some(meta) = stream.metadata() {
-                self.arch_checked = true;
+        if self.arch_checked {
+            return Ok(());
+        }
+        match stream.metadata() {
+            Some(meta) => {
                 check_arch(meta)?;
+                self.arch_checked = true;
+                self.check_memory(chunk, backend, gpu_max_buffer)?;
             }
+            None if self.limits.is_some() => self.head.extend_from_slice(chunk),
+            None => {}
         }
         Ok(())
     }
@@ -148,6 +184,25 @@ impl ModelLoader {
             let web = WebEngine::new(engine, context_size as usize, name).map_err(|e| WebError::engine(e, "model"))?;
             Ok(web.into())
         })
+    }
+}
+
+impl ModelLoader {
+    /// The memory check of [`ModelLoader::set_limits`], once the header is in (`chunk`: the
+    /// bytes that completed it).
+    fn check_memory(&mut self, chunk: &[u8], backend: &str, gpu_max_buffer: f64) -> Result<(), WebError> {
+        let Some((context, wasm_bytes, device_bytes)) = self.limits else {
+            return Ok(());
+        };
+        let mut head = std::mem::take(&mut self.head);
+        head.extend_from_slice(chunk);
+        // A split set's first part holds only its own tensors: the check covers one-file
+        // models (the header parses from the bytes at hand in either case).
+        let Ok(Ok(file)) = tinyllm::gguf::GgufFile::from_header_prefix(&head, self.first_size) else {
+            return Ok(());
+        };
+        let need = crate::memory::Need::of(&file, context)?;
+        need.check(backend, wasm_bytes, device_bytes, gpu_max_buffer)
     }
 }
 

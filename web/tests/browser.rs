@@ -471,6 +471,92 @@ fn real_models_give_natives_first_tokens_on_the_wasm_cpu() {
     real_models_in_browser("cpu");
 }
 
+/// `TinyLLM.estimate` (the GGUF header alone) against the wasm memory's measured peak after a
+/// load, a prefill (300 tokens on the CPU) and a few decoded tokens: within 10% for both real
+/// models on the wasm CPU, and on WebGPU in the full tier (SwiftShader is slow).
+#[test]
+fn the_memory_estimate_is_within_a_tenth_of_the_measured_peak() {
+    let models = Models::new();
+    let server = serve(&models, Options::default());
+    let mut backends = vec!["cpu"];
+    if common::full_tier("the memory estimate of the real models on WebGPU") {
+        backends.push("webgpu");
+    }
+    for backend in backends {
+        for model in common::REAL_MODELS {
+            let got = scenario(
+                &server,
+                "memory",
+                // On WebGPU the activations live on the GPU (and SwiftShader prefills at about
+                // a token a second): a short prompt there.
+                json!({"url": format!("/models/{model}"), "backend": backend, "contextSize": 1024,
+                    "promptTokens": if backend == "cpu" { 300 } else { 8 }, "firstId": 1000}),
+            );
+            let est = got["estimate"][backend]["wasm_bytes"].as_f64().unwrap();
+            let measured = got["measured"].as_f64().unwrap();
+            eprintln!(
+                "{model} on {backend}: estimate {:.1} MB, measured peak {:.1} MB ({:+.1}%); parts {}",
+                est / 1e6,
+                measured / 1e6,
+                100.0 * (est - measured) / measured,
+                got["estimate"]
+            );
+            assert!(
+                (est - measured).abs() <= 0.1 * measured,
+                "{model} on {backend}: estimate {est} vs measured {measured}: {got}"
+            );
+            assert_eq!(got["estimate"]["n_ctx"], 1024, "{got}");
+        }
+    }
+}
+
+/// A model whose header claims more than a tab has (a fixture whose trained context is 2^31
+/// positions, loaded with its full context: terabytes of KV cache) is refused with
+/// INSUFFICIENT_MEMORY naming the numbers, as soon as its header is in; the same file with a
+/// small context loads and runs.
+#[test]
+fn a_model_too_large_for_the_tab_is_refused_with_insufficient_memory() {
+    let models = Models::new();
+    let mut bytes = std::fs::read(common::golden(&format!("fixtures/{}", FIXTURES[0]))).unwrap();
+    // The u32 value after the key `llama.context_length` and its type tag (4: u32).
+    let key = b"llama.context_length";
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("context_length key")
+        + key.len();
+    assert_eq!(&bytes[at..at + 4], &4u32.to_le_bytes(), "a u32 value");
+    bytes[at + 4..at + 8].copy_from_slice(&(1u32 << 31).to_le_bytes());
+    models.write("huge-context.gguf", &bytes);
+    let server = serve(&models, Options::default());
+    for backend in ["cpu", "webgpu"] {
+        let refused = scenario(
+            &server,
+            "loadOrError",
+            json!({"url": "/models/huge-context.gguf", "backend": backend, "contextSize": 0}),
+        );
+        assert_eq!(refused["code"], "INSUFFICIENT_MEMORY", "{backend}: {refused}");
+        let msg = refused["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("MB") && msg.contains("2147483648 positions"),
+            "{backend}: {msg}"
+        );
+        let small = scenario(
+            &server,
+            "loadOrError",
+            json!({"url": "/models/huge-context.gguf", "backend": backend, "contextSize": 256}),
+        );
+        assert_eq!(small["code"], "loaded", "{backend}: {small}");
+    }
+    // The estimate says the same before any load.
+    let est = scenario(
+        &server,
+        "memory",
+        json!({"url": "/models/huge-context.gguf", "backend": "cpu", "contextSize": 256, "promptTokens": 8, "firstId": 1}),
+    );
+    assert_eq!(est["estimate"]["n_ctx"], 256, "{est}");
+}
+
 /// On a cross-origin isolated page the CPU path runs on two Web Workers (the threaded build)
 /// and still reproduces the native greedy tokens.
 #[test]
@@ -538,13 +624,19 @@ fn example_app_built_with_vite_answers() {
     eprintln!("{out}");
 }
 
-/// Speed benchmark, not a test (`--ignored`): prefill and decode tok/s of the real models on
-/// the package's wasm CPU path next to @wllama/wllama (llama.cpp in wasm, from web/package.json)
-/// on the same GGUF, in the same headless Chromium, with the same threads, alternating the two
-/// within one run; then both on WebGPU (SwiftShader here). Prints a table with the ratios and
-/// the memory, and writes the raw numbers to `$CARGO_TARGET_TMPDIR/web-bench.json`.
+/// Speed benchmark, not a test (`--ignored`; `scripts/browser-bench.sh` runs it with the native
+/// numbers beside): prefill and decode tok/s of the real models on the package's wasm CPU path
+/// (the SIMD128 and the relaxed-SIMD builds) next to @wllama/wllama (llama.cpp in wasm, from
+/// web/package.json) on the same GGUF, in the same headless Chromium, with the same threads,
+/// alternating within one run; then both on WebGPU (SwiftShader here). Prints a table with the
+/// ratios to wllama, and to native tinyllm where `TINYLLM_BENCH_NATIVE` names a JSON file of
+/// native rates (`{"<model file>": {"<threads>": {"prefill": .., "decode": ..}}}`), and the
+/// memory; writes the raw numbers to `$CARGO_TARGET_TMPDIR/web-bench.json`.
 ///
 ///   TINYLLM_BENCH_ROUNDS=3 cargo test --release -p tinyllm-web --test browser bench -- --ignored --nocapture
+///
+/// More knobs: TINYLLM_BENCH_THREADS=1,2, TINYLLM_BENCH_MODELS=gemma (a substring),
+/// TINYLLM_BENCH_WEBGPU=0 (leave WebGPU out: minutes on SwiftShader).
 #[test]
 #[ignore]
 fn bench_cpu_and_webgpu_against_wllama() {
@@ -556,6 +648,10 @@ fn bench_cpu_and_webgpu_against_wllama() {
         .ok()
         .map(|v| v.split(',').filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2]);
+    let native: Value = std::env::var("TINYLLM_BENCH_NATIVE")
+        .ok()
+        .map(|p| serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap())
+        .unwrap_or(Value::Null);
     let models = Models::new();
     let wllama = web_dir().join("node_modules/@wllama/wllama/esm");
     assert!(wllama.is_dir(), "@wllama/wllama is missing: run `npm ci` in web/");
@@ -578,10 +674,18 @@ fn bench_cpu_and_webgpu_against_wllama() {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let rate = |rs: &[Value], key: &str| {
+        let mut v: Vec<f64> = rs
+            .iter()
+            .flat_map(|r| r["runs"].as_array().unwrap().iter().map(|x| x[key].as_f64().unwrap()))
+            .collect();
+        median(&mut v)
+    };
     let mut all = Vec::new();
-    println!("| model | path | threads | tinyllm prefill | wllama prefill | ratio | tinyllm decode | wllama decode | ratio |");
-    println!("|---|---|---|---|---|---|---|---|---|");
-    // TINYLLM_BENCH_WEBGPU=0 leaves WebGPU out (SwiftShader here: minutes for a few tokens).
+    println!(
+        "| model | path | threads | prefill tok/s | wllama | x wllama | % native | decode tok/s | wllama | x wllama | % native | wasm memory |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut configs: Vec<(&str, u32)> = threads.iter().map(|&t| ("cpu", t)).collect();
     if std::env::var("TINYLLM_BENCH_WEBGPU").as_deref() != Ok("0") {
         configs.push(("webgpu", 1));
@@ -598,46 +702,70 @@ fn bench_cpu_and_webgpu_against_wllama() {
             };
             let args = json!({"url": url, "threads": t, "backend": path, "gpu": path == "webgpu",
                 "promptText": text, "decodeTokens": decode, "rounds": n});
-            // Alternate which runs first, so neither always gets the cooler machine.
-            let mut ours = Vec::new();
-            let mut theirs = Vec::new();
+            // The engines and builds measured here: on the CPU both wasm builds, on WebGPU one.
+            let ours: Vec<Option<&str>> = match path {
+                "webgpu" => vec![None],
+                _ => vec![Some("simd128"), Some("relaxed")],
+            };
+            let mut runs: Vec<(String, Vec<Value>)> = ours
+                .iter()
+                .map(|k| (format!("tinyllm {}", k.unwrap_or("webgpu")), Vec::new()))
+                .chain([("wllama".to_string(), Vec::new())])
+                .collect();
+            // Alternate the order, so no engine always gets the cooler machine.
             for turn in 0..2 {
-                let order = if turn == 0 {
-                    ["benchTinyllm", "benchWllama"]
-                } else {
-                    ["benchWllama", "benchTinyllm"]
-                };
-                for name in order {
-                    let r = scenario(&server, name, args.clone());
-                    if name == "benchTinyllm" {
-                        ours.push(r)
+                let mut order: Vec<usize> = (0..runs.len()).collect();
+                if turn == 1 {
+                    order.reverse();
+                }
+                for i in order {
+                    let r = if runs[i].0 == "wllama" {
+                        scenario(&server, "benchWllama", args.clone())
                     } else {
-                        theirs.push(r)
-                    }
+                        let mut a = args.clone();
+                        if let Some(k) = ours[i] {
+                            a["cpuKernels"] = json!(k);
+                        }
+                        scenario(&server, "benchTinyllm", a)
+                    };
+                    runs[i].1.push(r);
                 }
             }
-            let rate = |rs: &[Value], key: &str| {
-                let mut v: Vec<f64> = rs
-                    .iter()
-                    .flat_map(|r| r["runs"].as_array().unwrap().iter().map(|x| x[key].as_f64().unwrap()))
-                    .collect();
-                median(&mut v)
-            };
-            let (op, od) = (rate(&ours, "prefill_tok_s"), rate(&ours, "decode_tok_s"));
+            let theirs = runs.pop().unwrap().1;
             let (wp, wd) = (rate(&theirs, "prefill_tok_s"), rate(&theirs, "decode_tok_s"));
+            let nat = &native[model][t.to_string()];
+            let pct = |v: f64, key: &str| {
+                nat[key]
+                    .as_f64()
+                    .filter(|_| path == "cpu")
+                    .map_or("-".to_string(), |n| format!("{:.0}%", 100.0 * v / n))
+            };
+            for (name, rs) in &runs {
+                let (op, od) = (rate(rs, "prefill_tok_s"), rate(rs, "decode_tok_s"));
+                let mem = rs
+                    .iter()
+                    .map(|r| r["wasmBytes"].as_f64().unwrap_or(0.0))
+                    .fold(0.0, f64::max);
+                println!(
+                    "| {model} | {name} | {t} | {op:.1} | {wp:.1} | {:.2}x | {} | {od:.1} | {wd:.1} | {:.2}x | {} | {:.0} MB |",
+                    op / wp,
+                    pct(op, "prefill"),
+                    od / wd,
+                    pct(od, "decode"),
+                    mem / 1e6
+                );
+            }
             println!(
-                "| {model} | {path} | {t} | {op:.1} | {wp:.1} | {:.2}x | {od:.1} | {wd:.1} | {:.2}x |",
-                op / wp,
-                od / wd
+                "  wllama page memory: {} MB; native {t} threads: prefill {} / decode {} tok/s",
+                theirs[0]["page"]["totalBytes"]
+                    .as_f64()
+                    .map_or("-".into(), |b| format!("{:.0}", b / 1e6)),
+                nat["prefill"],
+                nat["decode"]
             );
-            let mem = |r: &Value| (r["wasmBytes"].as_f64().unwrap_or(0.0) / 1e6, r["page"].clone());
-            println!(
-                "  memory: tinyllm wasm {:.0} MB, page {}; wllama page {}",
-                mem(&ours[0]).0,
-                mem(&ours[0]).1,
-                theirs[0]["page"]
+            all.push(
+                json!({"model": model, "path": path, "threads": t, "tinyllm": runs, "wllama": theirs, "native": nat}),
             );
-            all.push(json!({"model": model, "path": path, "threads": t, "tinyllm": ours, "wllama": theirs}));
         }
     }
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-bench.json");

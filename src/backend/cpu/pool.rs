@@ -97,7 +97,7 @@ impl Pool {
                             self.0.close();
                         }
                     }
-                    self.team.open();
+                    self.team.open(self.threads);
                     let _close = Close(&self.team);
                     for _ in 1..self.threads {
                         s.spawn(|_| self.team.serve());

@@ -41,7 +41,14 @@ pub struct Team {
     open: AtomicBool,
     /// An op is being dispatched (a second dispatcher runs its tasks alone).
     busy: AtomicBool,
+    /// Threads of the team, the dispatcher included (sets the claims' grain).
+    threads: AtomicUsize,
 }
+
+/// Claims per thread and op: each claim takes `tasks / (threads · CLAIMS_PER_THREAD)` tasks, so
+/// a decode step's many small tasks (a microsecond or two of weights each) do not each pay a
+/// contended compare-exchange, while a late or slow thread still leaves work to the others.
+const CLAIMS_PER_THREAD: usize = 4;
 
 thread_local! {
     /// This thread is running a task: an op inside a task runs its tasks in place.
@@ -65,13 +72,16 @@ impl Default for Team {
             quit: AtomicBool::new(true),
             open: AtomicBool::new(false),
             busy: AtomicBool::new(false),
+            threads: AtomicUsize::new(1),
         }
     }
 }
 
 impl Team {
-    /// Let helpers serve (before they are started).
-    pub fn open(&self) {
+    /// Let helpers serve (before they are started): `threads` in all, the dispatcher's
+    /// included.
+    pub fn open(&self, threads: usize) {
+        self.threads.store(threads.max(1), Ordering::Release);
         self.quit.store(false, Ordering::Release);
         self.open.store(true, Ordering::Release);
     }
@@ -105,19 +115,23 @@ impl Team {
             if next >= tasks {
                 return ran;
             }
+            let grain = tasks
+                .div_ceil(self.threads.load(Ordering::Relaxed) * CLAIMS_PER_THREAD)
+                .max(1);
+            let end = (next + grain).min(tasks);
             match self
                 .claim
-                .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange_weak(c, c + (end - next) as u64, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
                     // SAFETY: the claim succeeded in the op's epoch, so its job was published
-                    // before, and the next op is published only after this task is counted
+                    // before, and the next op is published only after these tasks are counted
                     // done: the job lives until then.
                     let job = unsafe { &*self.job.load(Ordering::Acquire) };
                     IN_TASK.with(|t| t.set(true));
-                    (job.f)(next);
+                    (next..end).for_each(job.f);
                     IN_TASK.with(|t| t.set(false));
-                    self.done.fetch_add(1, Ordering::Release);
+                    self.done.fetch_add(end - next, Ordering::Release);
                     ran = true;
                     c = self.claim.load(Ordering::Acquire);
                 }
@@ -171,7 +185,7 @@ mod tests {
     #[test]
     fn every_task_runs_once_per_op() {
         let team = Team::default();
-        team.open();
+        team.open(4);
         let counts: Vec<AtomicU32> = (0..3000).map(|_| AtomicU32::new(0)).collect();
         std::thread::scope(|s| {
             for _ in 0..3 {
@@ -200,7 +214,7 @@ mod tests {
             sum.fetch_add(i, Ordering::Relaxed);
         });
         assert_eq!(sum.load(Ordering::Relaxed), 4950);
-        team.open();
+        team.open(2);
         sum.store(0, Ordering::Relaxed);
         team.dispatch(10, &|_| {
             team.dispatch(10, &|j| {

@@ -67,6 +67,32 @@ window.scenarios = {
     return { adapter, info, tokens: r.tokens };
   },
 
+  /**
+   * `TinyLLM.estimate` of `url` for `contextSize` positions, then a load on `backend` with that
+   * context in a fresh worker, a prefill of `promptTokens` tokens (ids `firstId` upwards) and a
+   * few decoded ones, and the wasm memory's peak.
+   */
+  async memory({ url, backend, contextSize, promptTokens, firstId }) {
+    const estimate = await TinyLLM.estimate(url, { contextLength: contextSize });
+    const llm = await TinyLLM.load(url, { backend, contextSize, cache: false, threads: 1 });
+    const promptIds = Array.from({ length: promptTokens }, (_, i) => firstId + (i % 1000));
+    await llm.generate({ promptIds, maxTokens: 4, temperature: 0 });
+    const mem = await llm.memoryUsage();
+    const info = llm.info;
+    await llm.unload();
+    return { estimate, measured: mem.wasm_bytes, info };
+  },
+
+  /** A load of `url` with `contextSize` (0: the trained context) on `backend`: its error, or 'loaded'. */
+  async loadOrError({ url, backend, contextSize }) {
+    const got = await expectError(async () => {
+      const llm = await TinyLLM.load(url, { backend, contextSize, cache: false });
+      await llm.generate({ promptIds: [1, 2, 3], maxTokens: 2, temperature: 0 });
+      await llm.unload();
+    });
+    return got.code === null ? { code: 'loaded' } : got;
+  },
+
   /** Load `url` twice (Cache Storage on), reporting where each load came from. */
   async cache({ url, backend }) {
     await TinyLLM.clearCache();
@@ -185,8 +211,8 @@ window.scenarios = {
    * word each round, so no prefix is reused) for `decodeTokens` tokens, with the engine's own
    * prefill and decode timings; then the wasm memory (its peak) and the page's memory.
    */
-  async benchTinyllm({ url, backend, threads, promptText, decodeTokens, rounds }) {
-    const llm = await TinyLLM.load(url, { backend, threads, contextSize: 1024, cache: false });
+  async benchTinyllm({ url, backend, threads, promptText, decodeTokens, rounds, cpuKernels }) {
+    const llm = await TinyLLM.load(url, { backend, threads, contextSize: 1024, cache: false, cpuKernels });
     await llm.generate({ promptIds: await llm.tokenize('Warm up.'), maxTokens: 4, temperature: 0 });
     const runs = [];
     for (let i = 0; i < rounds; i++) {

@@ -1,0 +1,159 @@
+//! Sizing a model in the tab before its tensors download: `TinyLLM.estimate` (from a Range
+//! request's first bytes) and the loader's refusal of a model that cannot fit
+//! (`INSUFFICIENT_MEMORY`, as soon as the header is in).
+//!
+//! What the wasm memory peaks at (it only grows, so the peak is what a tab must afford):
+//! * on the CPU, the weights, the KV cache, the activations and the tokenizer once loaded; while
+//!   loading, everything placed so far plus the tensor being placed twice (its streamed bytes
+//!   and the weight made from them), the largest of those over the file's tensors;
+//! * on WebGPU, the weights live on the GPU: the wasm memory holds the tokenizer and one tensor
+//!   in flight, twice (its bytes and the copy laid out for the GPU).
+//!
+//! Both add the module's own memory (code data, stacks, allocator slack) and the header's
+//! parsed metadata, which the stream holds while the weights arrive.
+
+use serde_json::{json, Value};
+use tinyllm::gguf::GgufFile;
+use tinyllm::model::memory::{estimate, MemoryNeed};
+use wasm_bindgen::prelude::*;
+
+use crate::error::WebError;
+
+/// The module's own wasm memory before a model: measured as the linear memory of a page that
+/// loaded one of the golden fixtures (kilobytes of weights) on each backend.
+const BASE_BYTES: u64 = 24 << 20;
+
+/// wasm32's address space: no linear memory grows past 4 GiB.
+pub const WASM32_MAX: f64 = 4_294_967_296.0;
+
+/// The peak of the tensors' load in a tab on the CPU: the largest, over the file's tensors in
+/// order, of the bytes placed before one plus that one twice.
+fn streamed_peak(file: &GgufFile) -> u64 {
+    let mut tensors: Vec<_> = file.tensors().iter().map(|t| (t.part, t.offset, t.bytes)).collect();
+    tensors.sort_unstable();
+    let mut placed = 0u64;
+    let mut peak = 0u64;
+    for (_, _, bytes) in tensors {
+        peak = peak.max(placed + 2 * bytes);
+        placed += bytes;
+    }
+    peak
+}
+
+/// The wasm memory a model will take at its peak on `backend` (`cpu` or `webgpu`), and on
+/// WebGPU the GPU memory.
+pub struct Need {
+    pub parts: MemoryNeed,
+    pub wasm_cpu: u64,
+    pub wasm_webgpu: u64,
+    pub gpu: u64,
+}
+
+impl Need {
+    pub fn of(file: &GgufFile, n_ctx: usize) -> Result<Self, WebError> {
+        let parts = estimate(file, n_ctx).map_err(WebError::model)?;
+        let running = parts.weights + parts.kv + parts.recurrent + parts.working;
+        let fixed = BASE_BYTES + parts.tokenizer;
+        Ok(Need {
+            parts,
+            wasm_cpu: fixed + streamed_peak(file).max(running),
+            wasm_webgpu: fixed + 2 * parts.largest_tensor,
+            gpu: running,
+        })
+    }
+
+    /// The wasm memory on `backend`.
+    pub fn wasm(&self, backend: &str) -> u64 {
+        if backend == "webgpu" {
+            self.wasm_webgpu
+        } else {
+            self.wasm_cpu
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let p = &self.parts;
+        json!({
+            "n_ctx": p.n_ctx,
+            "weights": p.weights,
+            "kv": p.kv,
+            "kv_buffer": p.kv_buffer,
+            "recurrent": p.recurrent,
+            "working": p.working,
+            "tokenizer": p.tokenizer,
+            "largest_tensor": p.largest_tensor,
+            "cpu": { "wasm_bytes": self.wasm_cpu },
+            "webgpu": { "wasm_bytes": self.wasm_webgpu, "gpu_bytes": self.gpu },
+        })
+    }
+
+    /// An `INSUFFICIENT_MEMORY` error when the model cannot fit on `backend`: `wasm_limit` what
+    /// the linear memory can grow to, `device_bytes` the device's memory where the browser says
+    /// it (else 0), `gpu_max_buffer` the GPU's largest buffer (0 off WebGPU).
+    pub fn check(
+        &self,
+        backend: &str,
+        wasm_limit: f64,
+        device_bytes: f64,
+        gpu_max_buffer: f64,
+    ) -> Result<(), WebError> {
+        let mb = |b: f64| format!("{:.0} MB", b / 1e6);
+        if gpu_max_buffer > 0.0 && self.parts.kv_buffer as f64 > gpu_max_buffer {
+            return Err(WebError::new(
+                "INSUFFICIENT_MEMORY",
+                format!(
+                    "one layer of this model's KV cache needs {} for {} positions, more than the {} the GPU allows in one buffer (maxBufferSize); a smaller contextSize may fit",
+                    mb(self.parts.kv_buffer as f64),
+                    self.parts.n_ctx,
+                    mb(gpu_max_buffer)
+                ),
+            ));
+        }
+        let wasm = self.wasm(backend) as f64;
+        if wasm > wasm_limit {
+            return Err(WebError::new(
+                "INSUFFICIENT_MEMORY",
+                format!(
+                    "this model needs about {} of wasm memory on {backend} (weights {}, KV cache {} for {} positions, working set {}), more than the {} a tab's wasm32 memory can hold{}",
+                    mb(wasm),
+                    mb(self.parts.weights as f64),
+                    mb(self.parts.kv as f64),
+                    self.parts.n_ctx,
+                    mb(self.parts.working as f64),
+                    mb(wasm_limit),
+                    if backend == "cpu" { "; a smaller contextSize or WebGPU may fit" } else { "; a smaller contextSize may fit" }
+                ),
+            ));
+        }
+        let total = wasm + if backend == "webgpu" { self.gpu as f64 } else { 0.0 };
+        if device_bytes > 0.0 && total > device_bytes {
+            return Err(WebError::new(
+                "INSUFFICIENT_MEMORY",
+                format!(
+                    "this model needs about {} on {backend} (KV cache {} for {} positions), more than this device's {} (navigator.deviceMemory)",
+                    mb(total),
+                    mb(self.parts.kv as f64),
+                    self.parts.n_ctx,
+                    mb(device_bytes)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The memory a model will need, from the first bytes of its file (`file_size`: the whole
+/// file's length; `context`: positions, 0 for the trained context), as JSON: the parts and
+/// the wasm (and GPU) bytes per backend; or `{"need_bytes": n}` when the header runs past
+/// `prefix` (fetch the first `n` bytes and ask again).
+#[wasm_bindgen(js_name = estimateMemory)]
+pub fn estimate_memory(prefix: &[u8], file_size: f64, context: u32) -> Result<String, JsValue> {
+    if !(file_size.is_finite() && file_size >= prefix.len() as f64) {
+        return Err(WebError::new("BAD_REQUEST", format!("file size {file_size} is not the file's length")).into());
+    }
+    let file = match GgufFile::from_header_prefix(prefix, file_size as u64).map_err(WebError::gguf)? {
+        Ok(f) => f,
+        Err(need) => return Ok(json!({ "need_bytes": need }).to_string()),
+    };
+    Ok(Need::of(&file, context as usize)?.to_json().to_string())
+}
