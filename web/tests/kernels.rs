@@ -159,6 +159,57 @@ fn f16_conversion_is_exact_for_every_value() {
     }
 }
 
+/// The attention's vector f16 rounding (no F16C in wasm) equals `half`'s round trip: every
+/// 251st f32 bit pattern (17 million values, every binade and sign) and the edges (f16's
+/// subnormal ties, its largest finite value and the overflow tie, zeros, infinities, NaN).
+#[cfg(target_feature = "simd128")]
+#[wasm_bindgen_test]
+fn f16_rounding_and_widening_match_half() {
+    use tinyllm::backend::cpu::wasm::{round_f16_in_place, widen_f16};
+    let edges = [
+        0.0f32,
+        -0.0,
+        5.960_464_5e-8,
+        2.980_232_2e-8,
+        2.980_233e-8,
+        8.940_697e-8,
+        6.103_515_6e-5,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1e9,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+        1.0,
+        -1.000_488_3,
+    ];
+    let mut x: Vec<f32> = (0..u32::MAX / 251)
+        .map(|i| f32::from_bits(i * 251))
+        .chain(edges)
+        .collect();
+    let want: Vec<f32> = x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
+    round_f16_in_place(&mut x);
+    for (i, (g, w)) in x.iter().zip(&want).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "[{i}]: {g:e} vs half {w:e}"
+        );
+    }
+    let h: Vec<half::f16> = (0..=u16::MAX).map(half::f16::from_bits).collect();
+    let mut wide = vec![0f32; h.len()];
+    widen_f16(&h, &mut wide);
+    for (a, b) in h.iter().zip(&wide) {
+        assert!(
+            a.to_f32().to_bits() == b.to_bits() || b.is_nan(),
+            "{:#06x}",
+            a.to_bits()
+        );
+    }
+}
+
 #[wasm_bindgen_test]
 async fn wasm_kernels_match_the_vec_dot_oracle() {
     let oracle = CpuBackend::with_kernels(1, Kernels::oracle()).unwrap();

@@ -241,6 +241,9 @@ fn widen<const F16C: bool>(src: &[f16], dst: &mut [f32]) {
         unsafe { widen_f16c(src, dst) };
         return;
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return super::wasm::widen_f16(src, dst);
+    #[allow(unreachable_code)]
     src.convert_to_f32_slice(dst);
 }
 
@@ -482,6 +485,9 @@ fn round_f16_in_place<const F16C: bool>(x: &mut [f32]) {
         unsafe { round_f16_f16c(x) };
         return;
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return super::wasm::round_f16_in_place(x);
+    #[allow(unreachable_code)]
     x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
 }
 

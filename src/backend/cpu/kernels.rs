@@ -43,14 +43,20 @@ pub struct Activations {
     pub(super) row_bytes: usize,
     /// Q8_0 under `avx2`: each block's scale `d` as f32; for Q4_1/Q5_1 weights `d · Σq` over
     /// its 32 values, for Q4_0/Q5_0 weights the offset (-8, -16) times `Σq`, for Q8_0/IQ4_NL
-    /// weights -128 times `Σq` (the VNNI kernels take their weights as `w + 128`). (Only the AVX2
-    /// kernels read these, so other targets never do.)
-    /// The wasm kernels read `scales` (each Q8_0 block's `d` as f32) and `offsets` (its `Σq`).
-    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "wasm32")), allow(dead_code))]
+    /// weights -128 times `Σq` (the VNNI kernels take their weights as `w + 128`). The wasm
+    /// kernels read `scales` (each Q8_0 block's `d` as f32) and `offsets` (its `Σq`); other
+    /// targets read none of the three.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))),
+        allow(dead_code)
+    )]
     pub(super) scales: Vec<f32>,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) dsums: Vec<f32>,
-    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "wasm32")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))),
+        allow(dead_code)
+    )]
     pub(super) offsets: Vec<i32>,
 }
 

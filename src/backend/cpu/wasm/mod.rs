@@ -272,6 +272,62 @@ unsafe fn load(p: *const u8) -> v128 {
     v128_load(p as *const v128)
 }
 
+/// `dst[i] = src[i]` widened to f32, four at a time (exact; `half`'s slice conversion is one
+/// software conversion per value in wasm): the attention's K and V rows.
+pub fn widen_f16(src: &[half::f16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 4 <= n {
+        // SAFETY: values `i..i + 4` of both slices exist (`i + 4 <= n`).
+        unsafe {
+            v128_store(
+                dst.as_mut_ptr().add(i) as *mut v128,
+                f16x4(src.as_ptr().add(i) as *const u8),
+            )
+        };
+        i += 4;
+    }
+    for (d, s) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = s.to_f32();
+    }
+}
+
+/// Each value rounded to f16 (nearest, ties to even, as `half` and F16C do) and back, four at
+/// a time: `(|x| + c) - c` with `c` 13 binades above `|x|` (at least 2^-1, the f16 subnormals'
+/// fixed step) rounds to the f16 grid in the FPU's own round-to-nearest-even; 65520 and up
+/// round to infinity, NaN stays NaN.
+pub fn round_f16_in_place(x: &mut [f32]) {
+    let mut chunks = x.chunks_exact_mut(4);
+    for c in &mut chunks {
+        // SAFETY: `c` holds four f32.
+        unsafe {
+            v128_store(
+                c.as_mut_ptr() as *mut v128,
+                round_f16x4(v128_load(c.as_ptr() as *const v128)),
+            )
+        };
+    }
+    for v in chunks.into_remainder() {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+}
+
+#[inline(always)]
+fn round_f16x4(v: v128) -> v128 {
+    let sign = v128_and(v, u32x4_splat(0x8000_0000));
+    let ax = v128_and(v, u32x4_splat(0x7fff_ffff));
+    // The binade of |x|, kept between f16's smallest normal (2^-14, below which the step is
+    // fixed) and its largest finite value's (2^15, above which everything is infinite).
+    let e = u32x4_min(
+        u32x4_max(v128_and(ax, u32x4_splat(0x7f80_0000)), u32x4_splat(0x3880_0000)),
+        u32x4_splat(0x4700_0000),
+    );
+    let c = i32x4_add(e, u32x4_splat(13 << 23));
+    let r = f32x4_sub(f32x4_add(ax, c), c);
+    let r = v128_bitselect(u32x4_splat(0x7f80_0000), r, f32x4_ge(ax, f32x4_splat(65520.0)));
+    v128_bitselect(v, v128_or(r, sign), f32x4_ne(v, v))
+}
+
 /// The kernels' f16 conversion of one value (`web/tests/kernels.rs` checks it against `half`
 /// for all 65536).
 pub fn f16_to_f32(bits: u16) -> f32 {
