@@ -54,6 +54,10 @@ def median(v):
 print("| model | engine | threads | prefill tok/s | x wllama | % native | decode tok/s | x wllama | % native | wasm memory |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for c in json.load(open(raw)):
+    if "dispatch" in c:
+        d = c["dispatch"]
+        print(f"hand-off per op, {c['build']}, {c['threads']} threads, after {d.get('serial_us', 0):.1f} us of serial work: rayon {d.get('rayon_us', float('nan')):.1f} us, team {d.get('team_us', float('nan')):.1f} us")
+        continue
     t = str(c["threads"]); nat = native.get(c["model"], {}).get(t, {})
     w = c["wllama"]
     wp = median([x["prefill_tok_s"] for r in w for x in r["runs"]])

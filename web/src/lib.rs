@@ -51,3 +51,48 @@ pub fn wasm_memory_bytes() -> f64 {
     let pages = 0;
     (pages * 65536) as f64
 }
+
+/// The cost of handing an op's tasks to the CPU workers, in microseconds per op (JSON:
+/// `{"threads", "ops", "serial_us", "rayon_us", "team_us"}`): `ops` ops of `4 · threads` empty
+/// tasks each in one pass, each op after `serial` steps of work on the calling thread alone (as
+/// a decode step's norms and quantizations come between its matmuls), handed over by rayon
+/// (which lets idle workers sleep and wakes them, as every op was before the team) and by the
+/// team of `tinyllm::backend::cpu::team`. The serial work's own time is taken off. Threaded
+/// build only; the browser bench calls it from a worker.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = measureDispatch)]
+pub fn measure_dispatch(ops: u32, serial: u32) -> Result<String, JsValue> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pool = tinyllm::backend::cpu::pool::Pool::new(0).map_err(error::WebError::backend)?;
+    let threads = pool.threads();
+    let now = js_sys::Date::now;
+    let sink = AtomicUsize::new(0);
+    let work = || {
+        let mut x = sink.load(Ordering::Relaxed) as u64 | 1;
+        for _ in 0..serial {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+        }
+        sink.fetch_add(x as usize & 1, Ordering::Relaxed);
+    };
+    let op = || {
+        work();
+        pool.for_each_index(4 * threads, |i| {
+            sink.fetch_add(i, Ordering::Relaxed);
+        })
+    };
+    let t = now();
+    (0..ops).for_each(|_| work());
+    let alone = now() - t;
+    let t = now();
+    pool.run_without_team(|| (0..ops).for_each(|_| op()));
+    let rayon = now() - t;
+    let t = now();
+    pool.run(|| (0..ops).for_each(|_| op()));
+    let team = now() - t;
+    let us = |ms: f64| 1000.0 * ms / f64::from(ops.max(1));
+    Ok(
+        serde_json::json!({"threads": threads, "ops": ops, "serial_us": us(alone),
+        "rayon_us": us(rayon - alone), "team_us": us(team - alone)})
+        .to_string(),
+    )
+}

@@ -682,6 +682,25 @@ fn bench_cpu_and_webgpu_against_wllama() {
         median(&mut v)
     };
     let mut all = Vec::new();
+    // The per-op hand-off of the threaded builds: rayon's wake-up per op against the team's.
+    for &t in threads.iter().filter(|&&t| t > 1) {
+        for build in ["wasm-mt", "wasm-mt-relaxed"] {
+            let got = scenario(
+                &server,
+                "dispatchOverhead",
+                json!({"threads": t, "ops": 20000, "build": build}),
+            );
+            for d in got.as_array().into_iter().flatten() {
+                println!(
+                    "hand-off per op, {build}, {t} threads, after {:.1} us of serial work: rayon {:.1} us, team {:.1} us",
+                    d["serial_us"].as_f64().unwrap_or(f64::NAN),
+                    d["rayon_us"].as_f64().unwrap_or(f64::NAN),
+                    d["team_us"].as_f64().unwrap_or(f64::NAN)
+                );
+                all.push(json!({"dispatch": d, "build": build, "threads": t}));
+            }
+        }
+    }
     println!(
         "| model | path | threads | prefill tok/s | wllama | x wllama | % native | decode tok/s | wllama | x wllama | % native | wasm memory |"
     );

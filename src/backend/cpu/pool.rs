@@ -112,6 +112,16 @@ impl Pool {
         f()
     }
 
+    /// [`Pool::run`] with every op handed to rayon's workers as before the team (threaded wasm;
+    /// elsewhere the same as `run`): the baseline of the browser bench's hand-off measurement.
+    pub fn run_without_team<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
+        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        if self.threads > 1 {
+            return rayon::scope(|_| f());
+        }
+        self.run(f)
+    }
+
     /// Number of workers.
     pub fn threads(&self) -> usize {
         self.threads

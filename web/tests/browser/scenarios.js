@@ -228,6 +228,17 @@ window.scenarios = {
     return { info, runs, wasmBytes: mem.wasm_bytes, page };
   },
 
+  /** The threaded build's per-op hand-off, rayon's against the team's (µs per op). */
+  async dispatchOverhead({ threads, ops, build }) {
+    const w = new Worker('/dispatch-worker.js', { type: 'module' });
+    const out = await new Promise((resolve) => {
+      w.onmessage = (e) => resolve(e.data);
+      w.postMessage({ threads, ops, build: build || 'wasm-mt-relaxed', serial: [0, 20000] });
+    });
+    w.terminate();
+    return out;
+  },
+
   /** The same measurement with @wllama/wllama (llama.cpp in wasm), served at /wllama/. */
   async benchWllama({ url, threads, gpu, promptText, decodeTokens, rounds }) {
     const { Wllama } = await import('/wllama/index.js');
