@@ -346,9 +346,7 @@ fn tile_wasm<D: super::wasm::Dot>(
         }
         return;
     }
-    let w = file_rows(ty, layout, k, w, out);
-    let mut scratch = vec![0f32; k];
-    for_rows(k, &w, act, out, |wr, o| row_portable(ty, k, wr, act, &mut scratch, o));
+    tile_portable(ty, layout, k, w, act, out);
 }
 
 /// The scalar SwiGLU gate ([`super::ops::silu`]), the slow twin of the AVX2 one.

@@ -34,16 +34,8 @@ const Q6_K: u8 = 1;
 /// The kernels of `ty`, where it is one of this file's formats.
 pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
     Some(match ty {
-        GgmlType::Q4_K => Family {
-            four: half::<D, Q4_K, 4>,
-            two: half::<D, Q4_K, 2>,
-            one: half::<D, Q4_K, 1>,
-        },
-        GgmlType::Q6_K => Family {
-            four: half::<D, Q6_K, 4>,
-            two: half::<D, Q6_K, 2>,
-            one: half::<D, Q6_K, 1>,
-        },
+        GgmlType::Q4_K => family!(half, D, Q4_K),
+        GgmlType::Q6_K => family!(half, D, Q6_K),
         _ => return None,
     })
 }

@@ -28,20 +28,13 @@ const IQ4_NL: u8 = 5;
 
 /// The kernels of `ty`, where it is one of this file's formats.
 pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
-    fn of<D: Dot, const K: u8>() -> Family {
-        Family {
-            four: half::<D, K, 4>,
-            two: half::<D, K, 2>,
-            one: half::<D, K, 1>,
-        }
-    }
     Some(match ty {
-        GgmlType::Q4_0 => of::<D, Q4_0>(),
-        GgmlType::Q4_1 => of::<D, Q4_1>(),
-        GgmlType::Q5_0 => of::<D, Q5_0>(),
-        GgmlType::Q5_1 => of::<D, Q5_1>(),
-        GgmlType::Q8_0 => of::<D, Q8_0>(),
-        GgmlType::IQ4_NL => of::<D, IQ4_NL>(),
+        GgmlType::Q4_0 => family!(half, D, Q4_0),
+        GgmlType::Q4_1 => family!(half, D, Q4_1),
+        GgmlType::Q5_0 => family!(half, D, Q5_0),
+        GgmlType::Q5_1 => family!(half, D, Q5_1),
+        GgmlType::Q8_0 => family!(half, D, Q8_0),
+        GgmlType::IQ4_NL => family!(half, D, IQ4_NL),
         _ => return None,
     })
 }

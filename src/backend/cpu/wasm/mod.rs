@@ -28,9 +28,6 @@
 //! Files: `legacy.rs` (the 32-value formats against Q8_0), `kquant.rs` (Q4_K, Q6_K against
 //! Q8_K).
 
-mod kquant;
-mod legacy;
-
 use core::arch::wasm32::*;
 
 use super::interleave::TILE_ROWS;
@@ -173,6 +170,21 @@ struct Family {
     two: HalfFn<2>,
     one: HalfFn<1>,
 }
+
+/// The [`Family`] of a kernel module's `half::<D, K, C>` for kind `K`.
+macro_rules! family {
+    ($half:ident, $d:ty, $k:expr) => {
+        Family {
+            four: $half::<$d, { $k }, 4>,
+            two: $half::<$d, { $k }, 2>,
+            one: $half::<$d, { $k }, 1>,
+        }
+    };
+}
+
+// After `family!`, which they use (macros are seen in textual order).
+mod kquant;
+mod legacy;
 
 /// `out` from interleaved weights `w` (the tiles holding `out.nw()` rows of `k` values of
 /// `ty`) and `act` (from [`prepare`]); false (nothing written) where `ty` is not covered or
