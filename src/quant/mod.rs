@@ -14,11 +14,10 @@ pub mod float;
 pub mod fp4;
 pub mod iquant;
 mod iquant_grids;
-/// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS, for the SIMD kernels' lookups too.
-#[cfg(target_arch = "x86_64")]
-pub(crate) use iquant_grids::KVALUES_FP4;
+/// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS and its doubled E2M1 levels of MXFP4, for
+/// the SIMD kernels' lookups too.
 #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128")))]
-pub(crate) use iquant_grids::KVALUES_IQ4NL;
+pub(crate) use iquant_grids::{KVALUES_FP4, KVALUES_IQ4NL};
 pub mod kquant;
 pub mod legacy;
 pub mod support;

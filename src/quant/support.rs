@@ -35,18 +35,18 @@ const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl
 
 /// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture).
 pub const SUPPORT: [Support; 14] = [
-    s("f32", true, false, true, false),
-    s("f16", true, false, true, false),
-    s("bf16", true, false, true, false),
+    s("f32", true, true, true, false),
+    s("f16", true, true, true, false),
+    s("bf16", true, true, true, false),
     s("q4_0", true, true, true, false),
     s("q4_1", true, true, true, false),
     s("q5_0", true, true, true, true),
     s("q5_1", true, true, true, false),
     s("q8_0", true, true, true, true),
     s("q4_k", true, true, true, true),
-    s("q5_k", true, false, true, false),
+    s("q5_k", true, true, true, false),
     s("q6_k", true, true, true, true),
     s("iq4_nl", true, true, true, false),
-    s("iq4_xs", true, false, true, false),
-    s("mxfp4", true, false, true, false),
+    s("iq4_xs", true, true, true, false),
+    s("mxfp4", true, true, true, false),
 ];

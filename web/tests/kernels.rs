@@ -25,7 +25,15 @@ use tinyllm::quant::GgmlType;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 /// The fixtures, embedded (the test runs where there is no file system).
-const FIXTURES: [(&str, &[u8]); 7] = [
+const FIXTURES: [(&str, &[u8]); 9] = [
+    (
+        "llama.F16",
+        include_bytes!("../../tests/golden/fixtures/llama.F16.gguf"),
+    ),
+    (
+        "deepseek2.Q4_K_M",
+        include_bytes!("../../tests/golden/fixtures/deepseek2.Q4_K_M.gguf"),
+    ),
     (
         "llama.Q8_0",
         include_bytes!("../../tests/golden/fixtures/llama.Q8_0.gguf"),
@@ -78,8 +86,14 @@ fn kernel_sets() -> Vec<Kernels> {
 }
 
 /// llama.cpp's quantized blocks of every format the wasm kernels cover (`tests/golden/quants`:
-/// 2048 values of `source.f32` each).
-const BLOBS: [(GgmlType, &[u8]); 8] = [
+/// 2048 values of `source.f32` each; F32 is `source.f32` itself).
+const BLOBS: [(GgmlType, &[u8]); 14] = [
+    (GgmlType::F32, include_bytes!("../../tests/golden/quants/source.f32")),
+    (GgmlType::F16, include_bytes!("../../tests/golden/quants/F16.bin")),
+    (GgmlType::BF16, include_bytes!("../../tests/golden/quants/BF16.bin")),
+    (GgmlType::Q5_K, include_bytes!("../../tests/golden/quants/Q5_K.bin")),
+    (GgmlType::IQ4_XS, include_bytes!("../../tests/golden/quants/IQ4_XS.bin")),
+    (GgmlType::MXFP4, include_bytes!("../../tests/golden/quants/MXFP4.bin")),
     (GgmlType::Q4_0, include_bytes!("../../tests/golden/quants/Q4_0.bin")),
     (GgmlType::Q4_1, include_bytes!("../../tests/golden/quants/Q4_1.bin")),
     (GgmlType::Q5_0, include_bytes!("../../tests/golden/quants/Q5_0.bin")),
@@ -91,8 +105,8 @@ const BLOBS: [(GgmlType, &[u8]); 8] = [
 ];
 
 /// Each SIMD set's tiles on llama.cpp's blocks of each covered format, as matrices of several
-/// shapes (a partial last tile and half included), against the oracle's single dot products:
-/// every output within the f32 reordering bound.
+/// shapes (a partial last tile and half included; the float formats as file rows), against the
+/// oracle's single dot products: every output within the f32 reordering bound.
 #[wasm_bindgen_test]
 fn wasm_tiles_match_the_oracle_on_the_golden_blocks() {
     let covered = tinyllm::quant::supported(|s| s.wasm_simd);
@@ -109,19 +123,16 @@ fn wasm_tiles_match_the_oracle_on_the_golden_blocks() {
                 let all = blob.len() / row_bytes;
                 for n in [all, all.min(5), all.min(13)] {
                     let rows = &blob[..n * row_bytes];
-                    let tiles = interleave::interleave(ty, k, rows).unwrap();
+                    let (tiles, layout) = if (kernels.interleaves)(ty) {
+                        (interleave::interleave(ty, k, rows).unwrap(), Layout::Interleaved)
+                    } else {
+                        (rows.to_vec(), Layout::Rows)
+                    };
                     for batch in [1usize, 2, 3, 7] {
                         let x: Vec<f32> = (0..batch * k).map(|i| 0.3 + 1.7 * ((i as f32) * 0.61).sin()).collect();
                         let act = (kernels.prepare)(ty, &x, k).unwrap();
                         let mut got = vec![f32::NAN; batch * n];
-                        (kernels.tile)(
-                            ty,
-                            Layout::Interleaved,
-                            k,
-                            &tiles,
-                            &act,
-                            &mut TileOut::new(&mut got, batch),
-                        );
+                        (kernels.tile)(ty, layout, k, &tiles, &act, &mut TileOut::new(&mut got, batch));
                         let oact = (oracle.prepare)(ty, &x, k).unwrap();
                         let mut exp = vec![f32::NAN; batch * n];
                         (oracle.tile)(ty, Layout::Rows, k, rows, &oact, &mut TileOut::new(&mut exp, batch));
@@ -252,7 +263,7 @@ async fn wasm_kernels_match_the_vec_dot_oracle() {
         ));
         assert!(checked > 50, "{}: only {checked} matrices", kernels.variant);
     }
-    for ty in ["Q8_0", "Q5_0", "Q4_0", "Q4_K", "Q6_K"] {
+    for ty in ["Q8_0", "Q5_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "F16"] {
         assert!(types.contains(ty), "no {ty} matrix among the fixtures: {types:?}");
     }
 }

@@ -1,6 +1,7 @@
-//! The interleaved weight layout of the formats the AVX2 kernels take eight rows at a time (the
-//! 32-value Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 and the 256-value Q4_K, Q6_K), made
-//! once at load.
+//! The interleaved weight layout of the formats the SIMD kernels take eight rows at a time (the
+//! 32-value Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 and the 256-value Q4_K, Q5_K, Q6_K,
+//! IQ4_XS), made once at load. Each kernel set says which of them it reads interleaved (the
+//! AVX2 set reads Q5_K and IQ4_XS as file rows; the wasm set reads every one interleaved).
 //!
 //! In the file, each row's blocks follow each other, and a kernel that takes eight rows at a
 //! time (one per vector lane) must unpack each row's nibbles and scales on its own and then sum
@@ -15,9 +16,10 @@
 //! blocks in order, and each tile block (`TILE_ROWS` × the file's block bytes) holds the fields
 //! of the eight rows' blocks one field after the other (in the order of [`fields`]), each as:
 //!
-//! * f16 scalars (`d`, the minimum `m` or `dmin`): row `i`'s at `2i`; MXFP4's E8M0 exponent
-//!   byte: row `i`'s at `i`;
-//! * byte arrays (`qs`; Q4_K's packed scales; Q6_K's `ql`, `qh` and scales): in groups of four
+//! * f16 scalars (`d`, the minimum `m` or `dmin`; IQ4_XS's 16-bit `scales_h`): row `i`'s at
+//!   `2i`; MXFP4's E8M0 exponent byte: row `i`'s at `i`;
+//! * byte arrays (`qs`; Q4_K's and Q5_K's packed scales; Q5_K's `qh`; Q6_K's `ql`, `qh` and
+//!   scales; IQ4_XS's `scales_l`): in groups of four
 //!   file bytes, group `j` of row `i` at `32j + 4i`. So group `j` of Q4_0's `qs` holds values
 //!   `4j..4j + 4` (low nibbles) and `16 + 4j..` (high nibbles) of all eight rows;
 //! * Q5_0/Q5_1's `qh`: 8 × 4 bytes, row `i` at `4i`; bit `p` of its byte `t` is the fifth bit
@@ -92,9 +94,19 @@ fn fields(ty: GgmlType) -> Option<&'static [Field]> {
     const Q4_1: &[Field] = &[f16_at(0), f16_at(2), bytes_at(4, 16)];
     const Q5_0: &[Field] = &[f16_at(0), fifth_bits_at(2), bytes_at(6, 16)];
     const Q5_1: &[Field] = &[f16_at(0), f16_at(2), fifth_bits_at(4), bytes_at(8, 16)];
-    // File blocks: Q4_K `d, dmin, scales[12], qs[128]`; Q6_K `ql[128], qh[64], scales[16], d`.
+    // File blocks: Q4_K `d, dmin, scales[12], qs[128]`; Q5_K `d, dmin, scales[12], qh[32],
+    // qs[128]`; Q6_K `ql[128], qh[64], scales[16], d`; IQ4_XS `d, scales_h, scales_l[4],
+    // qs[128]`.
     const Q4_K: &[Field] = &[f16_at(0), f16_at(2), bytes_at(4, 12), bytes_at(16, 128)];
+    const Q5_K: &[Field] = &[
+        f16_at(0),
+        f16_at(2),
+        bytes_at(4, 12),
+        bytes_at(16, 32),
+        bytes_at(48, 128),
+    ];
     const Q6_K: &[Field] = &[f16_at(208), bytes_at(192, 16), bytes_at(0, 128), bytes_at(128, 64)];
+    const IQ4_XS: &[Field] = &[f16_at(0), f16_at(2), bytes_at(4, 4), bytes_at(8, 128)];
     Some(match ty {
         GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0,
         GgmlType::Q8_0 => Q8_0,
@@ -103,7 +115,9 @@ fn fields(ty: GgmlType) -> Option<&'static [Field]> {
         GgmlType::Q5_0 => Q5_0,
         GgmlType::Q5_1 => Q5_1,
         GgmlType::Q4_K => Q4_K,
+        GgmlType::Q5_K => Q5_K,
         GgmlType::Q6_K => Q6_K,
+        GgmlType::IQ4_XS => IQ4_XS,
         _ => return None,
     })
 }
@@ -263,7 +277,7 @@ mod tests {
     fn interleaving_round_trips_every_row() {
         let mut state = 0x1234_5678_9abc_def0u64;
         let types: Vec<GgmlType> = GgmlType::ALL.iter().copied().filter(|&t| supports(t)).collect();
-        assert_eq!(types.len(), 9);
+        assert_eq!(types.len(), 11);
         for ty in types {
             // A permutation: the fields fill the block (the round trip shows they do not overlap).
             let fields = fields(ty).unwrap();
@@ -294,7 +308,7 @@ mod tests {
 
     #[test]
     fn other_types_and_partial_rows_are_refused() {
-        assert!(interleave(GgmlType::Q5_K, 256, &[0; 176]).is_none());
+        assert!(interleave(GgmlType::Q3_K, 256, &[0; 110]).is_none());
         assert!(interleave(GgmlType::Q4_0, 32, &[0; 17]).is_none());
         assert!(interleave(GgmlType::Q4_0, 16, &[0; 18]).is_none());
         assert_eq!(span(GgmlType::Q4_0, 32, 8, 9), 144..432);

@@ -36,7 +36,8 @@ pub struct Activations {
     pub(super) rows: usize,
     /// Values per row.
     pub(super) k: usize,
-    /// Values after the conversion, `k` per row (`portable`, and float weights under `avx2`).
+    /// Values after the conversion, `k` per row (`portable`, and float weights under `avx2` and
+    /// the wasm sets).
     pub(super) values: Vec<f32>,
     /// Quantized blocks, `row_bytes` per row (`oracle`, and quantized weights under `avx2`).
     pub(super) bytes: Vec<u8>,
@@ -240,7 +241,7 @@ impl Kernels {
         Kernels {
             prepare: prepare_wasm,
             tile: tile_wasm::<super::wasm::Simd128>,
-            interleaves: super::wasm::supports,
+            interleaves: super::wasm::interleaves,
             swiglu: swiglu_scalar,
             variant: "simd128",
         }
@@ -271,7 +272,7 @@ impl Kernels {
         Some(Kernels {
             prepare: prepare_avx2,
             tile,
-            interleaves: super::interleave::supports,
+            interleaves: super::simd::interleaves,
             swiglu: swiglu_avx2,
             variant,
         })
@@ -312,10 +313,10 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantE
 }
 
 /// Activations of the wasm kernels: quantized blocks (with f32 scales and block sums) for the
-/// types they cover, f32 values for the rest.
+/// block formats they cover, f32 values for the float formats and the rest.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn prepare_wasm(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
-    if super::wasm::supports(ty) {
+    if super::wasm::interleaves(ty) {
         super::wasm::prepare(ty, x, k)
     } else {
         prepare_values(ty, x, k)
@@ -332,10 +333,13 @@ fn tile_wasm<D: super::wasm::Dot>(
     out: &mut TileOut<'_>,
 ) {
     if super::wasm::supports(ty) {
-        // The backend interleaves every covered type at load; file rows (never given) would
-        // be interleaved here.
+        // The backend interleaves every type the kernels read so at load; file rows of such a
+        // type (never given) would be interleaved here.
+        let interleaves = super::wasm::interleaves(ty);
         let tiles = match layout {
-            Layout::Interleaved => std::borrow::Cow::Borrowed(w),
+            Layout::Interleaved if interleaves => std::borrow::Cow::Borrowed(w),
+            Layout::Interleaved => return out.fill(f32::NAN),
+            Layout::Rows if !interleaves => std::borrow::Cow::Borrowed(w),
             Layout::Rows => match super::interleave::interleave(ty, k, w) {
                 Some(t) => std::borrow::Cow::Owned(t),
                 None => return out.fill(f32::NAN),

@@ -222,6 +222,12 @@ pub fn supports(ty: GgmlType) -> bool {
     crate::quant::support_of(ty).is_some_and(|s| s.cpu_simd)
 }
 
+/// Whether [`tile`] reads weights of type `ty` interleaved ([`super::interleave`]): the formats
+/// of the tile kernels. The others (floats, Q5_K, IQ4_XS) are read as file rows.
+pub fn interleaves(ty: GgmlType) -> bool {
+    dot_ktile::kernel(ty, Isa::Avx2).is_some() || dot_legacy::kernel(ty, Isa::Avx2).is_some()
+}
+
 /// Output `(a, w)` of `out` = row `w` of the `out.nw()` rows of `weights` (`k` values of `ty` per
 /// row, in `layout`) times row `a` of `act` (prepared by [`q8::prepare`] for `ty`). Returns
 /// false, leaving `out` untouched, when `ty` is not covered or the shapes do not fit.
@@ -250,7 +256,7 @@ pub unsafe fn tile(
     let row_bytes = k / ty.block_size() * ty.block_bytes();
     let want = match layout {
         Layout::Rows => nw * row_bytes,
-        Layout::Interleaved if super::interleave::supports(ty) => super::interleave::len(ty, k, nw),
+        Layout::Interleaved if interleaves(ty) => super::interleave::len(ty, k, nw),
         Layout::Interleaved => return false,
     };
     if weights.len() != want {

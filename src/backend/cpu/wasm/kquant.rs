@@ -1,16 +1,23 @@
-//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files) against Q8_K activations, on
-//! interleaved tiles. Field offsets follow [`super::super::interleave`]'s order:
+//! The 256-value formats (Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K activations, on interleaved
+//! tiles. Field offsets follow [`super::super::interleave`]'s order:
 //!
 //! * Q4_K: `d` (8 f16), `dmin` (8 f16), the 12 bytes of packed 6-bit scales and minimums (3
 //!   groups of 4 bytes per row), `qs` (32 groups). `qs` bytes `32c..32c + 32` hold sub-block
 //!   `2c` in their low nibbles and `2c + 1` in their high ones.
+//! * Q5_K: Q4_K's fields with `qh` (8 groups) before `qs`: bit `j` of `qh` byte `l` is the
+//!   fifth bit of value `l` of sub-block `j`.
 //! * Q6_K: `d`, the 16 signed scales (4 groups), `ql` (32 groups), `qh` (16 groups). In each
 //!   half of 128 values, `ql` bytes `l` and `l + 32` and `qh` byte `l` give values `l`, `l + 32`,
 //!   `l + 64`, `l + 96` (low nibbles, then high; two `qh` bits each).
+//! * IQ4_XS: `d`, `scales_h` (8 × 16 bits), `scales_l` (1 group), `qs` (32 groups). Sub-block
+//!   `ib`'s 16 `qs` bytes (groups `4ib..4ib + 4`) hold its values `0..16` in their low nibbles
+//!   and `16..32` in their high ones, codes into the IQ4_NL table; its 6-bit scale is nibble
+//!   `ib` of `scales_l` and bits `2ib..2ib + 2` of `scales_h` above it.
 //!
 //! Each sub-block's exact integer sum meets its row's scale as i32 (four rows per vector), as
 //! ggml's `Σ sc·Σ q·q8`; Q6_K's `q - 32` takes `32·bsum` off each 16-value sub-block, Q4_K's
-//! minimums meet the activations' 16-value sums in `Σ m·bsum`.
+//! and Q5_K's minimums meet the activations' 16-value sums in `Σ m·bsum`. IQ4_XS, like the
+//! oracle, sums in f32 per sub-block: `(d_w·d_a·(ls - 32))·Σ q·a`.
 
 // Register tiles are `[acc; C]` arrays indexed by activation row in loops the compiler unrolls.
 #![allow(clippy::needless_range_loop)]
@@ -21,6 +28,7 @@ use super::{f16x4, load, splat4, Dot, Family, HALF};
 use crate::backend::cpu::interleave::TILE_ROWS;
 use crate::backend::cpu::kernels::Activations;
 use crate::quant::GgmlType;
+use crate::quant::KVALUES_IQ4NL;
 
 /// A Q8_K activation block: f32 scale, 256 values at [`ACT_VALUES`], 16 i16 sums at
 /// [`ACT_BSUMS`].
@@ -30,21 +38,33 @@ const ACT_BSUMS: usize = 260;
 
 const Q4_K: u8 = 0;
 const Q6_K: u8 = 1;
+const Q5_K: u8 = 2;
+const IQ4_XS: u8 = 3;
 
 /// The kernels of `ty`, where it is one of this file's formats.
 pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
     Some(match ty {
         GgmlType::Q4_K => family!(half, D, Q4_K),
+        GgmlType::Q5_K => family!(half, D, Q5_K),
         GgmlType::Q6_K => family!(half, D, Q6_K),
+        GgmlType::IQ4_XS => family!(half, D, IQ4_XS),
         _ => return None,
     })
 }
 
-// Tile-block offsets. Q4_K: 1152 bytes; Q6_K: 1680.
+// Tile-block offsets. Q4_K: 1152 bytes; Q5_K: 1408 (Q4_K's fields, `qh` before `qs`); Q6_K:
+// 1680; IQ4_XS: 1088.
 const Q4K_BLOCK: usize = TILE_ROWS * 144;
 const Q4K_DMIN: usize = 2 * TILE_ROWS;
 const Q4K_SCALES: usize = 4 * TILE_ROWS;
 const Q4K_QS: usize = 16 * TILE_ROWS;
+const Q5K_BLOCK: usize = TILE_ROWS * 176;
+const Q5K_QH: usize = 16 * TILE_ROWS;
+const Q5K_QS: usize = 48 * TILE_ROWS;
+const IQ4XS_BLOCK: usize = TILE_ROWS * 136;
+const IQ4XS_SCALES_H: usize = 2 * TILE_ROWS;
+const IQ4XS_SCALES_L: usize = 4 * TILE_ROWS;
+const IQ4XS_QS: usize = 8 * TILE_ROWS;
 const Q6K_BLOCK: usize = TILE_ROWS * 210;
 const Q6K_SCALES: usize = 2 * TILE_ROWS;
 const Q6K_QL: usize = 18 * TILE_ROWS;
@@ -70,8 +90,8 @@ unsafe fn bsum(row: *const u8, b: usize, j: usize) -> i32 {
 }
 
 /// Rows `4h..4h + 4` of the tile at `tile` (`nb` tile blocks) against activation rows
-/// `a0..a0 + C`: per super-block `(d_w·d_a)·Σ sc·Σ q·a`, less `(dmin_w·d_a)·Σ m·bsum` for Q4_K,
-/// the oracle's arithmetic in its order.
+/// `a0..a0 + C`: per super-block `(d_w·d_a)·Σ sc·Σ q·a`, less `(dmin_w·d_a)·Σ m·bsum` for Q4_K
+/// and Q5_K (IQ4_XS: per sub-block, see the module doc), the oracle's arithmetic in its order.
 ///
 /// # Safety
 /// `tile` holds `nb` tile blocks of `kind`; `act` has rows `a0..a0 + C` of `nb` Q8_K blocks.
@@ -90,8 +110,13 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
     for b in 0..nb {
         let a = |c: usize, value: usize| D::act(splat4(rows[c].add(b * ACT_BLOCK + ACT_VALUES + value)));
         let da = |c: usize| f32::from_le_bytes(*(rows[c].add(b * ACT_BLOCK) as *const [u8; 4]));
-        if K == Q4_K {
-            let t = tile.add(b * Q4K_BLOCK);
+        if K == Q4_K || K == Q5_K {
+            let (block, qs) = if K == Q4_K {
+                (Q4K_BLOCK, Q4K_QS)
+            } else {
+                (Q5K_BLOCK, Q5K_QS)
+            };
+            let t = tile.add(b * block);
             let (u0, u1, u2) = (
                 load(t.add(Q4K_SCALES + lanes)),
                 load(t.add(Q4K_SCALES + 32 + lanes)),
@@ -110,8 +135,12 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                 let (ch, nibble) = (j / 2, j % 2);
                 let mut sub = [D::zero(); C];
                 for g in 0..8 {
-                    let v = load(t.add(Q4K_QS + 32 * (8 * ch + g) + lanes));
-                    let q = if nibble == 0 { v128_and(v, low) } else { u8x16_shr(v, 4) };
+                    let v = load(t.add(qs + 32 * (8 * ch + g) + lanes));
+                    let mut q = if nibble == 0 { v128_and(v, low) } else { u8x16_shr(v, 4) };
+                    if K == Q5_K {
+                        let qh = load(t.add(Q5K_QH + 32 * g + lanes));
+                        q = v128_or(q, i8x16_shl(v128_and(u8x16_shr(qh, j as u32), u8x16_splat(1)), 4));
+                    }
                     for c in 0..C {
                         sub[c] = D::u7(sub[c], q, a(c, 32 * j + 4 * g));
                     }
@@ -132,6 +161,36 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                 let da = f32x4_splat(da(c));
                 acc[c] = f32x4_add(acc[c], f32x4_mul(f32x4_mul(d, da), f32x4_convert_i32x4(isum[c])));
                 acc[c] = f32x4_sub(acc[c], f32x4_mul(f32x4_mul(dmin, da), f32x4_convert_i32x4(msum)));
+            }
+        } else if K == IQ4_XS {
+            let t = tile.add(b * IQ4XS_BLOCK);
+            let table = load(KVALUES_IQ4NL.as_ptr() as *const u8);
+            let scales_h = u32x4_extend_low_u16x8(v128_load64_zero(t.add(IQ4XS_SCALES_H + 2 * HALF * h) as *const u64));
+            let scales_l = load(t.add(IQ4XS_SCALES_L + lanes));
+            let d = f16x4(t.add(2 * HALF * h));
+            let dd: [v128; C] = core::array::from_fn(|c| f32x4_mul(d, f32x4_splat(da(c))));
+            for ib in 0..8 {
+                let mut sub = [D::zero(); C];
+                for g in 0..4 {
+                    let v = load(t.add(IQ4XS_QS + 32 * (4 * ib + g) + lanes));
+                    let (lo, hi) = (
+                        i8x16_swizzle(table, v128_and(v, low)),
+                        i8x16_swizzle(table, u8x16_shr(v, 4)),
+                    );
+                    for c in 0..C {
+                        sub[c] = D::i8(sub[c], lo, a(c, 32 * ib + 4 * g));
+                        sub[c] = D::i8(sub[c], hi, a(c, 32 * ib + 16 + 4 * g));
+                    }
+                }
+                let ls = v128_or(
+                    v128_and(u32x4_shr(scales_l, 4 * ib as u32), u32x4_splat(0xf)),
+                    u32x4_shl(v128_and(u32x4_shr(scales_h, 2 * ib as u32), u32x4_splat(3)), 4),
+                );
+                let ls = f32x4_convert_i32x4(i32x4_sub(ls, i32x4_splat(32)));
+                for c in 0..C {
+                    let dl = f32x4_mul(dd[c], ls);
+                    acc[c] = f32x4_add(acc[c], f32x4_mul(dl, f32x4_convert_i32x4(D::sum(sub[c]))));
+                }
             }
         } else {
             let t = tile.add(b * Q6K_BLOCK);

@@ -1,6 +1,7 @@
-//! The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) against Q8_0 activations, on
-//! interleaved tiles. Field offsets follow [`super::super::interleave`]'s order: each tile
-//! block holds the eight rows' `d` (f16, row `i` at `2i`), then `m` for the `_1` formats, then
+//! The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4) against Q8_0 activations,
+//! on interleaved tiles. Field offsets follow [`super::super::interleave`]'s order: each tile
+//! block holds the eight rows' `d` (f16, row `i` at `2i`; MXFP4: an E8M0 exponent byte, row `i`
+//! at `i`), then `m` for the `_1` formats, then
 //! the fifth bits of the Q5 formats (a bit-transposed word per row: a shift by `p` brings the
 //! fifth bits of values `4p..4p + 4` to bit 0 of their bytes), then `qs` in 32-byte groups
 //! (group `j`: bytes `4j..4j + 4` of each row's `qs`, row `i` at `4i`).
@@ -14,7 +15,7 @@ use super::{f16x4, load, splat4, Dot, Family, HALF};
 use crate::backend::cpu::interleave::TILE_ROWS;
 use crate::backend::cpu::kernels::Activations;
 use crate::quant::GgmlType;
-use crate::quant::KVALUES_IQ4NL;
+use crate::quant::{KVALUES_FP4, KVALUES_IQ4NL};
 
 /// Bytes of a Q8_0 activation block: f16 scale, 32 values.
 pub(super) const ACT_BLOCK: usize = 34;
@@ -25,6 +26,7 @@ const Q5_0: u8 = 2;
 const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
 const IQ4_NL: u8 = 5;
+const MXFP4: u8 = 6;
 
 /// The kernels of `ty`, where it is one of this file's formats.
 pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
@@ -35,6 +37,7 @@ pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
         GgmlType::Q5_1 => family!(half, D, Q5_1),
         GgmlType::Q8_0 => family!(half, D, Q8_0),
         GgmlType::IQ4_NL => family!(half, D, IQ4_NL),
+        GgmlType::MXFP4 => family!(half, D, MXFP4),
         _ => return None,
     })
 }
@@ -43,6 +46,7 @@ pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
 const fn block_bytes(kind: u8) -> usize {
     match kind {
         Q4_0 | IQ4_NL => 18,
+        MXFP4 => 17,
         Q4_1 => 20,
         Q5_0 => 22,
         Q5_1 => 24,
@@ -68,6 +72,7 @@ const fn fifth_at(kind: u8) -> usize {
 
 const fn qs_at(kind: u8) -> usize {
     match kind {
+        MXFP4 => TILE_ROWS,
         Q4_0 | IQ4_NL | Q8_0 => 2 * TILE_ROWS,
         Q4_1 => 4 * TILE_ROWS,
         Q5_0 => 6 * TILE_ROWS,
@@ -104,7 +109,11 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
     let lanes = 4 * HALF * h;
     let low = u8x16_splat(0x0f);
     let ones = u32x4_splat(0x0101_0101);
-    let table = load(KVALUES_IQ4NL.as_ptr() as *const u8);
+    let table = load(if K == MXFP4 {
+        KVALUES_FP4.as_ptr()
+    } else {
+        KVALUES_IQ4NL.as_ptr()
+    } as *const u8);
     let rows: [*const u8; C] = core::array::from_fn(|c| act.bytes.as_ptr().add((a0 + c) * act.row_bytes));
     let mut acc = [f32x4_splat(0.0); C];
     for b in 0..nb {
@@ -128,7 +137,7 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                     hi = v128_or(hi, u32x4_shl(v128_and(u32x4_shr(fifth, 4 + j as u32), ones), 4));
                 }
                 for c in 0..C {
-                    if K == IQ4_NL {
+                    if K == IQ4_NL || K == MXFP4 {
                         isum[c] = D::i8(isum[c], i8x16_swizzle(table, lo), a(c, 4 * j));
                         isum[c] = D::i8(isum[c], i8x16_swizzle(table, hi), a(c, 16 + 4 * j));
                     } else {
@@ -138,7 +147,11 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                 }
             }
         }
-        let d = f16x4(t.add(2 * HALF * h));
+        let d = if K == MXFP4 {
+            e8m0_half4(t.add(HALF * h))
+        } else {
+            f16x4(t.add(2 * HALF * h))
+        };
         let m = min_at(K).map(|at| f16x4(t.add(at + 2 * HALF * h)));
         for c in 0..C {
             let i = (a0 + c) * nb + b;
@@ -154,4 +167,19 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
         }
     }
     acc
+}
+
+/// Four E8M0 exponent bytes at `p` as `2^(e - 128)` in f32 (the oracle's halved scale, which
+/// the doubled FP4 table makes whole): `(e - 1) << 23` as an f32's bits, and for `e` 0 and 1
+/// the subnormals `2^-128` and `2^-127`.
+#[inline(always)]
+unsafe fn e8m0_half4(p: *const u8) -> v128 {
+    let e = u32x4_extend_low_u16x8(u16x8_extend_low_u8x16(v128_load32_zero(p as *const u32)));
+    let normal = u32x4_shl(i32x4_sub(e, u32x4_splat(1)), 23);
+    let tiny = v128_bitselect(
+        u32x4_splat(0x0040_0000),
+        u32x4_splat(0x0020_0000),
+        i32x4_eq(e, u32x4_splat(1)),
+    );
+    v128_bitselect(tiny, normal, u32x4_lt(e, u32x4_splat(2)))
 }

@@ -25,8 +25,8 @@
 //! within its rounding in all. `web/tests/kernels.rs` checks both sets against it in
 //! WebAssembly on every matrix of the golden fixtures.
 //!
-//! Files: `legacy.rs` (the 32-value formats against Q8_0), `kquant.rs` (Q4_K, Q6_K against
-//! Q8_K).
+//! Files: `legacy.rs` (the 32-value formats against Q8_0), `kquant.rs` (the 256-value formats
+//! against Q8_K), `float.rs` (F32, F16, BF16 rows against f32).
 
 use core::arch::wasm32::*;
 
@@ -41,6 +41,12 @@ const _: () = assert!(TILE_ROWS == 2 * HALF);
 /// Whether these kernels cover weights of `ty` (from [`crate::quant::support`]'s `wasm_simd`).
 pub fn supports(ty: GgmlType) -> bool {
     crate::quant::support_of(ty).is_some_and(|s| s.wasm_simd)
+}
+
+/// Whether these kernels read weights of `ty` interleaved: every covered block format (the
+/// float formats are read as file rows).
+pub fn interleaves(ty: GgmlType) -> bool {
+    supports(ty) && !float::covers(ty)
 }
 
 /// Byte dot products of one instruction set: per 32-bit lane, the sum of the four products of
@@ -183,13 +189,17 @@ macro_rules! family {
 }
 
 // After `family!`, which they use (macros are seen in textual order).
+mod float;
 mod kquant;
 mod legacy;
 
-/// `out` from interleaved weights `w` (the tiles holding `out.nw()` rows of `k` values of
-/// `ty`) and `act` (from [`prepare`]); false (nothing written) where `ty` is not covered or
-/// the lengths do not fit.
+/// `out` from weights `w` (`out.nw()` rows of `k` values of `ty`: interleaved tiles where
+/// [`interleaves`] says so, file rows for the float formats) and `act` (from [`prepare`]);
+/// false (nothing written) where `ty` is not covered or the lengths do not fit.
 pub fn tile<D: Dot>(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+    if float::covers(ty) {
+        return float::tile(ty, k, w, act, out);
+    }
     let Some(family) = legacy::family::<D>(ty).or_else(|| kquant::family::<D>(ty)) else {
         return false;
     };
