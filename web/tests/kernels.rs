@@ -128,7 +128,7 @@ fn wasm_tiles_match_the_oracle_on_the_golden_blocks() {
                     } else {
                         (rows.to_vec(), Layout::Rows)
                     };
-                    for batch in [1usize, 2, 3, 7] {
+                    for batch in [1usize, 2, 3, 7, 13] {
                         let x: Vec<f32> = (0..batch * k).map(|i| 0.3 + 1.7 * ((i as f32) * 0.61).sin()).collect();
                         let act = (kernels.prepare)(ty, &x, k).unwrap();
                         let mut got = vec![f32::NAN; batch * n];
@@ -239,7 +239,7 @@ async fn wasm_kernels_match_the_vec_dot_oracle() {
             for info in file.tensors().iter().filter(|t| t.shape.len() == 2) {
                 let (k, n) = (info.shape[0] as usize, info.shape[1] as usize);
                 types.insert(info.ty.to_string());
-                for rows in [1usize, 3] {
+                for rows in [1usize, 3, 11] {
                     let x: Vec<f32> = (0..rows * k).map(|i| 0.1 + 2.0 * ((i as f32) * 0.37).cos()).collect();
                     let got = matmul(&be, &file, &info.name, &x, rows, n).await;
                     let want = matmul(&oracle, &file, &info.name, &x, rows, n).await;
@@ -270,4 +270,47 @@ async fn wasm_kernels_match_the_vec_dot_oracle() {
 
 fn web_sys_log(s: &str) {
     wasm_bindgen_test::console_log!("{s}");
+}
+
+/// Not a test: the time of one prefill-sized matmul's parts (activation quantization, the tile
+/// kernel) in this build, for profiling (`--ignored`).
+#[wasm_bindgen_test]
+#[ignore]
+fn time_prefill_matmul_parts() {
+    let now = || js_sys::Date::now();
+    for ty in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        let kernels = kernel_sets().pop().unwrap();
+        let (k, n, rows) = (1024usize, 1024usize, 128usize);
+        let row_bytes = k / ty.block_size() * ty.block_bytes();
+        let w: Vec<u8> = (0..n * row_bytes).map(|i| (i * 7 % 251) as u8 & 0x3f).collect();
+        let tiles = interleave::interleave(ty, k, &w).unwrap();
+        let x: Vec<f32> = (0..rows * k).map(|i| ((i as f32) * 0.37).cos()).collect();
+        let t0 = now();
+        let mut act = None;
+        for _ in 0..20 {
+            act = Some((kernels.prepare)(ty, &x, k).unwrap());
+        }
+        let t1 = now();
+        let act = act.unwrap();
+        let mut out = vec![0f32; rows * n];
+        for _ in 0..5 {
+            (kernels.tile)(
+                ty,
+                Layout::Interleaved,
+                k,
+                &tiles,
+                &act,
+                &mut TileOut::new(&mut out, rows),
+            );
+        }
+        let t2 = now();
+        let prep = (t1 - t0) / 20.0;
+        let tile = (t2 - t1) / 5.0;
+        web_sys_log(&format!(
+            "{} {ty}: prepare {rows}x{k} {prep:.2} ms ({:.1} ns/value); tile {n}x{k}x{rows} {tile:.1} ms ({:.1} GMAC/s)",
+            kernels.variant,
+            prep * 1e6 / (rows * k) as f64,
+            (n * k * rows) as f64 / tile / 1e6
+        ));
+    }
 }

@@ -170,8 +170,9 @@ pub fn prepare(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantEr
 type HalfFn<const C: usize> =
     unsafe fn(nb: usize, tile: *const u8, h: usize, act: &Activations, a0: usize) -> [v128; C];
 
-/// The kernels of one format for activation groups of 4, 2 and 1 rows.
+/// The kernels of one format for activation groups of 8, 4, 2 and 1 rows.
 struct Family {
+    eight: HalfFn<8>,
     four: HalfFn<4>,
     two: HalfFn<2>,
     one: HalfFn<1>,
@@ -181,6 +182,7 @@ struct Family {
 macro_rules! family {
     ($half:ident, $d:ty, $k:expr) => {
         Family {
+            eight: $half::<$d, { $k }, 8>,
             four: $half::<$d, { $k }, 4>,
             two: $half::<$d, { $k }, 2>,
             one: $half::<$d, { $k }, 1>,
@@ -232,6 +234,11 @@ pub fn tile<D: Dot>(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &m
             // above), and rows `a0..a0 + C` of `act` have `nb` blocks each and their scales.
             while a0 < rows {
                 match rows - a0 {
+                    n if n >= 8 => {
+                        let r = unsafe { (family.eight)(nb, tile, h, act, a0) };
+                        store(out, a0, r0, live, &r);
+                        a0 += 8;
+                    }
                     n if n >= 4 => {
                         let r = unsafe { (family.four)(nb, tile, h, act, a0) };
                         store(out, a0, r0, live, &r);
