@@ -8,10 +8,10 @@ mod common;
 use std::sync::Arc;
 
 use tinyllm::backend::cpu::CpuBackend;
-use tinyllm::backend::{Backend, BackendKind};
-use tinyllm::gguf::stream::GgufStream;
-use tinyllm::gguf::{GgufError, GgufFile, Value};
-use tinyllm::model::{Model, Placed};
+use tinyllm::backend::{AnyBackend, Backend, BackendKind};
+use tinyllm::gguf::stream::{Arrivals, GgufStream};
+use tinyllm::gguf::{GgufError, GgufFile, TensorInfo, TensorView, Value};
+use tinyllm::model::{Model, Placed, Placement};
 
 const FIXTURES: [&str; 4] = [
     "fixtures/llama.Q4_K_M.gguf",
@@ -61,6 +61,99 @@ fn same_table(a: &GgufFile, b: &GgufFile) {
             (&x.name, x.ty, &x.shape, x.offset, x.bytes, x.part),
             (&y.name, y.ty, &y.shape, y.offset, y.bytes, y.part)
         );
+    }
+}
+
+/// A reader that asks for pieces of `piece` bytes for the tensors of more than `over` bytes and
+/// reassembles them, checking each piece: whole rows, at most `piece` bytes (or one row), the
+/// rows in order with no gap.
+struct Reassemble {
+    piece: usize,
+    over: u64,
+    got: Tensors,
+    /// The tensor in pieces: its name, its bytes so far, its next row.
+    open: Option<(String, Vec<u8>, usize)>,
+    pieces: usize,
+}
+
+impl Arrivals for Reassemble {
+    type Error = GgufError;
+    fn whole(&mut self, t: TensorView<'_>) -> Result<(), GgufError> {
+        assert!(self.open.is_none(), "{} whole while another is in pieces", t.info.name);
+        self.got.push((t.info.name.clone(), t.data.to_vec()));
+        Ok(())
+    }
+    fn pieces(&mut self, info: &TensorInfo) -> Result<Option<usize>, GgufError> {
+        Ok((info.bytes > self.over).then_some(self.piece))
+    }
+    fn piece(&mut self, info: &TensorInfo, row0: usize, data: &[u8]) -> Result<(), GgufError> {
+        let row = info.shape[0] as usize / info.ty.block_size() * info.ty.block_bytes();
+        assert!(
+            data.len().is_multiple_of(row) && !data.is_empty(),
+            "{}: {} bytes",
+            info.name,
+            data.len()
+        );
+        assert!(
+            data.len() <= self.piece.max(row),
+            "{}: a piece of {} bytes",
+            info.name,
+            data.len()
+        );
+        let (name, bytes, next) = self.open.get_or_insert_with(|| (info.name.clone(), Vec::new(), 0));
+        assert_eq!(name, &info.name);
+        assert_eq!(row0, *next, "{}: rows in order", info.name);
+        bytes.extend_from_slice(data);
+        *next += data.len() / row;
+        self.pieces += 1;
+        if bytes.len() as u64 == info.bytes {
+            let (name, bytes, _) = self.open.take().unwrap();
+            self.got.push((name, bytes));
+        }
+        Ok(())
+    }
+}
+
+/// A reader taking large tensors in pieces gets them whole-row piece by piece, in order, and
+/// they reassemble to the file's bytes, whatever the chunking and the piece size (a piece
+/// smaller than a row gives one row at a time).
+#[test]
+fn large_tensors_arrive_in_pieces_of_whole_rows() {
+    for rel in FIXTURES {
+        let bytes = std::fs::read(common::golden(rel)).unwrap();
+        let file = GgufFile::from_bytes(bytes.clone()).unwrap();
+        let want = in_file_order(&file);
+        for (chunk, piece) in [
+            (1, 4096),
+            (777, 1000),
+            (4096, 10_000),
+            (65536, 5000),
+            (bytes.len(), 4096),
+        ] {
+            let mut r = Reassemble {
+                piece,
+                over: 8192,
+                got: Vec::new(),
+                open: None,
+                pieces: 0,
+            };
+            let mut s = GgufStream::new(1).unwrap();
+            s.begin(bytes.len() as u64).unwrap();
+            for c in bytes.chunks(chunk) {
+                s.push_to(c, &mut r).unwrap();
+            }
+            same_table(&s.finish().unwrap(), &file);
+            assert!(r.open.is_none(), "{rel}: a tensor left open");
+            assert_eq!(r.got.len(), want.len(), "{rel} chunk {chunk} piece {piece}");
+            for ((gn, gb), (wn, wb)) in r.got.iter().zip(&want) {
+                assert_eq!(gn, wn, "{rel}: order");
+                assert!(gb == wb, "{rel} chunk {chunk} piece {piece}: bytes of {gn}");
+            }
+            // Only a chunk holding a whole tensor hands it over whole.
+            if chunk < 8192 {
+                assert!(r.pieces > want.len(), "{rel} chunk {chunk}: {} pieces", r.pieces);
+            }
+        }
     }
 }
 
@@ -173,6 +266,54 @@ fn a_model_placed_from_the_stream_on_webgpu_computes_the_same_logits() {
         loaded == streamed,
         "{rel}: WebGPU logits differ between loaded and streamed"
     );
+}
+
+/// On WebGPU, matrices placed a piece of rows at a time as the stream hands them over
+/// ([`Placement`]: pieces of 650 bytes, e.g. three Q6_K rows of 210, so pieces end off the
+/// 4-byte and texture-row boundaries) compute the bits of the model loaded whole, for both
+/// matmul variants (texture-held weights, buffers) and weights split across parts of 64 KiB.
+#[test]
+fn a_model_placed_in_pieces_on_webgpu_computes_the_same_logits() {
+    use tinyllm::backend::webgpu::{MatmulVariant, WebGpuBackend, WebGpuOptions};
+    let open = |matmul, max_binding| {
+        WebGpuBackend::with_options(WebGpuOptions {
+            matmul: Some(matmul),
+            max_binding,
+            ..Default::default()
+        })
+        .map(AnyBackend::WebGpu)
+        .map_err(|e| tinyllm::backend::BackendError::Unavailable {
+            backend: "webgpu",
+            reason: e.to_string(),
+        })
+    };
+    if common::device_or_skip(|| open(MatmulVariant::Texture, None)).is_none() {
+        return;
+    }
+    for rel in [FIXTURES[0], FIXTURES[3]] {
+        let bytes = std::fs::read(common::golden(rel)).unwrap();
+        let file = Arc::new(GgufFile::from_bytes(bytes.clone()).unwrap());
+        for matmul in [MatmulVariant::Texture, MatmulVariant::Workgroup] {
+            for max_binding in [None, Some(64 << 10)] {
+                let loaded = logits_bits(Model::load(open(matmul, max_binding).unwrap(), file.clone()).unwrap());
+                let be = open(matmul, max_binding).unwrap();
+                let mut s = GgufStream::new(1).unwrap();
+                s.begin(bytes.len() as u64).unwrap();
+                let mut placement = Placement::new(650);
+                for c in bytes.chunks(4096) {
+                    s.push_to(c, &mut placement.onto(&be)).unwrap();
+                }
+                let file = Arc::new(s.finish().unwrap());
+                let placed = placement.into_placed();
+                assert_eq!(placed.len(), file.tensors().len());
+                let streamed = logits_bits(Model::load_placed(be, file, placed).unwrap());
+                assert!(
+                    loaded == streamed,
+                    "{rel} ({matmul:?}, parts of {max_binding:?}): WebGPU logits differ between loaded and placed in pieces"
+                );
+            }
+        }
+    }
 }
 
 /// A stream of one file of `size` bytes, begun.

@@ -5,7 +5,7 @@
 use super::attn::SeqAttn;
 use super::rope::Rope;
 use super::{BackendError, KvType};
-use crate::gguf::{TensorInfo, TensorView};
+use crate::gguf::TensorInfo;
 use crate::quant::GgmlType;
 
 /// A [`BackendError::Shape`] of `op`.
@@ -177,6 +177,17 @@ pub fn is_vector(info: &TensorInfo) -> bool {
     info.shape.len() <= 1 || info.name.ends_with(".bias")
 }
 
+/// Whether a GPU backend can place a tensor a piece of rows at a time: matrices, but not
+/// vectors or conv kernels (rows of at most [`super::recurrent::MAX_CONV_KERNEL`] values),
+/// which it converts to f32 whole.
+pub fn placeable_in_pieces(info: &TensorInfo) -> bool {
+    !is_vector(info)
+        && info
+            .shape
+            .first()
+            .is_some_and(|&n| n > super::recurrent::MAX_CONV_KERNEL as u64)
+}
+
 /// How many matrices a tensor stacks: the product of its dimensions past the second (a 3-D
 /// expert tensor `[n_in, n_out, n_expert]` holds `n_expert`).
 pub fn stacked_matrices(info: &TensorInfo) -> usize {
@@ -186,14 +197,14 @@ pub fn stacked_matrices(info: &TensorInfo) -> usize {
 /// A weight tensor seen as a matrix for a backend's `load_weight`: `(n_in, n_out)`, `n_out`
 /// rows of `n_in` values (the first GGUF dimension is the row). Rows must be whole blocks of
 /// the tensor's type. For a matrix (2 or more dimensions) `supported` says whether the backend
-/// multiplies its type, and the data must hold exactly the rows.
+/// multiplies its type, and the data (`data_len` bytes) must hold exactly the rows.
 pub fn weight_matrix(
     name: &str,
-    view: &TensorView<'_>,
+    info: &TensorInfo,
+    data_len: usize,
     supported: impl Fn(GgmlType) -> bool,
     backend: &'static str,
 ) -> Result<(usize, usize), BackendError> {
-    let info = view.info;
     let bad = |problem: String| BackendError::BadTensor {
         tensor: name.to_string(),
         problem,
@@ -212,7 +223,7 @@ pub fn weight_matrix(
                 backend,
             });
         }
-        ty.check_len(view.data.len(), n_in * n_out)?;
+        ty.check_len(data_len, n_in * n_out)?;
     }
     Ok((n_in, n_out))
 }

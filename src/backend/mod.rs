@@ -37,7 +37,7 @@ pub mod webgpu;
 
 use std::sync::Arc;
 
-pub use any::{AnyBackend, BackendKind};
+pub use any::{AnyBackend, AnyWeight, BackendKind};
 pub use attn::{AttnParams, SeqAttn, MAX_HEAD_DIM};
 pub use kv::KvType;
 pub use moe::{Gating, MatId, Route, Strided};

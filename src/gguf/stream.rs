@@ -6,6 +6,10 @@
 //! A split set streams part after part. The caller announces each part's length before its
 //! bytes ([`GgufStream::begin`]: HTTP `Content-Length`, a `Blob`'s size): counts in the header
 //! are checked against it, as they are against a whole file's size.
+//!
+//! A reader that can place a tensor bit by bit (the WebGPU backend writes rows into buffers it
+//! made at the tensor's start) takes large tensors in pieces of whole rows instead
+//! ([`Arrivals::pieces`]): then the stream holds at most one piece and a row, not the tensor.
 
 use super::parse::{self, Header, ParseError};
 use super::{GgufError, GgufFile, Source, TensorInfo, TensorView};
@@ -34,8 +38,50 @@ struct Parsed {
     /// This part's tensors (as the file model names them), ordered by offset.
     tensors: Vec<TensorInfo>,
     next: usize,
-    /// The bytes of `tensors[next]` received so far, when they span several chunks.
+    /// The bytes of `tensors[next]` received so far, when they span several chunks (in pieces:
+    /// those not handed out yet, less than a piece and a row).
     pending: Vec<u8>,
+    /// How `tensors[next]` is handed out, once its first bytes are in.
+    mode: Option<Mode>,
+}
+
+/// How the tensor being received is handed out.
+#[derive(Clone, Copy)]
+enum Mode {
+    Whole,
+    /// In pieces of `rows` whole rows of `row_bytes`; `row0` rows handed out so far.
+    Pieces {
+        row_bytes: usize,
+        rows: usize,
+        row0: usize,
+    },
+}
+
+/// What a stream's reader does with the tensors as they arrive, in file order.
+pub trait Arrivals {
+    type Error: From<GgufError>;
+    /// A tensor whose bytes are all here.
+    fn whole(&mut self, tensor: TensorView<'_>) -> Result<(), Self::Error>;
+    /// Whether `info`, whose bytes span chunks, should rather arrive in pieces, and of how many
+    /// bytes at most (rounded down to whole rows, at least one row). `None`: whole.
+    fn pieces(&mut self, _info: &TensorInfo) -> Result<Option<usize>, Self::Error> {
+        Ok(None)
+    }
+    /// Rows `row0..` of a tensor taken in pieces (`data`: whole rows in the file layout); the
+    /// piece that reaches the tensor's end is its last.
+    fn piece(&mut self, _info: &TensorInfo, _row0: usize, _data: &[u8]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// [`Arrivals`] of a closure that takes every tensor whole.
+struct Whole<'f, E>(&'f mut dyn FnMut(TensorView<'_>) -> Result<(), E>);
+
+impl<E: From<GgufError>> Arrivals for Whole<'_, E> {
+    type Error = E;
+    fn whole(&mut self, tensor: TensorView<'_>) -> Result<(), E> {
+        (self.0)(tensor)
+    }
 }
 
 /// A GGUF file (or split set) read from a stream of chunks: [`Self::begin`] each part with its
@@ -80,7 +126,7 @@ impl GgufStream {
         if size == 0 {
             // Parsing empty bytes gives the error an empty file deserves.
             let mut none = |_: TensorView<'_>| Ok::<(), GgufError>(());
-            self.take(&[], &mut none)?;
+            self.take(&[], &mut Whole(&mut none))?;
         }
         Ok(())
     }
@@ -107,6 +153,11 @@ impl GgufStream {
         chunk: &[u8],
         on_tensor: &mut dyn FnMut(TensorView<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.push_to(chunk, &mut Whole(on_tensor))
+    }
+
+    /// [`Self::push`] to a reader that may take large tensors in pieces.
+    pub fn push_to<A: Arrivals + ?Sized>(&mut self, chunk: &[u8], to: &mut A) -> Result<(), A::Error> {
         let Some(c) = &self.current else {
             return Err(GgufError::Stream("bytes before a file was begun".into()).into());
         };
@@ -118,7 +169,7 @@ impl GgufStream {
             ))
             .into());
         }
-        self.take(chunk, on_tensor)
+        self.take(chunk, to)
     }
 
     /// The file's metadata and tensor table, once every byte of every part has arrived.
@@ -148,11 +199,7 @@ impl GgufStream {
     }
 
     /// Bytes `mine` of the current part (which they do not overrun).
-    fn take<E: From<GgufError>>(
-        &mut self,
-        mine: &[u8],
-        on_tensor: &mut dyn FnMut(TensorView<'_>) -> Result<(), E>,
-    ) -> Result<(), E> {
+    fn take<A: Arrivals + ?Sized>(&mut self, mine: &[u8], to: &mut A) -> Result<(), A::Error> {
         let part = self.done.len();
         let Some(c) = self.current.as_mut() else {
             return Ok(());
@@ -160,7 +207,7 @@ impl GgufStream {
         let start = c.pos;
         c.pos += mine.len() as u64;
         if c.header.is_some() {
-            feed(c, start, mine, on_tensor)?;
+            feed(c, start, mine, to)?;
         } else {
             c.head.extend_from_slice(mine);
             if c.head.len() >= c.next_try || c.pos == c.size {
@@ -169,7 +216,7 @@ impl GgufStream {
                         let head = std::mem::take(&mut c.head);
                         c.header = Some(parsed(header, part)?);
                         // What arrived with the header may already hold tensor data.
-                        feed(c, 0, &head, on_tensor)?;
+                        feed(c, 0, &head, to)?;
                     }
                     Err(ParseError::Incomplete { need }) => {
                         c.next_try = (need as usize).max(c.head.len() * RETRY_GROWTH);
@@ -228,6 +275,7 @@ fn parsed(header: Header, part: usize) -> Result<Parsed, GgufError> {
         tensors,
         next: 0,
         pending: Vec::new(),
+        mode: None,
     })
 }
 
@@ -244,13 +292,8 @@ impl Current {
 }
 
 /// Bytes `bytes` of the current part, starting at offset `start` of the part, after its header
-/// was parsed: hand out every tensor they complete.
-fn feed<E: From<GgufError>>(
-    c: &mut Current,
-    start: u64,
-    bytes: &[u8],
-    on_tensor: &mut dyn FnMut(TensorView<'_>) -> Result<(), E>,
-) -> Result<(), E> {
+/// was parsed: hand out every tensor (or piece) they complete.
+fn feed<A: Arrivals + ?Sized>(c: &mut Current, start: u64, bytes: &[u8], to: &mut A) -> Result<(), A::Error> {
     let Some(p) = c.header.as_mut() else {
         return Ok(());
     };
@@ -264,34 +307,104 @@ fn feed<E: From<GgufError>>(
         // The part of this tensor that lies in `bytes` (it may have begun in an earlier chunk).
         let lo = (t_start.max(start) - start) as usize;
         let hi = (t_end.min(end) - start) as usize;
-        let complete_here = t_start >= start && t_end <= end && p.pending.is_empty();
-        if complete_here {
-            on_tensor(TensorView {
-                info: t,
-                data: &bytes[lo..hi],
-            })?;
-        } else {
-            if p.pending.is_empty() {
-                // Bounded by the announced file size, which the header was checked against;
-                // that size comes from the sender (HTTP `Content-Length`), so a length no
-                // memory can hold is an error, not an abort.
-                let fits = usize::try_from(t.bytes).is_ok_and(|n| p.pending.try_reserve_exact(n).is_ok());
-                if !fits {
-                    return Err(GgufError::Stream(format!(
-                        "tensor '{}' needs {} bytes, which cannot be allocated",
-                        t.name, t.bytes
-                    ))
-                    .into());
+        let mode = match p.mode {
+            Some(m) => m,
+            None if t_end <= end => Mode::Whole,
+            None => pieces_of(t, to.pieces(t)?),
+        };
+        p.mode = Some(mode);
+        match mode {
+            Mode::Whole if t_start >= start && t_end <= end && p.pending.is_empty() => {
+                to.whole(TensorView {
+                    info: t,
+                    data: &bytes[lo..hi],
+                })?;
+            }
+            Mode::Whole => {
+                if p.pending.is_empty() {
+                    reserve(&mut p.pending, t, t.bytes)?;
                 }
+                p.pending.extend_from_slice(&bytes[lo..hi]);
+                if (p.pending.len() as u64) < t.bytes {
+                    break;
+                }
+                let data = std::mem::take(&mut p.pending);
+                to.whole(TensorView { info: t, data: &data })?;
             }
-            p.pending.extend_from_slice(&bytes[lo..hi]);
-            if (p.pending.len() as u64) < t.bytes {
-                break;
+            Mode::Pieces { row_bytes, rows, row0 } => {
+                let piece = rows * row_bytes;
+                if p.pending.capacity() == 0 {
+                    reserve(&mut p.pending, t, (piece + row_bytes) as u64)?;
+                }
+                let mut row0 = row0;
+                let mut rest = &bytes[lo..hi];
+                // Whole pieces straight from the chunk where nothing is pending, else through
+                // `pending`, a piece at a time.
+                while !rest.is_empty() {
+                    if p.pending.is_empty() && rest.len() >= piece {
+                        to.piece(t, row0, &rest[..piece])?;
+                        row0 += rows;
+                        rest = &rest[piece..];
+                        continue;
+                    }
+                    let take = (piece - p.pending.len()).min(rest.len());
+                    p.pending.extend_from_slice(&rest[..take]);
+                    rest = &rest[take..];
+                    if p.pending.len() == piece {
+                        to.piece(t, row0, &p.pending)?;
+                        row0 += rows;
+                        p.pending.clear();
+                    }
+                }
+                if t_end > end {
+                    p.mode = Some(Mode::Pieces { row_bytes, rows, row0 });
+                    break;
+                }
+                // The tensor's last rows (its bytes are whole rows: checked by `pieces_of`).
+                if !p.pending.is_empty() {
+                    to.piece(t, row0, &p.pending)?;
+                }
+                p.pending = Vec::new();
             }
-            let data = std::mem::take(&mut p.pending);
-            on_tensor(TensorView { info: t, data: &data })?;
         }
+        p.mode = None;
         p.next += 1;
     }
     Ok(())
+}
+
+/// The mode of tensor `t` for a reader that asked for pieces of at most `piece` bytes: whole
+/// rows of `t` (at least one), or the whole tensor where its bytes are not whole rows.
+fn pieces_of(t: &TensorInfo, piece: Option<usize>) -> Mode {
+    let Some(piece) = piece else {
+        return Mode::Whole;
+    };
+    let ty = t.ty;
+    let row_bytes = t
+        .shape
+        .first()
+        .map_or(0, |&n| n as usize / ty.block_size() * ty.block_bytes());
+    if row_bytes == 0 || !t.bytes.is_multiple_of(row_bytes as u64) {
+        return Mode::Whole;
+    }
+    Mode::Pieces {
+        row_bytes,
+        rows: (piece / row_bytes).max(1),
+        row0: 0,
+    }
+}
+
+/// Room for `n` more bytes of tensor `t` in `buf`. Bounded by the announced file size, which
+/// the header was checked against; that size comes from the sender (HTTP `Content-Length`), so
+/// a length no memory can hold is an error, not an abort.
+fn reserve(buf: &mut Vec<u8>, t: &TensorInfo, n: u64) -> Result<(), GgufError> {
+    let fits = usize::try_from(n).is_ok_and(|n| buf.try_reserve_exact(n).is_ok());
+    if fits {
+        Ok(())
+    } else {
+        Err(GgufError::Stream(format!(
+            "tensor '{}' needs {} bytes, which cannot be allocated",
+            t.name, n
+        )))
+    }
 }

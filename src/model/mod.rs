@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 pub use blocks::{Batch, HeadResult, HeadWant, OutputHead, Scratch, ScratchDims, SeqChunk};
 pub use state::{KvCache, SeqState, SequenceMemory};
-pub use tensors::{Loader, Placed};
+pub use tensors::{Loader, Placed, Placement};
 
 use crate::backend::{Backend, BackendError, KvType, Readback};
 use crate::gguf::{GgufError, GgufFile};

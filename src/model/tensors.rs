@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::ModelError;
-use crate::backend::{Backend, BackendError};
-use crate::gguf::{GgufFile, TensorView};
+use crate::backend::{AnyBackend, Backend, BackendError};
+use crate::gguf::stream::Arrivals;
+use crate::gguf::{GgufError, GgufFile, TensorView};
 
 /// Weights placed on a backend while their file streamed in, by tensor name. A tensor the
 /// backend could not place keeps its error, reported only if the model asks for it.
@@ -31,7 +32,12 @@ impl<B: Backend> Placed<B> {
     /// Place `tensor` on `be` and keep it (or the error) under its name.
     pub fn place(&self, be: &B, tensor: TensorView<'_>) {
         let weight = be.place_weight(tensor);
-        self.lock().insert(tensor.info.name.clone(), weight);
+        self.keep(tensor.info.name.clone(), weight);
+    }
+
+    /// Keep a weight placed another way (or the error placing it) under `name`.
+    pub fn keep(&self, name: String, weight: Result<B::Weight, BackendError>) {
+        self.lock().insert(name, weight);
     }
 
     /// How many tensors were placed or failed.
@@ -53,6 +59,89 @@ impl<B: Backend> Placed<B> {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Result<B::Weight, BackendError>>> {
         // A panic while holding the map cannot leave it half-changed (one insert or remove).
         self.weights.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The weights of a file streamed onto an [`AnyBackend`] ([`crate::gguf::stream`]): whole
+/// tensors go to [`Placed`]; on WebGPU a matrix larger than `piece` bytes arrives in pieces of
+/// whole rows that go straight to its GPU buffers (a
+/// [`crate::backend::webgpu::WeightWriter`]), so the stream holds one piece, not the tensor.
+pub struct Placement {
+    placed: Placed<AnyBackend>,
+    #[cfg_attr(not(tinyllm_webgpu), allow(dead_code))]
+    piece: usize,
+    /// The matrix being written piece by piece.
+    #[cfg(tinyllm_webgpu)]
+    writer: Option<crate::backend::webgpu::WeightWriter>,
+}
+
+impl Placement {
+    /// Large matrices in pieces of at most `piece` bytes (on WebGPU).
+    pub fn new(piece: usize) -> Self {
+        Placement {
+            placed: Placed::default(),
+            piece,
+            #[cfg(tinyllm_webgpu)]
+            writer: None,
+        }
+    }
+
+    /// The stream's reader placing onto `be`.
+    pub fn onto<'a>(&'a mut self, be: &'a AnyBackend) -> impl Arrivals<Error = GgufError> + 'a {
+        Onto { be, to: self }
+    }
+
+    /// The weights placed (a matrix cut short by the stream's end is not among them).
+    pub fn into_placed(self) -> Placed<AnyBackend> {
+        self.placed
+    }
+}
+
+/// [`Placement::onto`]'s reader.
+struct Onto<'a> {
+    be: &'a AnyBackend,
+    to: &'a mut Placement,
+}
+
+impl Arrivals for Onto<'_> {
+    type Error = GgufError;
+
+    fn whole(&mut self, tensor: TensorView<'_>) -> Result<(), GgufError> {
+        self.to.placed.place(self.be, tensor);
+        Ok(())
+    }
+
+    #[cfg(tinyllm_webgpu)]
+    fn pieces(&mut self, info: &crate::gguf::TensorInfo) -> Result<Option<usize>, GgufError> {
+        let AnyBackend::WebGpu(g) = self.be else {
+            return Ok(None);
+        };
+        if info.bytes <= self.to.piece as u64 {
+            return Ok(None);
+        }
+        match g.weight_writer(info) {
+            Ok(Some(w)) => self.to.writer = Some(w),
+            Ok(None) => return Ok(None),
+            // Its pieces are dropped; the model reports the error if it asks for the tensor.
+            Err(e) => self.to.placed.keep(info.name.clone(), Err(e)),
+        }
+        Ok(Some(self.to.piece))
+    }
+
+    #[cfg(tinyllm_webgpu)]
+    fn piece(&mut self, info: &crate::gguf::TensorInfo, row0: usize, data: &[u8]) -> Result<(), GgufError> {
+        let (AnyBackend::WebGpu(g), Some(mut w)) = (self.be, self.to.writer.take()) else {
+            return Ok(());
+        };
+        match w.rows(g, row0, data) {
+            Err(e) => self.to.placed.keep(info.name.clone(), Err(e)),
+            Ok(()) if w.is_complete() => {
+                let weight = w.finish().map(crate::backend::AnyWeight::WebGpu);
+                self.to.placed.keep(info.name.clone(), weight);
+            }
+            Ok(()) => self.to.writer = Some(w),
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,8 @@
 //! Loading a model while its file arrives: the JavaScript side fetches (or reads a `File`) and
 //! pushes chunks; each tensor goes to the backend the moment its bytes are complete
-//! (`tinyllm::gguf::stream`), so the whole file never sits in wasm memory. On WebGPU the
+//! (`tinyllm::gguf::stream`), so the whole file never sits in wasm memory. On WebGPU a large
+//! matrix goes to the GPU in pieces of at most [`GPU_PIECE`] bytes as they arrive (its buffers
+//! made when it begins), so the wasm memory holds one piece, not the tensor. On WebGPU the
 //! uploads run inside an out-of-memory error scope: the browser reports a failed allocation
 //! there, not as a return value, and [`ModelLoader::finish`] turns it into `GPU_OUT_OF_MEMORY`.
 
@@ -10,8 +12,8 @@ use js_sys::Promise;
 use tinyllm::backend::{AnyBackend, BackendKind};
 use tinyllm::engine::Engine;
 use tinyllm::gguf::stream::GgufStream;
-use tinyllm::gguf::{GgufError, Value};
-use tinyllm::model::Placed;
+use tinyllm::gguf::Value;
+use tinyllm::model::Placement;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
@@ -21,12 +23,17 @@ use crate::error::WebError;
 #[cfg(not(target_feature = "atomics"))]
 type GpuScope = tinyllm::backend::webgpu::wgpu::ErrorScopeGuard;
 
+/// The largest piece of a matrix held in wasm memory on its way to the GPU (whole rows; a row
+/// larger than this is one piece). Small enough not to matter beside the tokenizer, large
+/// enough that a 2 GB model's load makes a few hundred writes.
+pub const GPU_PIECE: usize = 4 << 20;
+
 /// A model being loaded. See the module docs.
 #[wasm_bindgen]
 pub struct ModelLoader {
     stream: Option<GgufStream>,
     backend: Option<AnyBackend>,
-    placed: Placed<AnyBackend>,
+    placement: Placement,
     /// Whether the architecture and the memory were checked (once the first header is in).
     arch_checked: bool,
     /// The first part's bytes until its header parses (the memory check reads it), and that
@@ -69,7 +76,7 @@ impl ModelLoader {
         Ok(ModelLoader {
             stream: Some(GgufStream::new(parts as usize).map_err(WebError::gguf)?),
             backend: Some(be),
-            placed: Placed::default(),
+            placement: Placement::new(GPU_PIECE),
             arch_checked: false,
             head: Vec::new(),
             first_size: 0,
@@ -129,12 +136,8 @@ impl ModelLoader {
         };
         #[cfg(target_feature = "atomics")]
         let gpu_max_buffer = 0.0;
-        let placed = &self.placed;
         stream
-            .push::<GgufError>(chunk, &mut |t| {
-                placed.place(be, t);
-                Ok(())
-            })
+            .push_to(chunk, &mut self.placement.onto(be))
             .map_err(WebError::gguf)?;
         if self.arch_checked {
             return Ok(());
@@ -162,7 +165,7 @@ impl ModelLoader {
     pub fn finish(&mut self, context_size: u32, name: String) -> Promise {
         let stream = self.stream.take();
         let backend = self.backend.take();
-        let placed = std::mem::take(&mut self.placed);
+        let placed = std::mem::replace(&mut self.placement, Placement::new(GPU_PIECE)).into_placed();
         #[cfg(not(target_feature = "atomics"))]
         let oom = self.oom.take();
         future_to_promise(async move {

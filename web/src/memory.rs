@@ -6,13 +6,17 @@
 //! * on the CPU, the weights, the KV cache, the activations and the tokenizer once loaded; while
 //!   loading, everything placed so far plus the tensor being placed twice (its streamed bytes
 //!   and the weight made from them), the largest of those over the file's tensors;
-//! * on WebGPU, the weights live on the GPU: the wasm memory holds the tokenizer and one tensor
-//!   in flight, twice (its bytes and the copy laid out for the GPU).
+//! * on WebGPU, the weights live on the GPU: the wasm memory holds the tokenizer and what is in
+//!   flight to the GPU: a matrix larger than [`crate::load::GPU_PIECE`] one piece at a time (the
+//!   piece, its copy laid out for a texture, the texture row carried over: at most three
+//!   pieces), a smaller tensor whole, twice (its bytes and the copy for the GPU; a vector's
+//!   f32 values instead).
 //!
 //! Both add the module's own memory (code data, stacks, allocator slack) and the header's
 //! parsed metadata, which the stream holds while the weights arrive.
 
 use serde_json::{json, Value};
+use tinyllm::backend::checks::placeable_in_pieces;
 use tinyllm::gguf::GgufFile;
 use tinyllm::model::memory::{estimate, MemoryNeed};
 use wasm_bindgen::prelude::*;
@@ -40,6 +44,20 @@ fn streamed_peak(file: &GgufFile) -> u64 {
     peak
 }
 
+/// The peak of the tensors' way to the GPU on WebGPU (see the module doc).
+fn gpu_load_peak(file: &GgufFile) -> u64 {
+    let piece = crate::load::GPU_PIECE as u64;
+    file.tensors()
+        .iter()
+        .map(|t| match t.bytes {
+            b if b > piece && placeable_in_pieces(t) => 3 * piece,
+            b if placeable_in_pieces(t) => 2 * b,
+            b => b + 4 * t.elements(),
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The wasm memory a model will take at its peak on `backend` (`cpu` or `webgpu`), and on
 /// WebGPU the GPU memory.
 pub struct Need {
@@ -57,7 +75,7 @@ impl Need {
         Ok(Need {
             parts,
             wasm_cpu: fixed + streamed_peak(file).max(running),
-            wasm_webgpu: fixed + 2 * parts.largest_tensor,
+            wasm_webgpu: fixed + gpu_load_peak(file),
             gpu: running,
         })
     }

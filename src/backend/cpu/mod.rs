@@ -178,7 +178,7 @@ impl CpuBackend {
         rows: impl FnOnce() -> WeightData,
     ) -> Result<CpuWeight, BackendError> {
         let info = view.info;
-        let (n_in, n_out) = weight_matrix(&info.name, &view, quant::has_vec_dot, "cpu")?;
+        let (n_in, n_out) = weight_matrix(&info.name, info, view.data.len(), quant::has_vec_dot, "cpu")?;
         // A stack of matrices (experts) is interleaved only where each matrix is whole tiles,
         // so a matmul can start at any matrix.
         let mats = checks::stacked_matrices(info);

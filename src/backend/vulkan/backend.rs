@@ -630,7 +630,7 @@ impl Backend for VulkanBackend {
     fn place_weight(&self, view: TensorView<'_>) -> Result<VulkanWeight, BackendError> {
         let info = view.info;
         let name = info.name.as_str();
-        let (n_in, n_out) = weight_matrix(name, &view, kernels::supports, "vulkan")?;
+        let (n_in, n_out) = weight_matrix(name, view.info, view.data.len(), kernels::supports, "vulkan")?;
         let ty = info.ty;
         let row_bytes = n_in / ty.block_size() * ty.block_bytes();
         let mut w = VulkanWeight {

@@ -33,18 +33,20 @@
 mod buffers;
 mod context;
 mod mapped;
+mod placing;
 mod recorder;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use buffers::{Part, Store};
+use buffers::Store;
 pub use buffers::{WebGpuBuffer, WebGpuKv, WebGpuWeight};
 #[cfg(not(target_arch = "wasm32"))]
 pub use context::list_adapters;
 use context::Context;
 pub use context::{AdapterReport, WebGpuError};
 use mapped::{MappedRead, StagingPool};
+pub use placing::WeightWriter;
 pub use recorder::Counters;
 use recorder::{Bind, Recorder};
 /// The wgpu this backend is built on (front ends that reach the device use the same one).
@@ -52,7 +54,7 @@ pub use wgpu;
 
 use super::checks::{self, shape, weight_matrix};
 use super::gpu::ops;
-use super::gpu::plan::{self, AttnPlan, MatShape, PartRows};
+use super::gpu::plan::{self, AttnPlan, MatShape};
 pub use super::gpu::{kernels, MatmulVariant, KV_CHUNK};
 use super::gpu::{texlayout, Dispatch, Kernel, Strategy, TEX_ROW_BYTES, X_WINDOW_BYTES};
 use super::readback::MaybeSend;
@@ -60,7 +62,7 @@ use super::recurrent::MAX_CONV_KERNEL;
 use super::{
     Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
 };
-use crate::gguf::{GgufFile, TensorView};
+use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::GgmlType;
 use crate::sample::Candidates;
 
@@ -413,6 +415,40 @@ impl WebGpuBackend {
         })
     }
 
+    /// A weight of `info` (`n_in` values per row, `n_out` rows) with nothing placed yet.
+    fn skeleton(&self, info: &TensorInfo, n_in: usize, n_out: usize) -> WebGpuWeight {
+        let ty = info.ty;
+        WebGpuWeight {
+            name: info.name.clone(),
+            ty,
+            n_in,
+            n_out,
+            mats: checks::stacked_matrices(info),
+            row_bytes: n_in / ty.block_size() * ty.block_bytes(),
+            stride: texlayout::stride(ty, n_in),
+            parts: Vec::new(),
+            dense: None,
+            short_rows: None,
+            cache: Arc::downgrade(&self.rec),
+        }
+    }
+
+    /// A writer that places matrix `info` a piece of rows at a time as they arrive
+    /// ([`WeightWriter`]), or `None` for a tensor that must be placed whole
+    /// ([`Backend::place_weight`]: vectors and conv kernels, which are converted to f32).
+    pub fn weight_writer(&self, info: &TensorInfo) -> Result<Option<WeightWriter>, BackendError> {
+        let name = info.name.as_str();
+        let bytes = usize::try_from(info.bytes).map_err(|_| BackendError::BadTensor {
+            tensor: name.to_string(),
+            problem: format!("{} bytes do not fit this machine's memory", info.bytes),
+        })?;
+        let (n_in, n_out) = weight_matrix(name, info, bytes, kernels::supports, "webgpu")?;
+        if !checks::placeable_in_pieces(info) {
+            return Ok(None);
+        }
+        self.weight_writer_for(info, n_in, n_out, None).map(Some)
+    }
+
     /// A storage buffer holding `data` (padded to 4 bytes).
     fn upload(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer, BackendError> {
         let size = (data.len() as u64).max(16).div_ceil(4) * 4;
@@ -429,53 +465,6 @@ impl WebGpuBackend {
             .copy_from_slice(data);
         buf.unmap();
         Ok(buf)
-    }
-
-    /// A texture holding `rows` rows of GGUF blocks of type `ty` from `data`, laid out by
-    /// texlayout.rs.
-    fn upload_texture(
-        &self,
-        label: &str,
-        ty: GgmlType,
-        n_in: usize,
-        data: &[u8],
-        rows: usize,
-    ) -> (wgpu::Texture, wgpu::TextureView) {
-        let bytes = (rows * texlayout::stride(ty, n_in)) as u64;
-        let height = bytes.div_ceil(TEX_ROW_BYTES).max(1);
-        let padded = texlayout::lay_out(ty, n_in, data, rows, (height * TEX_ROW_BYTES) as usize);
-        let size = wgpu::Extent3d {
-            width: (TEX_ROW_BYTES / 16) as u32,
-            height: height as u32,
-            depth_or_array_layers: 1,
-        };
-        let tex = self.ctx.device.create_texture(&wgpu::TextureDescriptor {
-            label: Some(label),
-            size,
-            mip_level_count: 1,
-            sample_count: 1,
-            dimension: wgpu::TextureDimension::D2,
-            format: wgpu::TextureFormat::Rgba32Uint,
-            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-            view_formats: &[],
-        });
-        self.ctx.queue.write_texture(
-            wgpu::TexelCopyTextureInfo {
-                texture: &tex,
-                mip_level: 0,
-                origin: wgpu::Origin3d::ZERO,
-                aspect: wgpu::TextureAspect::All,
-            },
-            &padded,
-            wgpu::TexelCopyBufferLayout {
-                offset: 0,
-                bytes_per_row: Some(TEX_ROW_BYTES as u32),
-                rows_per_image: None,
-            },
-            size,
-        );
-        let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
-        (tex, view)
     }
 
     /// Copy `bytes` bytes of `src` into a staging buffer after all recorded work, submit, and
@@ -664,28 +653,10 @@ impl Backend for WebGpuBackend {
     fn place_weight(&self, view: TensorView<'_>) -> Result<WebGpuWeight, BackendError> {
         let info = view.info;
         let name = info.name.as_str();
-        let (n_in, n_out) = weight_matrix(name, &view, kernels::supports, "webgpu")?;
-        let ty = info.ty;
-        let bad = |problem: String| BackendError::BadTensor {
-            tensor: name.to_string(),
-            problem,
-        };
-        let row_bytes = n_in / ty.block_size() * ty.block_bytes();
-        let mut w = WebGpuWeight {
-            name: name.to_string(),
-            ty,
-            n_in,
-            n_out,
-            mats: checks::stacked_matrices(info),
-            row_bytes,
-            stride: texlayout::stride(ty, n_in),
-            parts: Vec::new(),
-            dense: None,
-            short_rows: None,
-            cache: Arc::downgrade(&self.rec),
-        };
+        let (n_in, n_out) = weight_matrix(name, info, view.data.len(), kernels::supports, "webgpu")?;
         if checks::is_vector(info) {
             let v = view.to_f32()?;
+            let mut w = self.skeleton(info, n_in, n_out);
             w.dense = Some(self.upload(name, bytemuck::cast_slice(&v))?);
             return Ok(w);
         }
@@ -693,51 +664,15 @@ impl Backend for WebGpuBackend {
         // that short belong to no real matmul weight, so the f32 copy costs little; it is
         // kept beside the matrix, which still multiplies.
         let short_bytes = (n_in * n_out) as u64 * 4;
-        if n_in <= MAX_CONV_KERNEL && short_bytes <= self.max_binding {
+        let short_rows = if n_in <= MAX_CONV_KERNEL && short_bytes <= self.max_binding {
             let v = view.to_f32()?;
-            w.short_rows = Some(self.upload(name, bytemuck::cast_slice(&v))?);
-        }
-        // Stacks (experts, MLA's per-head matrices) are read by matmul_id.wgsl, from buffers.
-        let textured = w.mats == 1 && self.strategy.textured(n_in);
-        // Parts hold at most `max_binding` bytes of blocks (the option splits texture parts as it
-        // splits buffers); a texture part also at most as many rows as the device's textures.
-        let mut rows_per_part = (self.max_binding as usize / row_bytes).min(n_out);
-        if textured {
-            let tex_bytes = TEX_ROW_BYTES * u64::from(self.ctx.limits.max_texture_dimension_2d);
-            rows_per_part = rows_per_part.min(tex_bytes as usize / w.stride);
-        }
-        if rows_per_part == 0 {
-            return Err(bad(format!(
-                "one row ({row_bytes} bytes) exceeds the device's largest weight binding ({} bytes)",
-                self.max_binding
-            )));
-        }
-        if textured {
-            self.pipe_op("load_weight", self.strategy.matmul_tex_kernel(ty, 1))?;
-            self.pipe_op("load_weight", Kernel::EmbedTex(ty))?;
-        } else if w.mats > 1 {
-            self.pipe_op("load_weight", Kernel::MatmulId(ty))?;
+            Some(self.upload(name, bytemuck::cast_slice(&v))?)
         } else {
-            self.pipe_op("load_weight", self.strategy.matmul_kernel(ty, n_in))?;
-            self.pipe_op("load_weight", Kernel::Embed(ty))?;
-        }
-        let mut row0 = 0;
-        while row0 < n_out {
-            let rows = rows_per_part.min(n_out - row0);
-            let bytes = &view.data[row0 * row_bytes..(row0 + rows) * row_bytes];
-            let store = if textured {
-                let (tex, view) = self.upload_texture(name, ty, n_in, bytes, rows);
-                Store::Texture(tex, view)
-            } else {
-                Store::Buffer(self.upload(name, bytes)?)
-            };
-            w.parts.push(Part {
-                rows: PartRows { row0, rows },
-                store,
-            });
-            row0 += rows;
-        }
-        Ok(w)
+            None
+        };
+        let mut writer = self.weight_writer_for(info, n_in, n_out, short_rows)?;
+        writer.rows(self, 0, view.data)?;
+        writer.finish()
     }
 
     fn alloc(&self, len: usize) -> Result<WebGpuBuffer, BackendError> {
