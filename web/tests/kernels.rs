@@ -156,6 +156,60 @@ fn wasm_tiles_match_the_oracle_on_the_golden_blocks() {
     }
 }
 
+/// Each SIMD set's Q8_0 activation blocks (quantized in vectors) are the oracle's byte for
+/// byte: random rows of several magnitudes, and blocks of ties (`x · 127 / amax` exactly half
+/// way, which go to even), zeros, NaNs, infinities, subnormals and values near f16's range.
+#[wasm_bindgen_test]
+fn wasm_q8_0_activations_are_the_oracles_byte_for_byte() {
+    let oracle = Kernels::oracle();
+    let mut x: Vec<f32> = (0..64 * 32)
+        .map(|i| {
+            let t = (i as f32 * 0.7311).sin() * 1000.0f32.powf(((i / 32) % 7) as f32 / 3.0 - 1.0);
+            if i % 97 == 0 {
+                0.0
+            } else {
+                t
+            }
+        })
+        .collect();
+    let special: [[f32; 4]; 6] = [
+        [127.0, 2.5, -3.5, 0.5],
+        [127.0, -0.5, 1.5, -126.5],
+        [f32::NAN, 1.0, -2.0, 3.0],
+        [f32::INFINITY, 1.0, 0.0, -1.0],
+        [1e-40, -3e-41, 0.0, 7e-45],
+        [65504.0 * 127.0, -1e38, 3e38, 1.0],
+    ];
+    for s in special {
+        x.extend((0..32).map(|i| s[i % 4] * if i < 4 { 1.0 } else { 0.25 * (i % 5) as f32 }));
+    }
+    x.extend([0.0f32; 32]);
+    let k = 64;
+    for kernels in kernel_sets().into_iter().filter(|k| k.variant != "portable") {
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q5_0,
+            GgmlType::Q4_1,
+            GgmlType::IQ4_NL,
+            GgmlType::MXFP4,
+        ] {
+            let got = (kernels.prepare)(ty, &x, k).unwrap();
+            let want = (oracle.prepare)(ty, &x, k).unwrap();
+            assert_eq!(got.rows(), want.rows());
+            assert!(!want.blocks().is_empty());
+            for (b, (g, w)) in got.blocks().chunks(34).zip(want.blocks().chunks(34)).enumerate() {
+                assert_eq!(
+                    g,
+                    w,
+                    "{} {ty}: block {b} of {:?}",
+                    kernels.variant,
+                    &x[32 * b..32 * b + 32]
+                );
+            }
+        }
+    }
+}
+
 /// The kernels' f16 conversion (vectors, no F16C in wasm) equals `half`'s for every value.
 #[cfg(target_feature = "simd128")]
 #[wasm_bindgen_test]

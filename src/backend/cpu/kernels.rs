@@ -81,6 +81,12 @@ impl Activations {
         self.rows
     }
 
+    /// The quantized blocks, row after row (empty where the kernels take f32 values): tests
+    /// compare each kernel set's with the oracle's.
+    pub fn blocks(&self) -> &[u8] {
+        &self.bytes
+    }
+
     fn row(&self, r: usize) -> &[f32] {
         self.values.get(r * self.k..(r + 1) * self.k).unwrap_or(&[])
     }

@@ -150,19 +150,72 @@ impl Dot for Relaxed {
 
 /// Activations for these kernels: the oracle's blocks (Q8_0 or Q8_K, byte for byte), and for
 /// Q8_0 each block's scale as f32 (`scales`) and the sum of its 32 values (`offsets`), which
-/// the offset and minimum terms take.
+/// the offset and minimum terms take. Q8_0 blocks are made here in vectors ([`q8_0_row`]),
+/// Q8_K ones by the oracle's quantizer.
 pub fn prepare(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
-    let mut a = super::kernels::prepare_blocks(ty, x, k)?;
-    if ty.vec_dot_type() == GgmlType::Q8_0 {
-        let blocks = a.bytes.len() / legacy::ACT_BLOCK;
-        a.scales.reserve(blocks);
-        a.offsets.reserve(blocks);
-        for b in a.bytes.chunks_exact(legacy::ACT_BLOCK) {
-            a.scales.push(half::f16::from_le_bytes([b[0], b[1]]).to_f32());
-            a.offsets.push(b[2..].iter().map(|&q| i32::from(q as i8)).sum());
-        }
+    if ty.vec_dot_type() != GgmlType::Q8_0 {
+        return super::kernels::prepare_blocks(ty, x, k);
+    }
+    if !k.is_multiple_of(32) {
+        return Err(QuantError::PartialBlock {
+            ty: GgmlType::Q8_0,
+            elements: k,
+            block_size: 32,
+        });
+    }
+    let rows = x.len().checked_div(k).unwrap_or(0);
+    let blocks = rows * k / 32;
+    let mut a = Activations::empty(rows, k);
+    a.row_bytes = k / 32 * legacy::ACT_BLOCK;
+    a.bytes = vec![0; blocks * legacy::ACT_BLOCK];
+    a.scales = vec![0.0; blocks];
+    a.offsets = vec![0; blocks];
+    for (b, x) in x[..rows * k].chunks_exact(32).enumerate() {
+        let (d, sum) = q8_0_block(x, &mut a.bytes[b * legacy::ACT_BLOCK..(b + 1) * legacy::ACT_BLOCK]);
+        a.scales[b] = d;
+        a.offsets[b] = sum;
     }
     Ok(a)
+}
+
+/// One Q8_0 activation block of the 32 values `x` into `out` (34 bytes), as the oracle's
+/// run-time quantizer makes it (`quant::legacy::quantize_q8_0`: `amax` ignoring NaNs, `d =
+/// amax / 127` as f16, `q = round_ties_even(x · 127 / amax)` saturated to i8, NaN to 0), in
+/// vectors; returns `d` as f32 and the sum of the 32 `q`.
+fn q8_0_block(x: &[f32], out: &mut [u8]) -> (f32, i32) {
+    // SAFETY: `x` holds 32 f32 (eight vectors) and `out` 34 bytes (the callers' chunks).
+    unsafe {
+        let p = x.as_ptr() as *const v128;
+        let v: [v128; 8] = core::array::from_fn(|i| v128_load(p.add(i)));
+        // `pmax(a, b)` is `a < b ? b : a`: a NaN in `b` is passed over, as `f32::max` does.
+        let mut m = f32x4_abs(v[0]);
+        for &vi in &v[1..] {
+            m = f32x4_pmax(m, f32x4_abs(vi));
+        }
+        let amax = [
+            f32x4_extract_lane::<0>(m),
+            f32x4_extract_lane::<1>(m),
+            f32x4_extract_lane::<2>(m),
+            f32x4_extract_lane::<3>(m),
+        ]
+        .into_iter()
+        .fold(0f32, f32::max);
+        let id = f32x4_splat(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let q: [v128; 8] = core::array::from_fn(|i| i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v[i], id))));
+        let lo = i8x16_narrow_i16x8(i16x8_narrow_i32x4(q[0], q[1]), i16x8_narrow_i32x4(q[2], q[3]));
+        let hi = i8x16_narrow_i16x8(i16x8_narrow_i32x4(q[4], q[5]), i16x8_narrow_i32x4(q[6], q[7]));
+        let d = half::f16::from_f32(amax / 127.0);
+        out[..2].copy_from_slice(&d.to_le_bytes());
+        v128_store(out.as_mut_ptr().add(2) as *mut v128, lo);
+        v128_store(out.as_mut_ptr().add(18) as *mut v128, hi);
+        let pairs = i16x8_add(i16x8_extadd_pairwise_i8x16(lo), i16x8_extadd_pairwise_i8x16(hi));
+        let quads = i32x4_extadd_pairwise_i16x8(pairs);
+        let sum = i32x4_extract_lane::<0>(quads)
+            + i32x4_extract_lane::<1>(quads)
+            + i32x4_extract_lane::<2>(quads)
+            + i32x4_extract_lane::<3>(quads);
+        (d.to_f32(), sum)
+    }
 }
 
 /// A tile kernel: rows `4·h..` (`h` the half) of the tile at `tile` (`nb` blocks) against
