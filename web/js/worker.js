@@ -95,6 +95,8 @@ async function probeWebGpu() {
 
 /** The most a wasm32 linear memory can hold. */
 const WASM32_MAX = 4294967296;
+/** The most bytes one `loader.push` copies into wasm memory. */
+const PUSH_BYTES = 1 << 20;
 
 /**
  * The device's memory where the browser says it (`navigator.deviceMemory`, GiB, rounded down
@@ -215,7 +217,9 @@ async function load(id, o, stop) {
       loader.begin(part.size);
       for await (const chunk of part.chunks) {
         if (stop()) throw new TinyLLMError('ABORTED', 'the load was aborted');
-        loader.push(chunk);
+        // Each push copies its bytes into wasm memory: slices of at most PUSH_BYTES keep that
+        // copy small whatever the source hands over at once (a cached Blob, a burst of fetch).
+        for (let at = 0; at < chunk.byteLength; at += PUSH_BYTES) loader.push(chunk.subarray(at, at + PUSH_BYTES));
         loaded += chunk.byteLength;
         report('load', false);
       }

@@ -24,9 +24,10 @@ use crate::error::WebError;
 type GpuScope = tinyllm::backend::webgpu::wgpu::ErrorScopeGuard;
 
 /// The largest piece of a matrix held in wasm memory on its way to the GPU (whole rows; a row
-/// larger than this is one piece). Small enough not to matter beside the tokenizer, large
-/// enough that a 2 GB model's load makes a few hundred writes.
-pub const GPU_PIECE: usize = 4 << 20;
+/// larger than this is one piece). Small beside the module and the tokenizer (about 45 MB
+/// together for the real models), so the allocator's slack around it is too; a 2 GB model's
+/// load makes about two thousand writes.
+pub const GPU_PIECE: usize = 1 << 20;
 
 /// A model being loaded. See the module docs.
 #[wasm_bindgen]

@@ -8,9 +8,10 @@
 //!   and the weight made from them), the largest of those over the file's tensors;
 //! * on WebGPU, the weights live on the GPU: the wasm memory holds the tokenizer and what is in
 //!   flight to the GPU: a matrix larger than [`crate::load::GPU_PIECE`] one piece at a time (the
-//!   piece, its copy laid out for a texture, the texture row carried over: at most three
-//!   pieces), a smaller tensor whole, twice (its bytes and the copy for the GPU; a vector's
-//!   f32 values instead).
+//!   piece, the bytes laid out for a texture, less than a piece and a texture row, and the
+//!   worker's pushed slice of the download, at most a mebibyte: three pieces), a smaller tensor
+//!   whole, twice (its bytes and the copy for the GPU; a vector's f32 values instead); and
+//!   once running, the vocabulary-sized buffers of each step on the host ([`HOST_VOCAB_COPIES`]).
 //!
 //! Both add the module's own memory (code data, stacks, allocator slack) and the header's
 //! parsed metadata, which the stream holds while the weights arrive.
@@ -44,6 +45,12 @@ fn streamed_peak(file: &GgufFile) -> u64 {
     peak
 }
 
+/// 32-bit values per vocabulary entry a step on WebGPU holds in wasm memory: the logits read
+/// back (the mapped copy and the vector) and the sampler's candidates (an id and a value
+/// each). Fitted, not derived: with it the estimate is -4.4% (gemma3) and +8.1% (qwen2.5) of
+/// the measured peaks; the allocator's slack moves those peaks by a few MB between models.
+const HOST_VOCAB_COPIES: u64 = 4;
+
 /// The peak of the tensors' way to the GPU on WebGPU (see the module doc).
 fn gpu_load_peak(file: &GgufFile) -> u64 {
     let piece = crate::load::GPU_PIECE as u64;
@@ -56,6 +63,12 @@ fn gpu_load_peak(file: &GgufFile) -> u64 {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// Entries of the model's vocabulary.
+fn n_vocab(file: &GgufFile) -> u64 {
+    file.get_str_array("tokenizer.ggml.tokens")
+        .map_or(0, |v| v.len() as u64)
 }
 
 /// The wasm memory a model will take at its peak on `backend` (`cpu` or `webgpu`), and on
@@ -75,7 +88,7 @@ impl Need {
         Ok(Need {
             parts,
             wasm_cpu: fixed + streamed_peak(file).max(running),
-            wasm_webgpu: fixed + gpu_load_peak(file),
+            wasm_webgpu: fixed + gpu_load_peak(file) + HOST_VOCAB_COPIES * 4 * n_vocab(file),
             gpu: running,
         })
     }

@@ -70,13 +70,22 @@ pub fn stride(ty: GgmlType, n_in: usize) -> usize {
 /// `rows` rows of GGUF blocks (`row_bytes` each) laid out for a texture, `stride(ty, n_in)`
 /// bytes per row; the tail up to `total` bytes is zero.
 pub fn lay_out(ty: GgmlType, n_in: usize, data: &[u8], rows: usize, total: usize) -> Vec<u8> {
+    let mut out = vec![0u8; total.max(rows * stride(ty, n_in))];
+    lay_out_into(ty, n_in, data, rows, &mut out);
+    out
+}
+
+/// [`lay_out`] into `out` (zeroed, at least `rows · stride(ty, n_in)` bytes): the streamed
+/// placing lays a piece out straight into the bytes it carries to the texture.
+pub fn lay_out_into(ty: GgmlType, n_in: usize, data: &[u8], rows: usize, out: &mut [u8]) {
     let bb = ty.block_bytes();
     let blocks = n_in / ty.block_size();
     let row_bytes = blocks * bb;
     let stride = stride(ty, n_in);
-    let mut out = vec![0u8; total.max(rows * stride)];
     for (r, row) in data.chunks_exact(row_bytes).take(rows).enumerate() {
-        let dst = &mut out[r * stride..(r + 1) * stride];
+        let Some(dst) = out.get_mut(r * stride..(r + 1) * stride) else {
+            return;
+        };
         match planes(ty) {
             None => dst[..row_bytes].copy_from_slice(row),
             Some(p) => {
@@ -90,5 +99,4 @@ pub fn lay_out(ty: GgmlType, n_in: usize, data: &[u8], rows: usize, total: usize
             }
         }
     }
-    out
 }

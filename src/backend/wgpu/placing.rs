@@ -225,8 +225,11 @@ impl WeightWriter {
         if self.tail.is_empty() {
             self.tail_at = local * w.stride;
         }
-        let laid = texlayout::lay_out(w.ty, w.n_in, bytes, n, n * w.stride);
-        self.tail.extend_from_slice(&laid);
+        let at = self.tail.len();
+        // Exactly what is needed (no doubling): the wasm memory holds this beside the piece.
+        self.tail.reserve_exact(n * w.stride);
+        self.tail.resize(at + n * w.stride, 0);
+        texlayout::lay_out_into(w.ty, w.n_in, bytes, n, &mut self.tail[at..]);
         let row = TEX_ROW_BYTES as usize;
         if ends_part {
             self.tail.resize(self.tail.len().div_ceil(row) * row, 0);
