@@ -139,3 +139,28 @@ pub fn grid(n: usize) -> (u32, u32) {
     let x = n.min(MAX_GRID as usize);
     (x as u32, n.div_ceil(x) as u32)
 }
+
+/// Rows per part of weight `name` (`n_out` rows of `row_bytes`): at most `max_binding` bytes
+/// of rows, and in texture parts (`texture`: the texture's bytes and the row stride there) at
+/// most what one texture holds. An error when not even one row fits a binding.
+pub fn rows_per_part(
+    name: &str,
+    row_bytes: usize,
+    n_out: usize,
+    max_binding: u64,
+    texture: Option<(u64, usize)>,
+) -> Result<usize, BackendError> {
+    let mut rows = (max_binding as usize / row_bytes).min(n_out);
+    if let Some((bytes, stride)) = texture {
+        rows = rows.min(bytes as usize / stride);
+    }
+    if rows == 0 {
+        return Err(BackendError::BadTensor {
+            tensor: name.to_string(),
+            problem: format!(
+                "one row ({row_bytes} bytes) exceeds the device's largest weight binding ({max_binding} bytes)"
+            ),
+        });
+    }
+    Ok(rows)
+}

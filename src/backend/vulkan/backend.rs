@@ -659,20 +659,8 @@ impl Backend for VulkanBackend {
         }
         // Stacks (experts, MLA's per-head matrices) are read by matmul_id, from buffers.
         let textured = w.mats == 1 && self.inner.strategy.textured(n_in);
-        let mut rows_per_part = (self.inner.max_binding as usize / row_bytes).min(n_out);
-        if textured {
-            let image_bytes = TEX_ROW_BYTES * self.inner.max_image_rows;
-            rows_per_part = rows_per_part.min(image_bytes as usize / w.stride);
-        }
-        if rows_per_part == 0 {
-            return Err(BackendError::BadTensor {
-                tensor: name.to_string(),
-                problem: format!(
-                    "one row ({row_bytes} bytes) exceeds the device's largest weight binding ({} bytes)",
-                    self.inner.max_binding
-                ),
-            });
-        }
+        let image = textured.then_some((TEX_ROW_BYTES * self.inner.max_image_rows, w.stride));
+        let rows_per_part = crate::backend::gpu::rows_per_part(name, row_bytes, n_out, self.inner.max_binding, image)?;
         self.prepare_weight_kernels(ty, n_in, w.mats > 1, textured)?;
         let mut row0 = 0;
         while row0 < n_out {

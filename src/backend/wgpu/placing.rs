@@ -12,7 +12,7 @@
 use super::buffers::{Part, Store, WebGpuWeight};
 use super::{texlayout, WebGpuBackend, TEX_ROW_BYTES};
 use crate::backend::gpu::plan::PartRows;
-use crate::backend::gpu::Kernel;
+use crate::backend::gpu::{rows_per_part, Kernel};
 use crate::backend::BackendError;
 use crate::gguf::TensorInfo;
 
@@ -51,20 +51,9 @@ impl WebGpuBackend {
         let textured = w.mats == 1 && self.strategy.textured(n_in);
         // Parts hold at most `max_binding` bytes of blocks (the option splits texture parts as it
         // splits buffers); a texture part also at most as many rows as the device's textures.
-        let mut rows_per_part = (self.max_binding as usize / row_bytes).min(n_out);
-        if textured {
-            let tex_bytes = TEX_ROW_BYTES * u64::from(self.ctx.limits.max_texture_dimension_2d);
-            rows_per_part = rows_per_part.min(tex_bytes as usize / w.stride);
-        }
-        if rows_per_part == 0 {
-            return Err(BackendError::BadTensor {
-                tensor: name.to_string(),
-                problem: format!(
-                    "one row ({row_bytes} bytes) exceeds the device's largest weight binding ({} bytes)",
-                    self.max_binding
-                ),
-            });
-        }
+        let tex_bytes = TEX_ROW_BYTES * u64::from(self.ctx.limits.max_texture_dimension_2d);
+        let texture = textured.then_some((tex_bytes, w.stride));
+        let rows_per_part = rows_per_part(name, row_bytes, n_out, self.max_binding, texture)?;
         if textured {
             self.pipe_op("load_weight", self.strategy.matmul_tex_kernel(ty, 1))?;
             self.pipe_op("load_weight", Kernel::EmbedTex(ty))?;
