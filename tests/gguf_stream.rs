@@ -128,6 +128,7 @@ fn large_tensors_arrive_in_pieces_of_whole_rows() {
             (777, 1000),
             (4096, 10_000),
             (65536, 5000),
+            (4096, 100),
             (bytes.len(), 4096),
         ] {
             let mut r = Reassemble {

@@ -114,11 +114,6 @@ impl WebGpuBackend {
 }
 
 impl WeightWriter {
-    /// The tensor's name.
-    pub fn name(&self) -> &str {
-        &self.weight.name
-    }
-
     /// Rows `row0..` of the matrix (`data`: whole rows in the file layout), right after the
     /// rows written so far.
     pub fn rows(&mut self, be: &WebGpuBackend, row0: usize, data: &[u8]) -> Result<(), BackendError> {

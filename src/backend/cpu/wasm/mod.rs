@@ -150,7 +150,7 @@ impl Dot for Relaxed {
 
 /// Activations for these kernels: the oracle's blocks (Q8_0 or Q8_K, byte for byte), and for
 /// Q8_0 each block's scale as f32 (`scales`) and the sum of its 32 values (`offsets`), which
-/// the offset and minimum terms take. Q8_0 blocks are made here in vectors ([`q8_0_row`]),
+/// the offset and minimum terms take. Q8_0 blocks are made here in vectors ([`q8_0_block`]),
 /// Q8_K ones by the oracle's quantizer.
 pub fn prepare(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
     if ty.vec_dot_type() != GgmlType::Q8_0 {
