@@ -260,5 +260,15 @@ export class TinyLLM {
   detokenize(ids: number[] | Uint32Array): Promise<string>;
   /** The wasm module's linear memory in bytes (it only grows: also the peak). */
   memoryUsage(): Promise<{ wasm_bytes: number }>;
+  /**
+   * The CPU backend's op profile recorded so far (by call site: the op's time, and the time
+   * the pass spent alone before it), then recording turned on (cleared) or off. A diagnostic.
+   */
+  profile(enable: boolean): Promise<{
+    passes: number;
+    pass_ms: number;
+    tail_ms: number;
+    sites: { site: string; calls: number; op_ms: number; alone_ms: number }[];
+  } | null>;
   unload(): Promise<void>;
 }

@@ -241,6 +241,15 @@ export class TinyLLM {
     return this._call({ op: 'memory' });
   }
 
+  /**
+   * The CPU backend's profile recorded since it was last turned on (by call site: each op's
+   * time and the time the pass spent alone before it), then recording turned on (and cleared)
+   * or off. A diagnostic: where a decode step's time goes, and what only one thread does.
+   */
+  profile(enable) {
+    return this._call({ op: 'profile', enable: !!enable });
+  }
+
   /** Free the model and stop the worker. */
   async unload() {
     if (!this._worker) return;

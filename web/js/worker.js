@@ -277,6 +277,9 @@ async function handle(m) {
         // Linear memory only grows: its size now is the peak so far.
         data = { wasm_bytes: wasm ? wasm.mod.wasmMemoryBytes() : 0 };
         break;
+      case 'profile':
+        data = wasm ? JSON.parse(wasm.mod.cpuProfile(!!m.enable)) : null;
+        break;
       case 'clearCache':
         data = await clearCache(m.url);
         break;

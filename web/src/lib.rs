@@ -52,6 +52,16 @@ pub fn wasm_memory_bytes() -> f64 {
     (pages * 65536) as f64
 }
 
+/// The CPU backend's op profile recorded so far (JSON, see `tinyllm::backend::cpu::profile`),
+/// then recording turned on (cleared) or off: where a pass's time goes, and what only one
+/// thread does.
+#[wasm_bindgen(js_name = cpuProfile)]
+pub fn cpu_profile(enable: bool) -> String {
+    let report = tinyllm::backend::cpu::profile::report().to_string();
+    tinyllm::backend::cpu::profile::enable(enable);
+    report
+}
+
 /// The cost of handing an op's tasks to the CPU workers, in microseconds per op (JSON:
 /// `{"threads", "ops", "serial_us", "rayon_us", "team_us"}`): `ops` ops of `4 · threads` empty
 /// tasks each in one pass, each op after `serial` steps of work on the calling thread alone (as

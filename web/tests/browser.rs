@@ -791,3 +791,87 @@ fn bench_cpu_and_webgpu_against_wllama() {
     std::fs::write(&out, serde_json::to_string_pretty(&all).unwrap()).unwrap();
     println!("raw numbers: {}", out.display());
 }
+
+/// Where a decode step's time goes on the wasm CPU at 1 and 2 threads (relaxed builds): the
+/// engine's op profile by call site, each op's time and the time the pass spent alone before
+/// it, side by side. What the second thread cannot speed up shows as `alone` time.
+///
+///   TINYLLM_BENCH_MODELS=qwen cargo test --release -p tinyllm-web --test browser profile_decode -- --ignored --nocapture
+#[test]
+#[ignore]
+fn profile_decode_ops_at_one_and_two_threads() {
+    let models = Models::new();
+    let server = serve(
+        &models,
+        Options {
+            isolate: true,
+            ..Options::default()
+        },
+    );
+    let only = std::env::var("TINYLLM_BENCH_MODELS").unwrap_or_default();
+    for model in common::REAL_MODELS.iter().filter(|m| m.contains(only.as_str())) {
+        let url = format!("{}/models/{model}", server.url);
+        let runs: Vec<Value> = [1, 2]
+            .iter()
+            .map(|t| {
+                scenario(
+                    &server,
+                    "profileTinyllm",
+                    json!({"url": url, "threads": t, "cpuKernels": "relaxed", "decodeTokens": 64}),
+                )
+            })
+            .collect();
+        println!("{model}");
+        for r in &runs {
+            let p = &r["profile"];
+            let ops: f64 = p["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["op_ms"].as_f64().unwrap())
+                .sum();
+            let alone: f64 = p["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["alone_ms"].as_f64().unwrap())
+                .sum();
+            println!(
+                "  {} threads ({}): decode {:.1} tok/s; {} passes, {:.1} ms in passes: ops {:.1}, alone {:.1}, tail {:.1}",
+                r["info"]["threads"],
+                r["info"]["wasm_build"],
+                r["timings"]["decode_tok_s"].as_f64().unwrap_or(0.0),
+                p["passes"],
+                p["pass_ms"].as_f64().unwrap_or(0.0),
+                ops,
+                alone,
+                p["tail_ms"].as_f64().unwrap_or(0.0)
+            );
+        }
+        println!(
+            "  {:<44} {:>6} {:>10} {:>10} {:>10} {:>10}",
+            "site", "calls", "op 1t", "op 2t", "alone 1t", "alone 2t"
+        );
+        let site = |r: &Value, name: &str, key: &str| {
+            r["profile"]["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["site"] == name)
+                .and_then(|s| s[key].as_f64())
+                .unwrap_or(0.0)
+        };
+        for s in runs[0]["profile"]["sites"].as_array().unwrap() {
+            let name = s["site"].as_str().unwrap();
+            println!(
+                "  {:<44} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                name,
+                s["calls"],
+                site(&runs[0], name, "op_ms"),
+                site(&runs[1], name, "op_ms"),
+                site(&runs[0], name, "alone_ms"),
+                site(&runs[1], name, "alone_ms")
+            );
+        }
+    }
+}

@@ -322,6 +322,54 @@ async fn wasm_kernels_match_the_vec_dot_oracle() {
     }
 }
 
+/// Each set's SwiGLU gate against the scalar one (`swiglu_scalar`, the native AVX2 gate's twin
+/// too): within 4 f32 ulps where the result is a normal number, over magnitudes from 1e-6 to
+/// 100, both signs, lengths that leave a scalar tail, and NaN passed through.
+#[wasm_bindgen_test]
+fn wasm_swiglu_matches_the_scalar_gate() {
+    for kernels in kernel_sets() {
+        for len in [1usize, 3, 4, 5, 64, 1000, 4099] {
+            // Deterministic spread: exponents from -6 to 2, alternating signs.
+            let gate: Vec<f32> = (0..len)
+                .map(|i| {
+                    let mag = 10f32.powf(-6.0 + 8.0 * ((i as f32 * 0.618_034).fract()));
+                    if i % 2 == 0 {
+                        mag
+                    } else {
+                        -mag
+                    }
+                })
+                .collect();
+            let up: Vec<f32> = (0..len).map(|i| 3.0 * ((i as f32) * 0.77).sin()).collect();
+            let (mut fast, mut slow) = (gate.clone(), gate.clone());
+            (kernels.swiglu)(&mut fast, &up);
+            tinyllm::backend::cpu::kernels::swiglu_scalar(&mut slow, &up);
+            for i in 0..len {
+                let (f, s) = (fast[i], slow[i]);
+                let tol = if s.abs() < f32::MIN_POSITIVE * 1e4 {
+                    1e-30
+                } else {
+                    4.0 * f32::EPSILON * s.abs()
+                };
+                assert!(
+                    (f - s).abs() <= tol,
+                    "{}: swiglu({}) · {}: {f} vs {s}",
+                    kernels.variant,
+                    gate[i],
+                    up[i]
+                );
+            }
+        }
+        let mut g = vec![f32::NAN; 9];
+        (kernels.swiglu)(&mut g, &[1.0; 9]);
+        assert!(
+            g.iter().all(|v| v.is_nan()),
+            "{}: NaN must stay NaN: {g:?}",
+            kernels.variant
+        );
+    }
+}
+
 fn web_sys_log(s: &str) {
     wasm_bindgen_test::console_log!("{s}");
 }

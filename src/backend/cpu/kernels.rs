@@ -248,7 +248,7 @@ impl Kernels {
             prepare: prepare_wasm,
             tile: tile_wasm::<super::wasm::Simd128>,
             interleaves: super::wasm::interleaves,
-            swiglu: swiglu_scalar,
+            swiglu: super::wasm::activation::swiglu,
             variant: "simd128",
         }
     }

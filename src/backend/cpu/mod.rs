@@ -13,6 +13,7 @@ pub mod interleave;
 pub mod kernels;
 mod ops;
 pub mod pool;
+pub mod profile;
 mod recurrent;
 #[cfg(target_arch = "x86_64")]
 mod simd;
@@ -42,6 +43,9 @@ use pool::Pool;
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
 /// Values per task of element-wise ops.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
+/// The fewest values of a gated activation per task (a few microseconds of work, against about
+/// one of hand-off).
+const GATE_MIN_CHUNK: usize = 1 << 10;
 
 /// Values per task of a norm over groups of `g`: whole groups, about [`ELEMENTWISE_CHUNK`] of
 /// them, so that a decode batch's few rows are normed in place rather than dispatched (waking
@@ -439,6 +443,15 @@ impl Backend for CpuBackend {
             return Err(shape("matmul", format!("'{}' is a vector, expected a matrix", w.name)));
         }
         checks::matmul(x.0.len(), out.0.len(), rows, k, n)?;
+        // Profiled by weight (its layer number left out), the activations' quantization
+        // included.
+        let _op = profile::Op::named(|| {
+            let role = w.name.trim_start_matches("blk.");
+            let role = role
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start_matches('.');
+            format!("matmul {role} {:?} {n}x{k} rows {rows}", w.ty)
+        });
         let act = (self.kernels.prepare)(w.ty, &x.0[..rows * k], k)?;
         let tile_fn = self.kernels.tile;
         let (ty, layout) = (w.ty, w.layout());
@@ -761,8 +774,13 @@ impl CpuBackend {
     ) -> Result<(), BackendError> {
         checks::elementwise(op, gate.0.len(), Some(("up", up.0.len())), len)?;
         let up = &up.0[..len];
-        self.pool.for_chunks(&mut gate.0[..len], ELEMENTWISE_CHUNK, |i, c| {
-            let o = i * ELEMENTWISE_CHUNK;
+        // An activation costs nanoseconds per value (an exp, a table lookup), so even a decode
+        // step's gate of a few thousand values is worth a share per thread.
+        let chunk = len
+            .div_ceil(self.pool.threads())
+            .clamp(GATE_MIN_CHUNK, ELEMENTWISE_CHUNK);
+        self.pool.for_chunks(&mut gate.0[..len], chunk, |i, c| {
+            let o = i * chunk;
             apply(c, &up[o..o + c.len()]);
         });
         Ok(())

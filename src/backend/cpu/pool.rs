@@ -83,6 +83,11 @@ impl Pool {
     /// then fork from inside the pool, which costs far less than entering it from outside per
     /// op.
     pub fn run<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
+        // Begun inside, on the thread that runs the pass.
+        let f = move || {
+            let _pass = super::profile::Pass::begin();
+            f()
+        };
         threaded! {
             return match &self.pool {
                 Some(p) => p.install(f),
@@ -128,7 +133,9 @@ impl Pool {
     }
 
     /// Run `f(i)` for each `i` in `0..n`, in parallel.
+    #[track_caller]
     pub fn for_each_index(&self, n: usize, f: impl Fn(usize) + Sync + Send) {
+        let _op = super::profile::Op::begin();
         #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
         if self.team.is_open() {
             return self.team.dispatch(n, &f);
@@ -148,7 +155,9 @@ impl Pool {
 
     /// Run `f(index, chunk)` for each consecutive `chunk`-sized piece of `out` (the last may
     /// be shorter), in parallel.
+    #[track_caller]
     pub fn for_chunks<T: Send>(&self, out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+        let _op = super::profile::Op::begin();
         let chunk = chunk.max(1);
         #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
         if self.team.is_open() {

@@ -228,6 +228,22 @@ window.scenarios = {
     return { info, runs, wasmBytes: mem.wasm_bytes, page };
   },
 
+  /**
+   * Where a decode step's time goes on the CPU: the engine's op profile (by call site) over
+   * `decodeTokens` greedy tokens after a short prompt, with the run's decode rate.
+   */
+  async profileTinyllm({ url, threads, cpuKernels, decodeTokens }) {
+    const llm = await TinyLLM.load(url, { backend: 'cpu', threads, contextSize: 1024, cache: false, cpuKernels });
+    await llm.generate({ promptIds: await llm.tokenize('Warm up.'), maxTokens: 4, temperature: 0 });
+    const ids = await llm.tokenize('Once upon a time');
+    await llm.profile(true);
+    const r = await llm.generate({ promptIds: ids, maxTokens: decodeTokens, temperature: 0 });
+    const profile = await llm.profile(false);
+    const info = llm.info;
+    await llm.unload();
+    return { info, timings: r.timings, profile };
+  },
+
   /** The threaded build's per-op hand-off, rayon's against the team's (µs per op). */
   async dispatchOverhead({ threads, ops, build }) {
     const w = new Worker('/dispatch-worker.js', { type: 'module' });

@@ -25,7 +25,7 @@
 //! within its rounding in all. `web/tests/kernels.rs` checks both sets against it in
 //! WebAssembly on every matrix of the golden fixtures.
 //!
-//! Files: `legacy.rs` (the 32-value formats against Q8_0), `kquant.rs` (the 256-value formats
+//! Files: `activation.rs` (the SwiGLU gate), `legacy.rs` (the 32-value formats against Q8_0), `kquant.rs` (the 256-value formats
 //! against Q8_K), `float.rs` (F32, F16, BF16 rows against f32).
 
 use core::arch::wasm32::*;
@@ -244,6 +244,7 @@ macro_rules! family {
 }
 
 // After `family!`, which they use (macros are seen in textual order).
+pub mod activation;
 mod float;
 mod kquant;
 mod legacy;
