@@ -43,9 +43,14 @@ use pool::Pool;
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
 /// Values per task of element-wise ops.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
-/// The fewest values of a gated activation per task (a few microseconds of work, against about
-/// one of hand-off).
+/// The fewest values of a gated activation per task: in the threaded wasm build a few
+/// microseconds of work against about one of the team's hand-off; natively (a rayon hand-off
+/// per op, several microseconds, and the AVX2 gate at under a nanosecond per value) a decode
+/// step's gate stays one task, as before.
+#[cfg(target_arch = "wasm32")]
 const GATE_MIN_CHUNK: usize = 1 << 10;
+#[cfg(not(target_arch = "wasm32"))]
+const GATE_MIN_CHUNK: usize = ELEMENTWISE_CHUNK;
 
 /// Values per task of a norm over groups of `g`: whole groups, about [`ELEMENTWISE_CHUNK`] of
 /// them, so that a decode batch's few rows are normed in place rather than dispatched (waking
