@@ -53,14 +53,24 @@ pub(super) fn parse_call(text: &str, declared: Option<&[String]>) -> Option<Tool
     call_from_value(&v, declared)
 }
 
-/// One call object or a non-empty list of them; `None` unless every element is a call.
+/// Call objects or non-empty lists of them, one after another (parallel calls: models write
+/// one object per line as often as a list); `None` unless every element is a call and nothing
+/// else is there.
 pub(super) fn parse_calls(text: &str, declared: Option<&[String]>) -> Option<Vec<ToolCall>> {
-    let v: Value = serde_json::from_str(text.trim()).ok()?;
-    match &v {
-        Value::Array(items) if !items.is_empty() => items.iter().map(|i| call_from_value(i, declared)).collect(),
-        Value::Object(_) => call_from_value(&v, declared).map(|c| vec![c]),
-        _ => None,
+    let mut calls = Vec::new();
+    for v in serde_json::Deserializer::from_str(text.trim()).into_iter::<Value>() {
+        let v = v.ok()?;
+        match &v {
+            Value::Array(items) if !items.is_empty() => {
+                for item in items {
+                    calls.push(call_from_value(item, declared)?);
+                }
+            }
+            Value::Object(_) => calls.push(call_from_value(&v, declared)?),
+            _ => return None,
+        }
     }
+    (!calls.is_empty()).then_some(calls)
 }
 
 /// A tool name as the tagged formats write it: one line, no markup.

@@ -28,14 +28,26 @@ const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
 /// A Markdown code fence.
 const FENCE: &str = "```";
 
-/// The inside of an answer that is exactly one fenced block (info string empty or `json`).
-fn fenced_body(text: &str) -> Option<&str> {
-    let t = text.trim();
-    let (info, rest) = t.strip_prefix(FENCE)?.split_once('\n')?;
-    if !matches!(info.trim().to_ascii_lowercase().as_str(), "" | "json") {
-        return None;
+/// The insides of an answer that is fenced blocks only (info string empty or `json`), one
+/// after another: a model making parallel calls may fence each.
+fn fenced_bodies(text: &str) -> Option<Vec<&str>> {
+    let mut bodies = Vec::new();
+    let mut t = text.trim();
+    while !t.is_empty() {
+        let (info, rest) = t.strip_prefix(FENCE)?.split_once('\n')?;
+        if !matches!(info.trim().to_ascii_lowercase().as_str(), "" | "json") {
+            return None;
+        }
+        // A fence closes at a line's start: JSON strings hold no raw newline, so no fence
+        // inside an argument ends the block early; the last may close at its line's end.
+        let (body, after) = match rest.find("\n```") {
+            Some(i) => (&rest[..i + 1], &rest[i + 1 + FENCE.len()..]),
+            None => (rest.trim_end().strip_suffix(FENCE)?, ""),
+        };
+        bodies.push(body);
+        t = after.trim_start();
     }
-    rest.trim_end().strip_suffix(FENCE)
+    (!bodies.is_empty()).then_some(bodies)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,8 +395,15 @@ impl TaggedRouter {
                 None => emit(&mut out, Routed::Content(format!("{}{rest}", self.opened))),
             },
             Mode::FencedJson => {
-                match fenced_body(&rest).and_then(|b| parse_calls(b, Some(self.cfg.tools.as_slice()))) {
-                    Some(calls) => out.extend(calls.into_iter().map(Routed::ToolCall)),
+                let declared = Some(self.cfg.tools.as_slice());
+                let calls = fenced_bodies(&rest).and_then(|bodies| {
+                    bodies
+                        .into_iter()
+                        .map(|b| parse_calls(b, declared))
+                        .collect::<Option<Vec<_>>>()
+                });
+                match calls {
+                    Some(calls) => out.extend(calls.into_iter().flatten().map(Routed::ToolCall)),
                     None => emit(&mut out, Routed::Content(rest)),
                 }
             }
@@ -544,6 +563,46 @@ mod tests {
                 &[call("get_weather", r#"{"city":"Tokyo"}"#)],
             );
         }
+    }
+
+    /// Parallel calls as small models write them: bare objects one per line, fenced blocks one
+    /// after another, several objects in one fence. Each is a call; one part that is not a
+    /// call keeps the whole answer content.
+    #[test]
+    fn parallel_bare_and_fenced_calls_are_each_a_call() {
+        let c = cfg(ToolFormat::Hermes, &["read", "glob"], false);
+        let a = r#"{"name": "read", "arguments": {"filePath": "a.txt"}}"#;
+        let b = r#"{"name": "glob", "arguments": {"pattern": "*.rs"}}"#;
+        let both = [
+            call("read", r#"{"filePath":"a.txt"}"#),
+            call("glob", r#"{"pattern":"*.rs"}"#),
+        ];
+        for text in [
+            format!("{a}\n{b}"),
+            format!("{a}\n\n{b}\n"),
+            format!("{a}{b}"),
+            format!("```json\n{a}\n```\n```json\n{b}\n```"),
+            format!("```json\n{a}\n```\n\n```\n{b}\n```\n"),
+            format!("```json\n{a}\n{b}\n```"),
+            format!("[{a}]\n{b}"),
+        ] {
+            check(&c, &text, &both);
+        }
+        for text in [
+            format!("{a}\n{{\"city\": \"Paris\"}}"),
+            format!("{a}\nand then"),
+            format!("```json\n{a}\n```\nDone."),
+            format!("```json\n{a}\n```\n```python\nprint(1)\n```"),
+        ] {
+            check(&c, &text, &[content(&text)]);
+        }
+        // A fence inside an argument does not close the block.
+        let code = r#"{"name": "read", "arguments": {"filePath": "```"}}"#;
+        check(
+            &c,
+            &format!("```json\n{code}\n```"),
+            &[call("read", r#"{"filePath":"```"}"#)],
+        );
     }
 
     #[test]
