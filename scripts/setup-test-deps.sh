@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the test suite needs beyond Rust, only where it is missing (idempotent):
-# the real models, the wasm32 target, Python's `openai` client (server tests), Debian's
+# the real models, the wasm32 target, Python's `openai` and `anthropic` clients (server tests), Debian's
 # Chromium and playwright-core from npm (chat-page test). Needs root for apt-get when
 # Chromium or npm are missing.
 set -euo pipefail
@@ -19,7 +19,7 @@ command -v python3 >/dev/null || apt_install python3
 # virtual environment (a distribution's Python refuses system-wide pip installs), which
 # test.sh puts first on PATH.
 . scripts/python-env.sh
-tinyllm_python_env openai jsonschema
+tinyllm_python_env openai anthropic jsonschema
 # The browser test drives the chat page in Debian's Chromium with playwright-core (npm).
 # playwright-core wants Node >= 20 (the image has it; Debian 12's own nodejs is 18).
 [ -x /usr/bin/chromium ] || apt_install chromium

@@ -8,12 +8,14 @@
 //!   WebGPU through wgpu), and [`backend::AnyBackend`], the one dispatch over them;
 //! - [`model`]: one module per architecture family and the per-sequence state it keeps;
 //! - [`engine`]: sessions and the generation pipeline (template to usage);
-//! - [`openai`]: the OpenAI API's request and response shapes.
+//! - [`openai`]: the OpenAI API's request and response shapes;
+//! - [`anthropic`]: Anthropic's Messages API, translated onto the OpenAI chat path.
 //!
 //! The modules above the lower floors import each other one way only: `backend` <- `model` <-
-//! `engine` <- `openai` (`tests/module_graph.rs` checks it). Builds for native targets and
+//! `engine` <- `openai` <- `anthropic` (`tests/module_graph.rs` checks it). Builds for native targets and
 //! for `wasm32-unknown-unknown` (WebGPU through the browser).
 
+pub mod anthropic;
 pub mod backend;
 pub mod chat;
 pub mod engine;

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layered modules, lowest first.
-const LAYERS: [&str; 4] = ["backend", "model", "engine", "openai"];
+const LAYERS: [&str; 5] = ["backend", "model", "engine", "openai", "anthropic"];
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

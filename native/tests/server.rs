@@ -1561,3 +1561,268 @@ fn sigterm_drains_running_streams_and_refuses_new_ones() {
     let log = s.wait_log("drained: exiting");
     assert!(log.contains("drained: exiting"), "{log}");
 }
+
+/// `/v1/embeddings` answers a text, texts and token arrays with the library's vectors (the
+/// engine's `embed_texts` on the same file, CPU, one thread), as floats or base64, and refuses
+/// every bad input with a 400 naming the field.
+#[test]
+fn embeddings_route_answers_like_the_library() {
+    use tinyllm::backend::cpu::CpuBackend;
+    use tinyllm::engine::{EmbedLimits, Engine};
+    let s = fixture(&["--ctx", "256"]);
+    let file = Arc::new(tinyllm::gguf::GgufFile::open(golden(FIXTURE)).unwrap());
+    let engine = Engine::load(CpuBackend::new(1).unwrap(), file).unwrap();
+    let texts = [
+        "Hello world",
+        "A second, longer text: it has punctuation and more tokens.",
+    ];
+    let limits = EmbedLimits {
+        n_batch: 512,
+        n_ctx: 256,
+    };
+    let want = engine.embed_texts(&texts, None, limits).unwrap();
+    let same = |got: &Value, want: &[f32], what: &str| {
+        let got: Vec<f32> = got
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(got.len(), want.len(), "{what}");
+        let worst = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= 1e-6, "{what}: differs from the library by {worst}");
+    };
+    let r = s.ok("/v1/embeddings", &json!({"input": texts, "encoding_format": "float"}));
+    assert_eq!(r["object"], "list");
+    let tokens: usize = want.iter().map(|e| e.tokens).sum();
+    assert_eq!(r["usage"]["prompt_tokens"], tokens);
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(r["data"][i]["index"], i);
+        same(&r["data"][i]["embedding"], &w.vector, &format!("text {i}"));
+    }
+    // One text; its tokens; base64 (4 bytes per value).
+    let one = s.ok("/v1/embeddings", &json!({"input": texts[1]}));
+    same(&one["data"][0]["embedding"], &want[1].vector, "a single text");
+    let ids = engine.tokenizer.encode(texts[0], true, true);
+    let by_ids = s.ok("/v1/embeddings", &json!({"input": [ids.clone(), ids]}));
+    same(&by_ids["data"][1]["embedding"], &want[0].vector, "token arrays");
+    let b64 = s.ok(
+        "/v1/embeddings",
+        &json!({"input": texts[0], "encoding_format": "base64"}),
+    );
+    let n = want[0].vector.len();
+    assert_eq!(
+        b64["data"][0]["embedding"].as_str().unwrap().len(),
+        (n * 4).div_ceil(3) * 4
+    );
+
+    let long: Vec<u32> = vec![1; 257];
+    let many: Vec<&str> = vec!["x"; 2049];
+    for (body, param) in [
+        (json!({"input": ""}), "input[0]"),
+        (json!({"input": ["ok", ""]}), "input[1]"),
+        (json!({"input": []}), "input"),
+        (json!({"input": [[]]}), "input[0]"),
+        (json!({"input": [999_999_999u32]}), "input[0]"),
+        (json!({"input": long}), "input[0]"),
+        (json!({"input": many}), "input"),
+        (json!({"input": "x", "dimensions": 3}), "dimensions"),
+        (json!({"input": "x", "encoding_format": "hex"}), "encoding_format"),
+    ] {
+        let e = s.post("/v1/embeddings", &body).error(400);
+        assert_eq!(e["param"], param, "{body}: {e}");
+    }
+    s.post("/v1/embeddings", &json!({"input": 5})).error(400);
+    s.post("/v1/embeddings", &json!({"text": "x"})).error(400);
+}
+
+/// The official `anthropic` Python client on the real Qwen model: a plain answer whole and
+/// streamed (the same text), `count_tokens` equal to the answer's input usage, a stop sequence
+/// named, a tool round trip whole and streamed, errors in Anthropic's shape.
+#[test]
+fn anthropic_python_client_on_the_real_model() {
+    let s = Server::start(
+        &real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        &["--parallel", "1", "--ctx", "2048", "--threads", "2"],
+    );
+    python_client("server_anthropic.py", &s, &["real"], "the real Qwen model");
+}
+
+/// Every bad Messages API request gets a 4xx in Anthropic's error shape (`{"type": "error",
+/// "error": {"type", "message"}}`) naming what is wrong; a missing key too.
+#[test]
+fn messages_errors_are_anthropic_error_objects() {
+    let s = fixture(&["--api-key", "sekret"]);
+    let auth = [("x-api-key", "sekret"), ("Content-Type", "application/json")];
+    let post = |body: &str| s.request("POST", "/v1/messages", &auth, body.as_bytes());
+    let good = json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(&good.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["type"], "message");
+    let e = s.request("POST", "/v1/messages", &[], good.to_string().as_bytes());
+    assert_eq!(e.status, 401);
+    assert_eq!(e.json()["error"]["type"], "authentication_error", "{}", e.text());
+    let user = |content: Value| json!({"max_tokens": 4, "messages": [{"role": "user", "content": content}]});
+    for (body, needle) in [
+        ("{\"max_tokens\": ".to_string(), "JSON"),
+        (
+            json!({"messages": [{"role": "user", "content": "hi"}]}).to_string(),
+            "max_tokens",
+        ),
+        (json!({"max_tokens": 4}).to_string(), "messages"),
+        (json!({"max_tokens": 4, "messages": []}).to_string(), "messages"),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "system", "content": "x"}]}).to_string(),
+            "role",
+        ),
+        (user(json!([{"type": "image", "source": {}}])).to_string(), "image"),
+        (
+            user(json!([{"type": "tool_use", "id": "a", "name": "b", "input": {}}])).to_string(),
+            "tool_use",
+        ),
+        (user(json!([{"text": "no type"}])).to_string(), "type"),
+        (user(json!(5)).to_string(), "content"),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}]})
+            .to_string(),
+            "server tools",
+        ),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "maybe"}})
+                .to_string(),
+            "tool_choice",
+        ),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "on"}})
+                .to_string(),
+            "thinking",
+        ),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "temperature": -1}).to_string(),
+            "temperature",
+        ),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "stop_sequences": "x"})
+                .to_string(),
+            "stop_sequences",
+        ),
+    ] {
+        let r = post(&body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let v = r.json();
+        assert_eq!(v["type"], "error", "{body}: {v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{body}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{body}: {msg:?} does not name {needle:?}");
+    }
+    // count_tokens needs no max_tokens, and refuses what /v1/messages refuses.
+    let r = s.request(
+        "POST",
+        "/v1/messages/count_tokens",
+        &auth,
+        json!({"messages": [{"role": "user", "content": "hi"}]})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["input_tokens"].as_u64().unwrap() > 0);
+    let r = s.request("POST", "/v1/messages/count_tokens", &auth, b"{\"messages\": []}");
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+}
+
+/// The official `openai` client's Responses API on the real Qwen model: a plain answer whole
+/// and streamed (the same text), a tool round trip by items and by `previous_response_id`,
+/// structured output under a JSON schema, retrieve and delete, and an evicted id refused.
+#[test]
+fn openai_responses_client_on_the_real_model() {
+    let s = Server::start(
+        &real_model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        &[
+            "--parallel",
+            "1",
+            "--ctx",
+            "2048",
+            "--threads",
+            "2",
+            "--responses-store",
+            "2",
+        ],
+    );
+    python_client("server_responses.py", &s, &["real"], "the real Qwen model");
+}
+
+/// The Responses API hands the thinking fixture's reasoning out as a `reasoning` item, whole
+/// and streamed; the Messages API as a `thinking` block.
+#[test]
+fn reasoning_items_and_thinking_blocks_from_the_thinking_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("thinking.gguf");
+    std::fs::write(&path, common::gguf_write::thinking_fixture()).unwrap();
+    let s = Server::start(&path, &["--threads", "1"]);
+    python_client("server_responses.py", &s, &["thinking"], "the thinking fixture");
+    python_client("server_anthropic.py", &s, &["thinking"], "the thinking fixture");
+}
+
+/// Every bad Responses API request gets a typed 4xx naming the field.
+#[test]
+fn responses_errors_are_openai_error_objects() {
+    let s = fixture(&[]);
+    for (body, param, status) in [
+        (json!({}), "input", 400),
+        (json!({"input": 5}), "input", 400),
+        (json!({"input": []}), "input", 400),
+        (
+            json!({"input": [{"type": "message", "role": "robot", "content": "x"}]}),
+            "input[0].role",
+            400,
+        ),
+        (json!({"input": [{"type": "computer_call"}]}), "input[0].type", 400),
+        (
+            json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+            "input[0].content[0].type",
+            400,
+        ),
+        (
+            json!({"input": [{"type": "function_call", "name": "f"}]}),
+            "input[0].call_id",
+            400,
+        ),
+        (
+            json!({"input": "x", "tools": [{"type": "web_search"}]}),
+            "tools[0].type",
+            400,
+        ),
+        (
+            json!({"input": "x", "text": {"format": {"type": "yaml"}}}),
+            "text.format.type",
+            400,
+        ),
+        (json!({"input": "x", "max_output_tokens": 0}), "max_output_tokens", 400),
+        (
+            json!({"input": "x", "previous_response_id": "resp_nope"}),
+            "previous_response_id",
+            404,
+        ),
+    ] {
+        let e = s.post("/v1/responses", &body).error(status);
+        assert_eq!(e["param"], param, "{body}: {e}");
+    }
+    let r = s.request("GET", "/v1/responses/resp_nope", &[], b"");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error(404)["code"], "response_not_found");
+    assert_eq!(s.request("DELETE", "/v1/responses/resp_nope", &[], b"").status, 404);
+    // store: false keeps nothing.
+    let v = s.ok(
+        "/v1/responses",
+        &json!({"input": "hi", "max_output_tokens": 2, "store": false}),
+    );
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(s.request("GET", &format!("/v1/responses/{id}"), &[], b"").status, 404);
+    let v = s.ok("/v1/responses", &json!({"input": "hi", "max_output_tokens": 2}));
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(
+        s.request("GET", &format!("/v1/responses/{id}"), &[], b"").json()["id"],
+        id
+    );
+}

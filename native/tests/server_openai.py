@@ -54,6 +54,24 @@ def main(base_url: str) -> None:
     else:
         raise AssertionError("n=2 was accepted")
 
+    # Embeddings: the client asks for base64 by default and decodes it; floats when asked.
+    texts = ["Hello world", "The quick brown fox"]
+    got = client.embeddings.create(model=model, input=texts)
+    floats = client.embeddings.create(model=model, input=texts, encoding_format="float")
+    assert [d.index for d in got.data] == [0, 1], got
+    assert got.usage.prompt_tokens > 0 and got.usage.total_tokens == got.usage.prompt_tokens, got.usage
+    for a, b in zip(got.data, floats.data):
+        assert len(a.embedding) == len(b.embedding) > 0, (len(a.embedding), len(b.embedding))
+        assert max(abs(x - y) for x, y in zip(a.embedding, b.embedding)) < 1e-6
+        norm = sum(x * x for x in a.embedding) ** 0.5
+        assert abs(norm - 1.0) < 1e-4, norm
+    try:
+        client.embeddings.create(model=model, input="hi", dimensions=3)
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.body["param"] == "dimensions", e.body
+    else:
+        raise AssertionError("dimensions=3 was accepted")
+
     print("openai client: ok")
 
 

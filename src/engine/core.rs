@@ -4,6 +4,9 @@
 
 use std::sync::Arc;
 
+use super::embed::Pooling;
+#[cfg(not(target_arch = "wasm32"))]
+use super::embed::{embed, EmbedLimits, Embedding};
 use super::generation::{Generation, Settings};
 use super::request::{tool_names, Prepared, Prompt, Request};
 use super::{EngineError, Session, SessionConfig};
@@ -26,6 +29,8 @@ pub struct Engine<B: Backend> {
     /// The grammar compiler of the tokenizer's vocabulary (built on the first constrained
     /// request).
     pub grammars: Arc<Grammars>,
+    /// How embeddings are pooled unless a caller says otherwise ([`Pooling::of_model`]).
+    pub pooling: Pooling,
 }
 
 impl<B: Backend> Clone for Engine<B> {
@@ -36,6 +41,7 @@ impl<B: Backend> Clone for Engine<B> {
             template: Arc::clone(&self.template),
             tool_format: self.tool_format,
             grammars: Arc::clone(&self.grammars),
+            pooling: self.pooling,
         }
     }
 }
@@ -64,7 +70,21 @@ impl<B: Backend> Engine<B> {
             tokenizer,
             tool_format: ToolFormat::detect(template.source()),
             template: Arc::new(template),
+            pooling: Pooling::of_model(file),
         })
+    }
+
+    /// The embeddings of `texts` (tokenized with the model's special tokens, as llama.cpp's
+    /// `llama-embedding` does), pooled by `pooling` (`None`: [`Engine::pooling`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn embed_texts(
+        &self,
+        texts: &[&str],
+        pooling: Option<Pooling>,
+        limits: EmbedLimits,
+    ) -> Result<Vec<Embedding>, EngineError> {
+        let inputs: Vec<Vec<u32>> = texts.iter().map(|t| self.tokenizer.encode(t, true, true)).collect();
+        embed(&self.model, &inputs, pooling.unwrap_or(self.pooling), limits)
     }
 
     /// A fresh session of `n_ctx` positions (0: the model's trained context) with an f16 KV

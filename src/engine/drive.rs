@@ -38,7 +38,7 @@ pub fn head_of(result: HeadResult, want: &Want) -> Result<Head, EngineError> {
         (HeadResult::Candidates(mut c), Want::TopK(plan) | Want::Argmax(plan)) => {
             Head::Candidates(c.pop().ok_or(EngineError::WrongResult)?, Arc::new(plan.clone()))
         }
-        (HeadResult::Candidates(_), Want::Logits) => return Err(EngineError::WrongResult),
+        (HeadResult::Candidates(_), Want::Logits) | (HeadResult::Hidden(_), _) => return Err(EngineError::WrongResult),
     })
 }
 

@@ -104,6 +104,8 @@ pub struct Step {
     pub outputs: Vec<Routed>,
     /// Set on the answer's last step.
     pub finish: Option<Finish>,
+    /// The stop string that ended the answer (on its last step, when one did).
+    pub stop: Option<String>,
 }
 
 /// What the next pass's output head must hand back for this answer.
@@ -360,6 +362,7 @@ impl<'t> Generation<'t> {
                 logprob,
                 outputs,
                 finish: None,
+                stop: None,
             }),
         }
     }
@@ -377,6 +380,7 @@ impl<'t> Generation<'t> {
             logprob: None,
             outputs,
             finish: Some(Finish::Cancelled),
+            stop: None,
         }
     }
 
@@ -388,6 +392,11 @@ impl<'t> Generation<'t> {
             logprob,
             outputs,
             finish: Some(finish),
+            stop: self
+                .stop
+                .matched()
+                .filter(|_| finish == Finish::StopString)
+                .map(String::from),
         }
     }
 

@@ -12,6 +12,7 @@
 
 mod core;
 mod drive;
+mod embed;
 mod generation;
 pub mod report;
 mod request;
@@ -22,6 +23,9 @@ pub use self::core::Engine;
 #[cfg(not(target_arch = "wasm32"))]
 pub use drive::generate;
 pub use drive::{check_fits, generate_async, generate_pausing, head_of, Flow};
+#[cfg(not(target_arch = "wasm32"))]
+pub use embed::embed;
+pub use embed::{embed_async, normalize, EmbedLimits, Embedding, Pooling};
 pub use generation::{Finish, Generation, Head, Settings, Step, TokenLogprob, Usage, Want};
 pub use request::{tool_names, Prepared, Prompt, Request};
 pub use session::{forward_batch, BatchItem, Session, SessionConfig};

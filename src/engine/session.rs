@@ -304,6 +304,6 @@ pub fn forward_batch<B: Backend>(
         let len = it.session.tokens.len();
         it.session.state.advanced(len);
     }
-    let n_vocab = model.info().n_vocab;
-    Ok(result.map(move |r| r.split(&counts, n_vocab)))
+    let (n_vocab, n_embd) = (model.info().n_vocab, model.info().n_embd);
+    Ok(result.map(move |r| r.split(&counts, n_vocab, n_embd)))
 }

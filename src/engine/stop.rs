@@ -8,6 +8,8 @@ use crate::chat::router::held_tail;
 pub struct StopMatcher {
     stops: Vec<String>,
     pending: String,
+    /// The stop string that ended the text, once one has.
+    matched: Option<String>,
 }
 
 impl StopMatcher {
@@ -15,6 +17,7 @@ impl StopMatcher {
         StopMatcher {
             stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
             pending: String::new(),
+            matched: None,
         }
     }
 
@@ -25,9 +28,19 @@ impl StopMatcher {
             return (text.to_string(), false);
         }
         self.pending.push_str(text);
-        let first = self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min();
-        if let Some(i) = first {
+        // The earliest match; at one position the longest stop string (it contains the others).
+        let first = self
+            .stops
+            .iter()
+            .filter_map(|s| {
+                self.pending
+                    .find(s.as_str())
+                    .map(|i| (i, std::cmp::Reverse(s.len()), s))
+            })
+            .min();
+        if let Some((i, _, stop)) = first {
             let out = self.pending[..i].to_string();
+            self.matched = Some(stop.clone());
             self.pending.clear();
             return (out, true);
         }
@@ -36,6 +49,11 @@ impl StopMatcher {
         let out = self.pending[..keep].to_string();
         self.pending.drain(..keep);
         (out, false)
+    }
+
+    /// The stop string that matched (Anthropic's `stop_sequence`).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Generation ended without a match: the held text is ordinary output after all.

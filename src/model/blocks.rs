@@ -500,6 +500,9 @@ pub enum HeadWant<'a> {
     /// Only each row's sampler candidates ([`Backend::top_k`]): a sampled decode step on a GPU
     /// backend reads back a few hundred bytes.
     TopK { k: usize, gather: &'a [u32] },
+    /// The rows' hidden states after the output norm, `n_embd` per row, and no output
+    /// projection: what embeddings are pooled from (llama.cpp's `t_embd`).
+    Hidden,
 }
 
 /// The output head's result for the rows asked for, in row order.
@@ -509,6 +512,8 @@ pub enum HeadResult {
     Logits(Vec<f32>),
     Ids(Vec<u32>),
     Candidates(Vec<Candidates>),
+    /// `[rows][n_embd]`, row-major.
+    Hidden(Vec<f32>),
 }
 
 impl HeadResult {
@@ -518,12 +523,13 @@ impl HeadResult {
             HeadWant::Logits => HeadResult::Logits(Vec::new()),
             HeadWant::Argmax => HeadResult::Ids(Vec::new()),
             HeadWant::TopK { .. } => HeadResult::Candidates(Vec::new()),
+            HeadWant::Hidden => HeadResult::Hidden(Vec::new()),
         }
     }
 
     /// Split into consecutive results of `counts[i]` rows each (`n_vocab` values per row of
-    /// logits).
-    pub fn split(self, counts: &[usize], n_vocab: usize) -> Vec<HeadResult> {
+    /// logits, `n_embd` per hidden row).
+    pub fn split(self, counts: &[usize], n_vocab: usize, n_embd: usize) -> Vec<HeadResult> {
         fn cut<T>(mut v: Vec<T>, counts: &[usize], per_row: usize, wrap: fn(Vec<T>) -> HeadResult) -> Vec<HeadResult> {
             let mut out = Vec::with_capacity(counts.len());
             for &n in counts {
@@ -537,6 +543,7 @@ impl HeadResult {
             HeadResult::Logits(l) => cut(l, counts, n_vocab, HeadResult::Logits),
             HeadResult::Ids(ids) => cut(ids, counts, 1, HeadResult::Ids),
             HeadResult::Candidates(c) => cut(c, counts, 1, HeadResult::Candidates),
+            HeadResult::Hidden(h) => cut(h, counts, n_embd, HeadResult::Hidden),
         }
     }
 
@@ -551,6 +558,7 @@ impl HeadResult {
                 (HeadResult::Logits(a), HeadResult::Logits(b)) => a.extend(b),
                 (HeadResult::Ids(a), HeadResult::Ids(b)) => a.extend(b),
                 (HeadResult::Candidates(a), HeadResult::Candidates(b)) => a.extend(b),
+                (HeadResult::Hidden(a), HeadResult::Hidden(b)) => a.extend(b),
                 // The parts of one call are all of the kind it asked for.
                 _ => {}
             }
@@ -620,13 +628,16 @@ pub fn output_head<B: Backend>(
             }
         }
         be.rmsnorm_inplace(&mut s.sel, head.norm, n, head.eps)?;
-        be.matmul(head.weight, &s.sel, n, &mut s.logits)?;
+        if !matches!(want, HeadWant::Hidden) {
+            be.matmul(head.weight, &s.sel, n, &mut s.logits)?;
+        }
         parts.push(match want {
             HeadWant::Logits => be.read(&s.logits, n * d.n_vocab)?.map(HeadResult::Logits),
             HeadWant::Argmax => be.argmax(&s.logits, n, d.n_vocab)?.map(HeadResult::Ids),
             HeadWant::TopK { k, gather } => be
                 .top_k(&s.logits, n, d.n_vocab, k, gather)?
                 .map(HeadResult::Candidates),
+            HeadWant::Hidden => be.read(&s.sel, n * d.n_embd)?.map(HeadResult::Hidden),
         });
     }
     Ok(Readback::join(parts).map(HeadResult::concat))

@@ -1,10 +1,12 @@
 //! OpenAI's API shapes, shared by every front end that speaks it (the HTTP server, the
 //! browser package): requests parsed and checked into an engine [`crate::engine::Request`]
-//! ([`request`]), answers shaped into completion objects and stream chunks ([`response`]).
+//! ([`request`]; embeddings in [`embeddings`]), answers shaped into completion objects and stream chunks ([`response`]).
 //! Transport (HTTP, SSE, JS) stays with the front ends.
 
+pub mod embeddings;
 pub mod request;
 pub mod response;
+pub mod responses;
 
 pub use request::{parse_body, parse_value, unix_now, GenRequest};
 pub use response::{usage_json, Answer, ChatChunks, Chunks, CompletionChunks, Meta};

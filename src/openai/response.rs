@@ -80,10 +80,17 @@ pub trait Chunks {
     fn opening(&mut self) -> Vec<Value>;
     /// Chunks for one step (a step with nothing decided yet gives none).
     fn step(&mut self, step: &Step) -> Vec<Value>;
-    /// The closing chunk, with the finish reason.
-    fn finish(&mut self, finish: Finish) -> Vec<Value>;
+    /// The closing chunks, with the finish reason (and the usage, where the shape always
+    /// carries it).
+    fn finish(&mut self, finish: Finish, usage: &Usage) -> Vec<Value>;
     /// The final usage chunk (`stream_options.include_usage`).
     fn usage(&mut self, usage: &Usage) -> Value;
+    /// Whether each event is named by its chunk's `type` (`event: message_start`), with no
+    /// `[DONE]` at the end: Anthropic's and OpenAI Responses' streams. OpenAI's chat and
+    /// completion streams send bare `data:` lines and end with `[DONE]`.
+    fn named_events(&self) -> bool {
+        false
+    }
 }
 
 /// `chat.completion.chunk`s.
@@ -154,7 +161,7 @@ impl Chunks for ChatChunks {
         out
     }
 
-    fn finish(&mut self, finish: Finish) -> Vec<Value> {
+    fn finish(&mut self, finish: Finish, _usage: &Usage) -> Vec<Value> {
         let reason = finish.openai(self.tool_calls > 0);
         vec![self.chunk(json!({}), Some(reason))]
     }
@@ -171,11 +178,16 @@ pub struct Answer {
     pub reasoning: String,
     pub calls: Vec<ToolCall>,
     pub logprobs: Vec<TokenLogprob>,
+    /// The stop string that ended the answer, if one did.
+    pub stop: Option<String>,
 }
 
 impl Answer {
     pub fn push(&mut self, step: &Step) {
         self.logprobs.extend(step.logprob.clone());
+        if step.stop.is_some() {
+            self.stop.clone_from(&step.stop);
+        }
         for r in &step.outputs {
             match r {
                 Routed::Content(s) => self.content.push_str(s),
@@ -330,7 +342,7 @@ impl Chunks for CompletionChunks {
         vec![self.chunk(&text, lp, None)]
     }
 
-    fn finish(&mut self, finish: Finish) -> Vec<Value> {
+    fn finish(&mut self, finish: Finish, _usage: &Usage) -> Vec<Value> {
         vec![self.chunk("", Value::Null, Some(finish.openai(false)))]
     }
 

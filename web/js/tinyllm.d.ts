@@ -255,6 +255,13 @@ export class TinyLLM {
     create(request: CompletionRequest & { stream?: false }): Promise<Completion>;
     create(request: CompletionRequest): Promise<Completion | Stream<CompletionChunk>>;
   };
+  /**
+   * OpenAI's embeddings: one unit-length vector per input (a text, texts or token arrays),
+   * pooled by `pooling` (default: the model's own `pooling_type`, else `last`).
+   */
+  readonly embeddings: {
+    create(request: EmbeddingRequest): Promise<EmbeddingResponse>;
+  };
   generate(options: GenerateOptions): Promise<GenerateResult>;
   tokenize(text: string, options?: { addSpecial?: boolean; parseSpecial?: boolean }): Promise<number[]>;
   detokenize(ids: number[] | Uint32Array): Promise<string>;
@@ -271,4 +278,23 @@ export class TinyLLM {
     sites: { site: string; calls: number; op_ms: number; alone_ms: number }[];
   } | null>;
   unload(): Promise<void>;
+}
+
+export interface EmbeddingRequest {
+  input: string | string[] | number[] | number[][];
+  model?: string;
+  /** `float` (default) or `base64` (little-endian f32). */
+  encoding_format?: 'float' | 'base64';
+  /** Only the model's own width is accepted. */
+  dimensions?: number;
+  /** How token vectors become one (a tinyllm extension). */
+  pooling?: 'mean' | 'cls' | 'last';
+  signal?: AbortSignal;
+}
+
+export interface EmbeddingResponse {
+  object: 'list';
+  data: { object: 'embedding'; index: number; embedding: number[] | string }[];
+  model: string;
+  usage: { prompt_tokens: number; total_tokens: number };
 }

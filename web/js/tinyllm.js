@@ -113,6 +113,13 @@ export class TinyLLM {
     };
     this.chat = { completions: { create: (request) => this._openai('chat', request) } };
     this.completions = { create: (request) => this._openai('completion', request) };
+    this.embeddings = {
+      create: (request) => {
+        if (!request || typeof request !== 'object') throw new TinyLLMError('BAD_REQUEST', 'the request must be an object');
+        const { signal, ...body } = request;
+        return this._call({ op: 'embeddings', request: body }, { signal });
+      },
+    };
   }
 
   /** Load a model into this worker (replacing the one it holds); options as for `TinyLLM.load`. */

@@ -257,6 +257,9 @@ async function handle(m) {
         data = out === null ? null : JSON.parse(out);
         break;
       }
+      case 'embeddings':
+        data = JSON.parse(await needEngine().embeddings(JSON.stringify(m.request)));
+        break;
       case 'generate':
         data = JSON.parse(await needEngine().generate(JSON.stringify(m.options), stop));
         break;

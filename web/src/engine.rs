@@ -16,7 +16,10 @@ use js_sys::{Function, Promise};
 use serde_json::{json, Value};
 use tinyllm::backend::{AnyBackend, Backend};
 use tinyllm::engine::report::run_json;
-use tinyllm::engine::{generate_pausing, Engine, Flow, Prompt, Request, Session, Settings, Step};
+use tinyllm::engine::{
+    embed_async, generate_pausing, EmbedLimits, Engine, Flow, Pooling, Prompt, Request, Session, Settings, Step,
+};
+use tinyllm::openai::embeddings::{embeddings_json, EmbeddingLimits, EmbeddingsRequest};
 use tinyllm::openai::{parse_value, Answer, ChatChunks, Chunks, CompletionChunks, GenRequest, Meta};
 use tinyllm::sample::SamplerConfig;
 use wasm_bindgen::prelude::*;
@@ -211,6 +214,42 @@ impl WebEngine {
     /// `POST /v1/completions`, as [`Self::chat`].
     pub fn completion(&self, request: String, on_chunk: Function, should_stop: Function) -> Promise {
         self.openai(Endpoint::Completion, request, on_chunk, should_stop)
+    }
+
+    /// `POST /v1/embeddings` in the browser: `request` is the body as JSON (`input` a text,
+    /// texts or token arrays; `encoding_format`; `dimensions`), plus `pooling` (`mean`, `cls`,
+    /// `last`; default the model's own, else `last`). Resolves to the answer (JSON).
+    pub fn embeddings(&self, request: String) -> Promise {
+        let lease = Lease::take(&self.state);
+        future_to_promise(async move {
+            let lease = lease?;
+            let raw = parse_json(&request)?;
+            let pooling = match raw.get("pooling").and_then(Value::as_str) {
+                Some(p) => Pooling::parse(p).map_err(|e| WebError::engine(e, "pooling"))?,
+                None => lease.engine.pooling,
+            };
+            let (req, _): (EmbeddingsRequest, Value) = parse_value(raw).map_err(WebError::request)?;
+            let info = lease.engine.model.info();
+            let limits = EmbeddingLimits {
+                n_vocab: info.n_vocab,
+                n_embd: info.n_embd,
+                n_ctx: lease.session.n_ctx(),
+                pooling,
+            };
+            let job = req
+                .prepare(&lease.engine.tokenizer, limits)
+                .map_err(WebError::request)?;
+            let batch = EmbedLimits {
+                n_batch: 512,
+                n_ctx: limits.n_ctx,
+            };
+            let vectors = embed_async(&lease.engine.model, &job.inputs, pooling, batch)
+                .await
+                .map_err(|e| WebError::engine(e, "input"))?;
+            Ok(JsValue::from_str(
+                &embeddings_json(&vectors, job.encoding, &lease.name).to_string(),
+            ))
+        })
     }
 
     /// The twin of `tinyllm-native run --json`: `options` is `{"promptIds": [..], "maxTokens",
@@ -423,7 +462,7 @@ impl WebEngine {
             let usage = gen.usage();
             match stream {
                 Some(include_usage) => {
-                    let mut closing = chunks.finish(finish);
+                    let mut closing = chunks.finish(finish, &usage);
                     if include_usage {
                         closing.push(chunks.usage(&usage));
                     }

@@ -257,6 +257,75 @@ fn fixtures_reproduce_native_greedy_tokens_on_the_wasm_cpu() {
     }
 }
 
+/// `llm.embeddings.create` in the browser, on the wasm CPU and on WebGPU (with and without
+/// f16): every vector of the fixtures' embedding goldens (`scripts/embedding-goldens.py`,
+/// llama.cpp's `llama-embedding`) within cosine 0.999, the base64 answer the same vectors, an
+/// empty input a typed error.
+#[test]
+fn embeddings_in_the_browser_match_llama_cpp() {
+    let models = Models::new();
+    let mut cases = Vec::new();
+    let mut goldens = Vec::new();
+    for name in ["qwen2.F16", "gemma3.F16"] {
+        let file = format!("{name}.gguf");
+        models.write(
+            &file,
+            &std::fs::read(common::golden(&format!("fixtures/{file}"))).unwrap(),
+        );
+        for pooling in ["mean", "last"] {
+            let path = common::golden(&format!("embeddings/{name}.{pooling}.json"));
+            let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            cases.push(json!({"url": format!("/models/{file}"), "texts": doc["texts"], "pooling": pooling}));
+            goldens.push((format!("{name}.{pooling}"), doc));
+        }
+    }
+    let server = serve(&models, Options::default());
+    for (backend, options) in [
+        ("cpu", json!({})),
+        ("webgpu", json!({"f16": true})),
+        ("webgpu", json!({"f16": false})),
+    ] {
+        let got = scenario(
+            &server,
+            "embeddings",
+            json!({"cases": cases, "backend": backend, "webgpu": options}),
+        );
+        for ((name, doc), r) in goldens.iter().zip(got.as_array().unwrap()) {
+            assert_eq!(r["info"]["backend"], backend, "{name}: {}", r["info"]);
+            assert_eq!(r["bad"]["code"], "BAD_REQUEST", "{name}: {}", r["bad"]);
+            let mut worst = 1.0f64;
+            for (i, want) in doc["embeddings"].as_array().unwrap().iter().enumerate() {
+                let want: Vec<f64> = want.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+                let floats: Vec<f64> = r["floats"]["data"][i]["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect();
+                let decoded: Vec<f64> = r["decoded"][i]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect();
+                assert_eq!(floats.len(), want.len(), "{name} [{i}]");
+                assert!(
+                    floats
+                        .iter()
+                        .zip(&decoded)
+                        .all(|(a, b)| (a - b).abs() <= 1e-6 * a.abs().max(1e-30)),
+                    "{name} [{i}]: base64 and float answers differ"
+                );
+                let dot: f64 = floats.iter().zip(&want).map(|(a, b)| a * b).sum();
+                let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+                worst = worst.min(dot / (norm(&floats) * norm(&want)));
+            }
+            eprintln!("{name} on {backend} {options}: min cosine {worst:.6}");
+            assert!(worst >= 0.999, "{name} on {backend} {options}: min cosine {worst}");
+        }
+    }
+}
+
 /// `backend: 'auto'` never picks a fallback (software) WebGPU adapter such as headless
 /// Chromium's SwiftShader: the wasm CPU runs, and `backend_reason` says why. On a page with a
 /// hardware adapter it picks WebGPU.

@@ -42,6 +42,17 @@ pub struct Args {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_body_bytes: usize,
+    /// How /v1/embeddings pools a text's token vectors into one: mean, cls or last (default:
+    /// the model's `pooling_type`, else last, the token that has seen the whole text).
+    #[arg(long, value_parser = parse_pooling)]
+    pooling: Option<tinyllm::engine::Pooling>,
+    /// Finished Responses API answers kept for `previous_response_id` and GET/DELETE
+    /// /v1/responses/{id} (the oldest dropped first; 0 keeps none).
+    #[arg(long, default_value_t = 256)]
+    responses_store: usize,
+    /// Most bytes (their JSON) the kept responses and conversations may take.
+    #[arg(long, default_value_t = 64 << 20)]
+    responses_store_bytes: usize,
     /// Model name reported by the API (default: the model's file name).
     #[arg(long)]
     alias: Option<String>,
@@ -135,6 +146,13 @@ fn load_and_warm(
             api_key: a.api_key,
             cors_origins: a.cors_origin,
             max_body_bytes: a.max_body_bytes,
+            pooling: a.pooling,
+            responses_store: a.responses_store,
+            responses_store_bytes: a.responses_store_bytes,
         },
     )
+}
+
+fn parse_pooling(s: &str) -> Result<tinyllm::engine::Pooling, String> {
+    tinyllm::engine::Pooling::parse(s).map_err(|e| e.to_string())
 }

@@ -74,6 +74,11 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route for {path}")).with_code("not_found")
     }
 
+    /// 404 for a thing the request names (a stored response, a model).
+    pub fn not_found_message(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -125,6 +130,35 @@ impl ApiError {
             "param": self.param,
             "code": self.code,
         }})
+    }
+}
+
+impl ApiError {
+    /// The body in Anthropic's error shape: `{"type": "error", "error": {"type", "message"}}`,
+    /// the type named by the status as Anthropic names it.
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        let kind = match self.status.as_u16() {
+            400 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        };
+        let message = match &self.param {
+            Some(p) if !self.message.contains(p.as_str()) => format!("{p}: {}", self.message),
+            _ => self.message.clone(),
+        };
+        json!({"type": "error", "error": {"type": kind, "message": message}})
+    }
+
+    /// This error answered in Anthropic's shape (same status and headers).
+    pub fn into_anthropic(self) -> Response {
+        let mut r = self.clone().into_response();
+        *r.body_mut() = axum::body::Body::from(self.anthropic_body().to_string());
+        r
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
 use super::errors::ApiError;
-use super::{Shared, CHAT_PATHS, COMPLETION_PATHS};
+use super::{Shared, CHAT_PATHS, COMPLETION_PATHS, EMBEDDING_PATHS, MESSAGES_PATHS, RESPONSES_PATHS};
 
 /// The header a proxy hashes on for session affinity (docs/deploy.md).
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -137,7 +137,16 @@ impl Lifecycle {
 /// A request that would start an answer.
 fn is_generation(req: &Request) -> bool {
     let path = req.uri().path();
-    req.method() == Method::POST && (CHAT_PATHS.contains(&path) || COMPLETION_PATHS.contains(&path))
+    req.method() == Method::POST
+        && [
+            CHAT_PATHS,
+            COMPLETION_PATHS,
+            EMBEDDING_PATHS,
+            MESSAGES_PATHS,
+            RESPONSES_PATHS,
+        ]
+        .iter()
+        .any(|paths| paths.contains(&path))
 }
 
 /// SIGTERM or SIGINT (Ctrl-C).

@@ -15,6 +15,7 @@ mod origins;
 mod page;
 mod scheduler;
 mod sse;
+mod store;
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -28,7 +29,7 @@ use scheduler::{Scheduler, SlotConfig};
 use std::future::IntoFuture;
 use std::sync::Arc;
 use tinyllm::backend::{AnyBackend, KvType};
-use tinyllm::engine::Engine;
+use tinyllm::engine::{Engine, Pooling};
 
 /// Server settings from the command line.
 pub struct Options {
@@ -46,6 +47,11 @@ pub struct Options {
     /// Browser origins allowed besides the server's own and localhost ones (`*`: any).
     pub cors_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// How `/v1/embeddings` pools (`--pooling`; `None`: the model's own).
+    pub pooling: Option<Pooling>,
+    /// Most responses the Responses API keeps for `previous_response_id`, and their bytes.
+    pub responses_store: usize,
+    pub responses_store_bytes: usize,
 }
 
 /// What every handler can reach.
@@ -60,6 +66,10 @@ pub struct AppState {
     pub api_key: Option<String>,
     pub max_body_bytes: usize,
     pub metrics: Arc<Metrics>,
+    /// How `/v1/embeddings` pools.
+    pub pooling: Pooling,
+    /// Finished Responses API answers, for `previous_response_id`.
+    pub responses: store::ResponseStore,
 }
 
 pub type Shared = Arc<AppState>;
@@ -78,6 +88,7 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<(Router,
         checkpoints: opts.checkpoints,
         cache_type: opts.cache_type,
     };
+    let pooling = opts.pooling.unwrap_or(engine.pooling);
     let scheduler = Scheduler::start(engine.clone(), slots, metrics.clone())?;
     let state = Arc::new(AppState {
         scheduler,
@@ -88,6 +99,8 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<(Router,
         api_key: opts.api_key.filter(|k| !k.is_empty()),
         max_body_bytes: opts.max_body_bytes,
         metrics,
+        pooling,
+        responses: store::ResponseStore::new(opts.responses_store, opts.responses_store_bytes),
     });
     let router = routes(state.clone(), Arc::new(origins::Origins::parse(&opts.cors_origins)?));
     Ok((router, state))
@@ -97,9 +110,12 @@ pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<(Router,
 /// new requests on these ([`lifecycle`]).
 pub const CHAT_PATHS: [&str; 2] = ["/v1/chat/completions", "/chat/completions"];
 pub const COMPLETION_PATHS: [&str; 2] = ["/v1/completions", "/completions"];
+pub const EMBEDDING_PATHS: [&str; 2] = ["/v1/embeddings", "/embeddings"];
+pub const MESSAGES_PATHS: [&str; 2] = ["/v1/messages", "/messages"];
+pub const RESPONSES_PATHS: [&str; 2] = ["/v1/responses", "/responses"];
 
 fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
-    use handlers::{generate, info, tokens};
+    use handlers::{embeddings, generate, info, messages, responses, tokens};
     Router::new()
         .route("/", get(page::index))
         .route("/chat.js", get(page::asset))
@@ -112,6 +128,16 @@ fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
         .route(CHAT_PATHS[1], post(generate::chat))
         .route(COMPLETION_PATHS[0], post(generate::completions))
         .route(COMPLETION_PATHS[1], post(generate::completions))
+        .route(RESPONSES_PATHS[0], post(responses::create))
+        .route(RESPONSES_PATHS[1], post(responses::create))
+        .route("/v1/responses/{id}", get(responses::get).delete(responses::delete))
+        .route("/responses/{id}", get(responses::get).delete(responses::delete))
+        .route(MESSAGES_PATHS[0], post(messages::messages))
+        .route(MESSAGES_PATHS[1], post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/messages/count_tokens", post(messages::count_tokens))
+        .route(EMBEDDING_PATHS[0], post(embeddings::embeddings))
+        .route(EMBEDDING_PATHS[1], post(embeddings::embeddings))
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route("/apply-template", post(tokens::apply_template))
@@ -127,7 +153,9 @@ async fn not_found(req: Request) -> ApiError {
     ApiError::not_found(req.uri().path())
 }
 
-/// `--api-key`: every route but the page and `/health` needs `Authorization: Bearer <key>`.
+/// `--api-key`: every route but the page and `/health` needs `Authorization: Bearer <key>`
+/// (or `x-api-key: <key>`, as Anthropic's clients send it). Anthropic's routes answer a refusal
+/// in Anthropic's error shape.
 async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.api_key {
         // The page and its files load without the key; the page then asks for it.
@@ -138,9 +166,15 @@ async fn auth(State(st): State<Shared>, req: Request, next: Next) -> Response {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
             .map(str::trim);
         if !open && given != Some(key.as_str()) {
-            return ApiError::unauthorized().into_response();
+            let e = ApiError::unauthorized();
+            return if MESSAGES_PATHS.contains(&path) || path.ends_with("/count_tokens") {
+                e.into_anthropic()
+            } else {
+                e.into_response()
+            };
         }
     }
     next.run(req).await

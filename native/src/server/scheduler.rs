@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::{
-    forward_batch, head_of, BatchItem, Engine, Finish, Generation, Head, Prepared, Session, SessionConfig, Settings,
-    Step, Usage, Want,
+    embed, forward_batch, head_of, BatchItem, EmbedLimits, Embedding, Engine, Finish, Generation, Head, Pooling,
+    Prepared, Session, SessionConfig, Settings, Step, Usage, Want,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// One generation request, ready for the engine (prompt prepared and checked).
 pub struct Job {
@@ -36,6 +36,20 @@ pub struct Job {
     pub cancel: Arc<AtomicBool>,
     pub events: mpsc::UnboundedSender<Event>,
 }
+
+/// An embeddings request, ready for the engine (inputs tokenized and checked). It needs no slot:
+/// the engine runs it whole between two passes of the running streams.
+pub struct EmbedJob {
+    pub id: u64,
+    pub inputs: Vec<Vec<u32>>,
+    pub pooling: Pooling,
+    /// Set when the client goes away; checked before the job starts.
+    pub cancel: Arc<AtomicBool>,
+    pub reply: oneshot::Sender<Result<Vec<Embedding>, String>>,
+}
+
+/// Most tokens per pass of an embeddings job: a prompt-sized batch, as llama.cpp's `-ub`.
+const EMBED_BATCH: usize = 512;
 
 /// What the engine reports for a job.
 #[derive(Debug, Clone)]
@@ -52,6 +66,7 @@ pub enum Event {
 /// The handlers' side of the engine.
 pub struct Scheduler {
     tx: mpsc::Sender<Job>,
+    embed_tx: mpsc::Sender<EmbedJob>,
     queue: usize,
     slots: usize,
     next_id: AtomicU64,
@@ -106,6 +121,7 @@ impl Scheduler {
         // One pass holds a decode row per slot plus one prefill chunk.
         let scratch = engine.model.scratch(slots + prefill_chunk, slots)?;
         let (tx, rx) = mpsc::channel(queue.max(1));
+        let (embed_tx, embed_rx) = mpsc::channel(queue.max(1));
         std::thread::Builder::new().name("engine".into()).spawn(move || {
             let mut run = Loop {
                 engine: &engine,
@@ -126,10 +142,11 @@ impl Scheduler {
                 // thread on a busy machine reacts).
                 step_delay: super::test_delay("TINYLLM_TEST_STEP_DELAY_MS"),
             };
-            run.run(rx);
+            run.run(rx, embed_rx);
         })?;
         Ok(Scheduler {
             tx,
+            embed_tx,
             queue: queue.max(1),
             slots,
             next_id: AtomicU64::new(1),
@@ -143,6 +160,14 @@ impl Scheduler {
     /// Queue a job; a full queue is a 503 the client may retry.
     pub fn submit(&self, job: Job) -> Result<(), ApiError> {
         self.tx.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => ApiError::overloaded(self.queue),
+            mpsc::error::TrySendError::Closed(_) => ApiError::internal("the engine has stopped"),
+        })
+    }
+
+    /// Queue an embeddings job; a full queue is a 503 the client may retry.
+    pub fn submit_embed(&self, job: EmbedJob) -> Result<(), ApiError> {
+        self.embed_tx.try_send(job).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => ApiError::overloaded(self.queue),
             mpsc::error::TrySendError::Closed(_) => ApiError::internal("the engine has stopped"),
         })
@@ -227,29 +252,81 @@ struct Loop<'t> {
 }
 
 impl<'t> Loop<'t> {
-    fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
+    fn run(&mut self, mut rx: mpsc::Receiver<Job>, mut embed_rx: mpsc::Receiver<EmbedJob>) {
+        // Waiting for either kind of work when idle.
+        let Ok(idle) = tokio::runtime::Builder::new_current_thread().build() else {
+            eprintln!("engine: cannot start its wait loop");
+            return;
+        };
+        enum Work {
+            Generate(Box<Job>),
+            Embed(EmbedJob),
+        }
         loop {
+            // Embeddings need no slot: each runs whole before the next pass.
+            while let Ok(job) = embed_rx.try_recv() {
+                self.embed(job);
+            }
             // Fill free slots: block for work only when nothing is running.
             while self.slots.iter().any(|s| s.active.is_none()) {
                 let busy = self.slots.iter().any(|s| s.active.is_some());
-                let job = if busy {
+                let work = if busy {
                     match rx.try_recv() {
-                        Ok(job) => job,
+                        Ok(job) => Work::Generate(Box::new(job)),
                         Err(_) => break,
                     }
                 } else {
-                    match rx.blocking_recv() {
-                        Some(job) => job,
+                    let next = idle.block_on(async {
+                        tokio::select! {
+                            job = rx.recv() => job.map(|j| Work::Generate(Box::new(j))),
+                            job = embed_rx.recv() => job.map(Work::Embed),
+                        }
+                    });
+                    match next {
+                        Some(work) => work,
                         None => return,
                     }
                 };
-                self.admit(job);
+                match work {
+                    Work::Generate(job) => self.admit(*job),
+                    Work::Embed(job) => self.embed(job),
+                }
+            }
+            if self.slots.iter().all(|s| s.active.is_none()) {
+                continue;
             }
             self.step();
             if !self.step_delay.is_zero() {
                 std::thread::sleep(self.step_delay);
             }
         }
+    }
+
+    /// Run an embeddings job whole (its own sequence states and scratch) and send the vectors.
+    fn embed(&mut self, job: EmbedJob) {
+        if job.cancel.load(Ordering::Relaxed) {
+            eprintln!(
+                "req {} embeddings: interrupted while queued (client disconnected)",
+                job.id
+            );
+            Metrics::add(&self.metrics.requests_cancelled, 1);
+            return;
+        }
+        let started = Instant::now();
+        let n_ctx = self.slots.first().map_or(0, |s| s.session.n_ctx());
+        let limits = EmbedLimits {
+            n_batch: EMBED_BATCH,
+            n_ctx,
+        };
+        let result = embed(&self.engine.model, &job.inputs, job.pooling, limits).map_err(|e| e.to_string());
+        let tokens: usize = job.inputs.iter().map(Vec::len).sum();
+        eprintln!(
+            "req {} embeddings: {} inputs, {tokens} tokens, {:.0} ms",
+            job.id,
+            job.inputs.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        let _ = job.reply.send(result);
     }
 
     /// Put a job in the best free slot; its prompt is evaluated by the following passes.

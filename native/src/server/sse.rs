@@ -27,19 +27,37 @@ struct Machine<C: Chunks + Send + 'static> {
     events: mpsc::UnboundedReceiver<Event>,
     chunks: C,
     include_usage: bool,
-    ready: VecDeque<String>,
+    /// Events to send: the event's name (named streams) and its data.
+    ready: VecDeque<(Option<String>, String)>,
     guard: CancelGuard,
 }
 
 impl<C: Chunks + Send + 'static> Machine<C> {
+    /// An error mid-stream in the stream's own shape (`type: error` in a named stream).
+    fn error_body(&self, err: &super::errors::ApiError) -> Value {
+        if self.chunks.named_events() {
+            err.anthropic_body()
+        } else {
+            err.body()
+        }
+    }
+
     fn queue(&mut self, values: Vec<Value>) {
-        self.ready.extend(values.iter().map(Value::to_string));
+        let named = self.chunks.named_events();
+        self.ready.extend(values.iter().map(|v| {
+            let name = v["type"].as_str().filter(|_| named).map(String::from);
+            (name, v.to_string())
+        }));
     }
 
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
-            if let Some(data) = self.ready.pop_front() {
-                return Some(SseEvent::default().data(data));
+            if let Some((name, data)) = self.ready.pop_front() {
+                let event = SseEvent::default().data(data);
+                return Some(match name {
+                    Some(name) => event.event(name),
+                    None => event,
+                });
             }
             match self.phase {
                 Phase::Start => {
@@ -54,7 +72,7 @@ impl<C: Chunks + Send + 'static> Machine<C> {
                     }
                     Some(Event::Done { finish, usage }) => {
                         self.guard.disarm();
-                        let v = self.chunks.finish(finish);
+                        let v = self.chunks.finish(finish, &usage);
                         self.queue(v);
                         if self.include_usage {
                             let u = self.chunks.usage(&usage);
@@ -65,18 +83,22 @@ impl<C: Chunks + Send + 'static> Machine<C> {
                     Some(Event::Failed(msg)) => {
                         self.guard.disarm();
                         let err = super::errors::ApiError::internal(format!("generation failed: {msg}"));
-                        self.queue(vec![err.body()]);
+                        let body = self.error_body(&err);
+                        self.queue(vec![body]);
                         self.phase = Phase::Done;
                     }
                     None => {
                         let err = super::errors::ApiError::internal("the engine dropped the request");
-                        self.queue(vec![err.body()]);
+                        let body = self.error_body(&err);
+                        self.queue(vec![body]);
                         self.phase = Phase::Done;
                     }
                 },
                 Phase::Done => {
                     self.phase = Phase::End;
-                    return Some(SseEvent::default().data("[DONE]"));
+                    if !self.chunks.named_events() {
+                        return Some(SseEvent::default().data("[DONE]"));
+                    }
                 }
                 Phase::End => return None,
             }

@@ -48,6 +48,27 @@ window.scenarios = {
   },
 
   /**
+   * `llm.embeddings.create` on each of `cases` ({url, texts, pooling}) on `backend`: the
+   * float answer, and the base64 one decoded (it must hold the same vectors).
+   */
+  async embeddings({ cases, backend, webgpu }) {
+    const out = [];
+    for (const c of cases) {
+      const llm = await TinyLLM.load(c.url, { backend, contextSize: 512, cache: false, threads: 1, webgpu });
+      const floats = await llm.embeddings.create({ input: c.texts, pooling: c.pooling });
+      const b64 = await llm.embeddings.create({ input: c.texts, pooling: c.pooling, encoding_format: 'base64' });
+      const decoded = b64.data.map((d) => {
+        const bytes = Uint8Array.from(atob(d.embedding), (ch) => ch.charCodeAt(0));
+        return Array.from(new Float32Array(bytes.buffer));
+      });
+      const bad = await expectError(() => llm.embeddings.create({ input: '' }));
+      out.push({ info: llm.info, floats, decoded, bad });
+      await llm.unload();
+    }
+    return out;
+  },
+
+  /**
    * What `backend: 'auto'` picks on this page, next to the adapter the page itself sees
    * (null where there is none).
    */

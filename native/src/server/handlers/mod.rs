@@ -1,8 +1,11 @@
 //! Endpoint handlers, one file per group, plus what they share: reading a bounded body,
 //! turning a validated request into an engine job, and answering it whole or streamed.
 
+pub mod embeddings;
 pub mod generate;
 pub mod info;
+pub mod messages;
+pub mod responses;
 pub mod tokens;
 
 use super::errors::ApiError;
@@ -38,6 +41,8 @@ pub async fn read_body(st: &AppState, req: Request) -> Result<axum::body::Bytes,
 /// A job handed to the engine: its events and the guard that cancels it when dropped.
 pub struct Launched {
     pub id: u64,
+    /// Tokens of the rendered prompt.
+    pub prompt_tokens: usize,
     pub events: mpsc::UnboundedReceiver<Event>,
     pub guard: CancelGuard,
 }
@@ -53,6 +58,7 @@ pub fn launch(st: &AppState, kind: &'static str, req: GenRequest, prompt_param: 
     let (tx, rx) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let id = st.scheduler.next_id();
+    let prompt_tokens = prepared.prompt.len();
     let job = Job {
         id,
         kind,
@@ -67,6 +73,7 @@ pub fn launch(st: &AppState, kind: &'static str, req: GenRequest, prompt_param: 
     }
     Ok(Launched {
         id,
+        prompt_tokens,
         events: rx,
         guard: CancelGuard::new(cancel),
     })
