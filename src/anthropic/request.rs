@@ -7,6 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::openai::request::text_of_parts;
 use crate::openai::OpenAiError;
 
 /// What the translation needs to know about the endpoint.
@@ -22,31 +23,10 @@ fn bad(param: &str, message: impl Into<String>) -> OpenAiError {
     OpenAiError::bad_param(param, message)
 }
 
-/// The text of a `system` field or of a `tool_result`'s `content`: a string, or text blocks.
+/// The text of a `system` field or of a `tool_result`'s `content`: a string, or text blocks
+/// (joined by newlines).
 fn text_of(v: &Value, param: &str) -> Result<String, OpenAiError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(blocks) => {
-            let mut parts = Vec::new();
-            for (j, b) in blocks.iter().enumerate() {
-                match (b["type"].as_str(), b["text"].as_str()) {
-                    (Some("text"), Some(t)) => parts.push(t.to_string()),
-                    (Some("text"), None) => {
-                        return Err(bad(&format!("{param}[{j}].text"), "a text block needs `text`"))
-                    }
-                    (kind, _) => {
-                        return Err(bad(
-                            &format!("{param}[{j}].type"),
-                            format!("only text blocks can be given here, got {}", kind.unwrap_or("no type")),
-                        ))
-                    }
-                }
-            }
-            Ok(parts.join("\n"))
-        }
-        Value::Null => Ok(String::new()),
-        _ => Err(bad(param, "expected a string or a list of text blocks")),
-    }
+    text_of_parts(v, param, &["text"], "\n")
 }
 
 /// One Messages API message as OpenAI chat messages (a user turn holding tool results gives

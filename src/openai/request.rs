@@ -489,6 +489,38 @@ pub fn template_messages(messages: &[Message], raw: &[Value]) -> Result<Vec<Valu
     Ok(out)
 }
 
+/// The text of a content field as the newer APIs write it: a string, or a list of typed parts
+/// whose `type` is one of `kinds`, each with `text`, joined by `sep`; null is empty. Anything
+/// else (an image, a part without text) is an error naming the part: the models tinyllm runs
+/// read text.
+pub fn text_of_parts(v: &Value, param: &str, kinds: &[&str], sep: &str) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, p) in parts.iter().enumerate() {
+                let kind = p["type"].as_str().unwrap_or("no type");
+                if !kinds.contains(&kind) {
+                    return Err(ApiError::bad_param(
+                        &format!("{param}[{j}].type"),
+                        format!(
+                            "{kind} parts are not supported here (expected {}): the models tinyllm runs read text",
+                            kinds.join(" or ")
+                        ),
+                    ));
+                }
+                let text = p["text"].as_str().ok_or_else(|| {
+                    ApiError::bad_param(&format!("{param}[{j}].text"), format!("a {kind} part needs `text`"))
+                })?;
+                texts.push(text);
+            }
+            Ok(texts.join(sep))
+        }
+        _ => Err(ApiError::bad_param(param, "expected a string or a list of text parts")),
+    }
+}
+
 /// Body of `POST /tokenize`.
 #[derive(Debug, Deserialize)]
 pub struct TokenizeRequest {

@@ -9,6 +9,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::request::text_of_parts;
 use super::response::{Answer, Chunks};
 use super::OpenAiError;
 use crate::chat::router::{Routed, ToolCall};
@@ -24,34 +25,7 @@ pub type Conversation = Vec<Value>;
 
 /// The text of a message item's `content`: a string or `input_text` / `output_text` parts.
 fn content_text(v: &Value, param: &str) -> Result<String, OpenAiError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(parts) => {
-            let mut text = String::new();
-            for (j, p) in parts.iter().enumerate() {
-                match (p["type"].as_str(), p["text"].as_str()) {
-                    (Some("input_text" | "output_text" | "text"), Some(t)) => text.push_str(t),
-                    (Some(kind), _) if kind.starts_with("input_") => {
-                        return Err(bad(
-                            &format!("{param}[{j}].type"),
-                            format!("{kind} parts are not supported: the models tinyllm runs read text"),
-                        ))
-                    }
-                    (kind, _) => {
-                        return Err(bad(
-                            &format!("{param}[{j}]"),
-                            format!(
-                                "expected an input_text part with `text`, got {}",
-                                kind.unwrap_or("no type")
-                            ),
-                        ))
-                    }
-                }
-            }
-            Ok(text)
-        }
-        _ => Err(bad(param, "content must be a string or a list of text parts")),
-    }
+    text_of_parts(v, param, &["input_text", "output_text", "text"], "")
 }
 
 /// `input` items as chat messages, appended to `out`.
