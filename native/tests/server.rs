@@ -1659,6 +1659,11 @@ fn messages_errors_are_anthropic_error_objects() {
     let r = post(&good.to_string());
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["type"], "message");
+    // What Claude Code sends: a system message between the turns, adaptive thinking.
+    let cc = json!({"max_tokens": 4, "thinking": {"type": "adaptive"}, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "system", "content": [{"type": "text", "text": "Be brief."}]}]});
+    let r = post(&cc.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
     let e = s.request("POST", "/v1/messages", &[], good.to_string().as_bytes());
     assert_eq!(e.status, 401);
     assert_eq!(e.json()["error"]["type"], "authentication_error", "{}", e.text());
@@ -1672,7 +1677,7 @@ fn messages_errors_are_anthropic_error_objects() {
         (json!({"max_tokens": 4}).to_string(), "messages"),
         (json!({"max_tokens": 4, "messages": []}).to_string(), "messages"),
         (
-            json!({"max_tokens": 4, "messages": [{"role": "system", "content": "x"}]}).to_string(),
+            json!({"max_tokens": 4, "messages": [{"role": "robot", "content": "x"}]}).to_string(),
             "role",
         ),
         (user(json!([{"type": "image", "source": {}}])).to_string(), "image"),

@@ -36,10 +36,17 @@ fn translate_message(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), Op
     let role = m["role"]
         .as_str()
         .ok_or_else(|| bad(&format!("{param}.role"), "role is required"))?;
+    if role == "system" {
+        // Claude Code sends system messages between the turns (reminders); the chat template
+        // takes them as system messages.
+        let text = text_of(&m["content"], &format!("{param}.content"))?;
+        out.push(json!({"role": "system", "content": text}));
+        return Ok(());
+    }
     if role != "user" && role != "assistant" {
         return Err(bad(
             &format!("{param}.role"),
-            format!("role must be user or assistant, got {role:?} (the system prompt goes in `system`)"),
+            format!("role must be user, assistant or system, got {role:?}"),
         ));
     }
     let blocks: Vec<Value> = match &m["content"] {
@@ -229,17 +236,24 @@ pub fn to_chat_request(body: &Value, purpose: Purpose) -> Result<Value, OpenAiEr
     }
     if let Some(t) = obj.get("thinking").filter(|v| !v.is_null()) {
         let on = match t["type"].as_str() {
-            Some("enabled") => true,
-            Some("disabled") => false,
+            Some("enabled") => Some(true),
+            Some("disabled") => Some(false),
+            // The model decides (Claude Code's default): the template's own default.
+            Some("adaptive") => None,
             other => {
                 return Err(bad(
                     "thinking.type",
-                    format!("thinking.type must be enabled or disabled, got {other:?}"),
+                    format!(
+                        "thinking.type must be enabled, disabled or adaptive, got {}",
+                        other.map_or("nothing".to_string(), |o| format!("{o:?}"))
+                    ),
                 ))
             }
         };
         // Qwen3's and DeepSeek's templates read it; others ignore it.
-        chat.insert("chat_template_kwargs".into(), json!({"enable_thinking": on}));
+        if let Some(on) = on {
+            chat.insert("chat_template_kwargs".into(), json!({"enable_thinking": on}));
+        }
     }
     Ok(Value::Object(chat))
 }
