@@ -1794,7 +1794,7 @@ fn responses_errors_are_openai_error_objects() {
             400,
         ),
         (
-            json!({"input": "x", "tools": [{"type": "web_search"}]}),
+            json!({"input": "x", "tools": [{"type": "teleport"}]}),
             "tools[0].type",
             400,
         ),

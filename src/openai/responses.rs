@@ -120,6 +120,51 @@ fn translate_input(input: &Value, out: &mut Conversation) -> Result<(), OpenAiEr
     Ok(())
 }
 
+/// Hosted tools: they run on OpenAI's side, so a local model is not offered them (Codex declares
+/// `web_search` beside its own function tools).
+const HOSTED_TOOLS: [&str; 8] = [
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "mcp",
+    "computer_use_preview",
+    "computer_use",
+];
+
+/// A Responses tool as chat function tools, appended to `out`: a function; a `namespace`'s
+/// functions (Codex groups its sub-agent tools so); nothing for a hosted tool.
+fn function_tools(t: &Value, param: &str, out: &mut Vec<Value>) -> Result<(), OpenAiError> {
+    let kind = t["type"].as_str().unwrap_or("");
+    match kind {
+        "function" => {
+            let name = t["name"]
+                .as_str()
+                .ok_or_else(|| bad(&format!("{param}.name"), "a function tool needs a name"))?;
+            let parameters = t.get("parameters").cloned().unwrap_or(json!({"type": "object"}));
+            let mut f = json!({"name": name, "parameters": parameters});
+            if let Some(d) = t["description"].as_str() {
+                f["description"] = json!(d);
+            }
+            out.push(json!({"type": "function", "function": f}));
+        }
+        "namespace" => {
+            for (j, inner) in t["tools"].as_array().into_iter().flatten().enumerate() {
+                function_tools(inner, &format!("{param}.tools[{j}]"), out)?;
+            }
+        }
+        k if HOSTED_TOOLS.iter().any(|h| k.starts_with(h)) => {}
+        other => {
+            return Err(bad(
+                &format!("{param}.type"),
+                format!("tools of type {other:?} are not supported (function and namespace tools are; hosted tools are left out)"),
+            ))
+        }
+    }
+    Ok(())
+}
+
 /// A Responses request translated: the chat request (JSON) to run, and the conversation to
 /// store with the answer (the previous one's, then this request's input, no instructions).
 #[derive(Debug, Clone, PartialEq)]
@@ -165,24 +210,7 @@ pub fn to_chat_request(body: &Value, previous: Option<&Conversation>) -> Result<
         let tools = tools.as_array().ok_or_else(|| bad("tools", "tools must be a list"))?;
         let mut out = Vec::new();
         for (i, t) in tools.iter().enumerate() {
-            let kind = t["type"].as_str().unwrap_or("");
-            let name = t["name"].as_str();
-            match (kind, name) {
-                ("function", Some(name)) => {
-                    let mut f = json!({"name": name, "parameters": t.get("parameters").cloned().unwrap_or(json!({"type": "object"}))});
-                    if let Some(d) = t["description"].as_str() {
-                        f["description"] = json!(d);
-                    }
-                    out.push(json!({"type": "function", "function": f}));
-                }
-                ("function", None) => return Err(bad(&format!("tools[{i}].name"), "a function tool needs a name")),
-                (other, _) => {
-                    return Err(bad(
-                        &format!("tools[{i}].type"),
-                        format!("only function tools are supported, got {other:?} (hosted tools run on OpenAI's side)"),
-                    ))
-                }
-            }
+            function_tools(t, &format!("tools[{i}]"), &mut out)?;
         }
         chat.insert("tools".into(), Value::Array(out));
     }
