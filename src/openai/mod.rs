@@ -8,7 +8,7 @@ pub mod request;
 pub mod response;
 pub mod responses;
 
-pub use request::{parse_body, parse_value, unix_now, GenRequest};
+pub use request::{parse_body, parse_json, parse_value, unix_now, GenRequest};
 pub use response::{usage_json, Answer, ChatChunks, Chunks, CompletionChunks, Meta};
 
 use crate::engine::EngineError;

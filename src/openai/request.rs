@@ -16,9 +16,12 @@ use crate::sample::{SamplerConfig, SamplerError};
 
 /// Parse a request body: syntax, then the typed shape (errors name the field).
 pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<(T, Value), ApiError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
-    parse_value(value)
+    parse_value(parse_json(body)?)
+}
+
+/// The body as JSON, untyped (the endpoints that translate a request before parsing it).
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
 /// [`parse_body`] of a value already parsed (the browser's request objects).

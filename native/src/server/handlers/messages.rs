@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use tinyllm::anthropic::{message_json, to_chat_request, MessageChunks, MessageMeta, Purpose};
-use tinyllm::openai::{parse_value, GenRequest};
+use tinyllm::openai::{parse_json, parse_value, GenRequest};
 
 pub async fn messages(st: State<Shared>, req: Request) -> Response {
     run(st, req).await.unwrap_or_else(ApiError::into_anthropic)
@@ -23,9 +23,7 @@ pub async fn count_tokens(st: State<Shared>, req: Request) -> Response {
 /// The body as JSON, translated into the chat request and parsed as the chat path parses it.
 async fn chat_request(st: &Shared, req: Request, purpose: Purpose) -> Result<(GenRequest, Value), ApiError> {
     let body = read_body(st, req).await?;
-    let raw: Value =
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    let chat = to_chat_request(&raw, purpose)?;
+    let chat = to_chat_request(&parse_json(&body)?, purpose)?;
     Ok(parse_value(chat)?)
 }
 

@@ -11,9 +11,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use tinyllm::openai::parse_value;
 use tinyllm::openai::responses::{response_json, to_chat_request, ResponseChunks, ResponseMeta};
 use tinyllm::openai::GenRequest;
+use tinyllm::openai::{parse_json, parse_value};
 
 fn not_found(id: &str, param: Option<&str>, code: &'static str, what: &str) -> ApiError {
     let mut e = ApiError::not_found_message(format!(
@@ -27,8 +27,7 @@ fn not_found(id: &str, param: Option<&str>, code: &'static str, what: &str) -> A
 
 pub async fn create(State(st): State<Shared>, req: Request) -> Result<Response, ApiError> {
     let body = read_body(&st, req).await?;
-    let raw: Value =
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    let raw = parse_json(&body)?;
     let previous = match raw.get("previous_response_id").filter(|v| !v.is_null()) {
         None => None,
         Some(id) => {
@@ -54,13 +53,9 @@ pub async fn create(State(st): State<Shared>, req: Request) -> Result<Response, 
     let store = raw.get("store").and_then(Value::as_bool) != Some(false);
     let conversation = translated.conversation;
     let on_done = store.then(|| {
-        let st = st.clone();
-        let conversation = conversation.clone();
-        Box::new(move |response: &Value, answer: &Vec<Value>| {
-            let mut all = conversation;
-            all.extend(answer.iter().cloned());
-            st.responses.put(response, &all);
-        }) as tinyllm::openai::responses::OnDone
+        let (st, conversation) = (st.clone(), conversation.clone());
+        Box::new(move |response: &Value, answer: &Vec<Value>| keep(&st, conversation, response, answer))
+            as tinyllm::openai::responses::OnDone
     });
     let stream = req.stream.then_some(false);
     let chunks = ResponseChunks::new(meta.clone(), on_done);
@@ -68,13 +63,17 @@ pub async fn create(State(st): State<Shared>, req: Request) -> Result<Response, 
     respond(job, stream, chunks, move |a, f, u| {
         let (response, answer) = response_json(a, &meta, f, u);
         if store {
-            let mut all = conversation;
-            all.extend(answer);
-            st2.responses.put(&response, &all);
+            keep(&st2, conversation, &response, &answer);
         }
         response
     })
     .await
+}
+
+/// Store `response` with its whole conversation: the request's, then the answer's messages.
+fn keep(st: &Shared, mut conversation: Vec<Value>, response: &Value, answer: &[Value]) {
+    conversation.extend(answer.iter().cloned());
+    st.responses.put(response, &conversation);
 }
 
 pub async fn get(State(st): State<Shared>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
