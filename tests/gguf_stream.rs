@@ -399,3 +399,27 @@ fn the_architecture_is_known_before_the_tensors_arrive() {
         .map(|(_, v)| v.clone());
     assert_eq!(arch, Some(Value::String("mamba".into())));
 }
+
+/// The first part's header is lent as a file (the browser sizes the model from it before the
+/// tensors arrive): the same metadata and tensor table as the file opened whole, nothing before
+/// the header is in, and the stream ends with its metadata intact.
+#[test]
+fn the_first_header_is_lent_whole_and_kept() {
+    let bytes = std::fs::read(common::golden(FIXTURES[1])).unwrap();
+    let whole = GgufFile::from_bytes(bytes.clone()).unwrap();
+    let data_start = whole.data_offset(0) as usize;
+    let mut s = begun(bytes.len());
+    s.push::<GgufError>(&bytes[..data_start / 2], &mut |_| Ok(())).unwrap();
+    assert!(s.with_first_header(|_| ()).is_none(), "no header yet");
+    s.push::<GgufError>(&bytes[data_start / 2..data_start + 1], &mut |_| Ok(()))
+        .unwrap();
+    let lent = s.with_first_header(|f| {
+        same_table(f, &whole);
+        (f.metadata().len(), f.tensors().len())
+    });
+    assert_eq!(lent, Some((whole.metadata().len(), whole.tensors().len())));
+    s.push::<GgufError>(&bytes[data_start + 1..], &mut |_| Ok(())).unwrap();
+    // Lent again once the part is done, and given back: the finished file still has it all.
+    assert!(s.with_first_header(|f| same_table(f, &whole)).is_some());
+    same_table(&s.finish().unwrap(), &whole);
+}

@@ -86,3 +86,14 @@ fn a_header_prefix_sizes_the_model_as_the_whole_file_does() {
         );
     }
 }
+
+/// Prints the header-derived parts of the real models' estimates (natively sized; the browser
+/// test reports the wasm32 ones).
+#[test]
+#[ignore]
+fn print_real_model_parts() {
+    for m in ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "gemma-3-270m-q4_k_m.gguf"] {
+        let file = GgufFile::open(common::real_model(m)).unwrap();
+        eprintln!("{m}: {:?}", estimate(&file, 1024).unwrap());
+    }
+}

@@ -143,6 +143,18 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// The entry of a parsed header's tensor, held in part `part`.
+    pub(crate) fn of(t: &parse::RawTensor, part: usize) -> Self {
+        TensorInfo {
+            name: t.name.clone(),
+            ty: t.ty,
+            shape: t.shape.clone(),
+            offset: t.offset,
+            bytes: t.bytes,
+            part,
+        }
+    }
+
     pub fn elements(&self) -> u64 {
         self.shape.iter().product()
     }
@@ -227,6 +239,28 @@ impl GgufFile {
             Err(parse::ParseError::Incomplete { need }) => Ok(Err(need)),
             Err(parse::ParseError::Gguf(e)) => Err(e),
         }
+    }
+
+    /// Lends the parsed header of one streamed part (`size`: its length) to `f` as a file of
+    /// that part alone (no tensor data): its metadata is moved in and back rather than copied,
+    /// for a large vocabulary's metadata is megabytes and the browser's memory peak counts it.
+    fn lend_header<R>(header: &mut parse::Header, size: u64, f: impl FnOnce(&GgufFile) -> R) -> R {
+        let tensors: Vec<TensorInfo> = header.tensors.iter().map(|t| TensorInfo::of(t, 0)).collect();
+        let index = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        let file = GgufFile {
+            version: header.version,
+            alignment: header.alignment,
+            metadata: std::mem::take(&mut header.metadata),
+            index,
+            tensors,
+            parts: vec![Part {
+                source: Source::Streamed(size),
+                data_offset: header.data_offset,
+            }],
+        };
+        let out = f(&file);
+        header.metadata = file.metadata;
+        out
     }
 
     /// One model from the parsed headers of its parts (in order) and their bytes: the tensor

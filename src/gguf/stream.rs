@@ -146,6 +146,23 @@ impl GgufStream {
         }
     }
 
+    /// Lends the first part's header, once read, to `f` as a [`GgufFile`] of that part alone
+    /// (metadata and tensor table, no data): to size the model before its tensors arrive
+    /// without parsing or copying the header a second time.
+    pub fn with_first_header<R>(&mut self, f: impl FnOnce(&GgufFile) -> R) -> Option<R> {
+        let (header, size) = match (self.done.first_mut(), self.current.as_mut()) {
+            (Some((h, n)), _) => (h, *n),
+            (
+                None,
+                Some(Current {
+                    header: Some(p), size, ..
+                }),
+            ) => (&mut p.header, *size),
+            _ => return None,
+        };
+        Some(GgufFile::lend_header(header, size, f))
+    }
+
     /// Take the next bytes of the current part. `on_tensor` gets every tensor whose bytes are
     /// now complete, in file order; its error stops the stream.
     pub fn push<E: From<GgufError>>(
@@ -251,18 +268,7 @@ impl GgufStream {
 
 /// A parsed header of part `part`, its tensors ordered by offset (which must not overlap).
 fn parsed(header: Header, part: usize) -> Result<Parsed, GgufError> {
-    let mut tensors: Vec<TensorInfo> = header
-        .tensors
-        .iter()
-        .map(|t| TensorInfo {
-            name: t.name.clone(),
-            ty: t.ty,
-            shape: t.shape.clone(),
-            offset: t.offset,
-            bytes: t.bytes,
-            part,
-        })
-        .collect();
+    let mut tensors: Vec<TensorInfo> = header.tensors.iter().map(|t| TensorInfo::of(t, part)).collect();
     tensors.sort_by_key(|t| t.offset);
     if let Some(w) = tensors.windows(2).find(|w| w[0].offset + w[0].bytes > w[1].offset) {
         return Err(GgufError::BadTensor {

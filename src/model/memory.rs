@@ -36,6 +36,8 @@ pub struct MemoryNeed {
     pub working: u64,
     /// The tokenizer's vocabulary and merges as the engine holds them.
     pub tokenizer: u64,
+    /// The header's metadata as parsed (the model keeps it: a vocabulary's arrays are the bulk).
+    pub metadata: u64,
 }
 
 /// [`MemoryNeed`] of `file` (metadata and tensor table; no tensor data needed) with a context
@@ -106,13 +108,10 @@ pub fn estimate(file: &GgufFile, n_ctx: usize) -> Result<MemoryNeed, ModelError>
     let working = 4 * rows * (3 * n_embd + 2 * q_width + 2 * n_head_kv * key_len + 2 * n_ff)
         + 4 * rows * n_ctx as u64
         + 4 * n_vocab;
-    // Each token: its string, the map from string to id and back (about 48 bytes of
-    // bookkeeping per entry), its score and type; each merge: its string and a map entry.
-    let token_bytes: u64 = vocab.iter().map(|t| t.len() as u64 + 64).sum();
-    let merges: u64 = file
-        .get_str_array("tokenizer.ggml.merges")
-        .map(|m| m.iter().map(|s| s.len() as u64 + 48).sum())
-        .unwrap_or(0);
+    let tokenizer = tokenizer_bytes(
+        &vocab,
+        file.get_str_array("tokenizer.ggml.merges").map_or(0, |m| m.len()),
+    );
     Ok(MemoryNeed {
         weights,
         largest_tensor,
@@ -121,13 +120,73 @@ pub fn estimate(file: &GgufFile, n_ctx: usize) -> Result<MemoryNeed, ModelError>
         recurrent,
         n_ctx,
         working,
-        tokenizer: token_bytes + merges,
+        tokenizer,
+        metadata: metadata_bytes(file),
     })
 }
 
 impl MemoryNeed {
     /// Everything the model holds once loaded and running.
     pub fn total(&self) -> u64 {
-        self.weights + self.kv + self.recurrent + self.working + self.tokenizer
+        self.weights + self.kv + self.recurrent + self.working + self.tokenizer + self.metadata
     }
+}
+
+/// A heap allocation of `len` bytes with the allocator's bookkeeping: a word of header, the
+/// size rounded up to 8 (dlmalloc on wasm32, glibc's malloc natively: both 8- or 16-byte
+/// granules with a size word).
+fn heap(len: u64) -> u64 {
+    if len == 0 {
+        0
+    } else {
+        (len + 8).div_ceil(8) * 8
+    }
+}
+
+/// A hashbrown table of `n` entries of `entry` bytes: its buckets (a power of two at least
+/// 8/7 of the entries) and a control byte each.
+fn table(n: u64, entry: u64) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    let buckets = if n < 8 {
+        8
+    } else {
+        (n * 8).div_ceil(7).next_power_of_two()
+    };
+    heap(buckets * (entry + 1))
+}
+
+/// The tokenizer as `crate::tokenizer` holds it: each token's text (and a copy as the key of
+/// the text-to-id table), its score and attributes; each merge as an id pair in a table.
+fn tokenizer_bytes(vocab: &[&str], n_merges: usize) -> u64 {
+    let n = vocab.len() as u64;
+    let strings: u64 = vocab.iter().map(|t| heap(t.len() as u64)).sum();
+    let texts = heap(n * std::mem::size_of::<String>() as u64) + strings;
+    let ids = table(n, std::mem::size_of::<(String, u32)>() as u64) + strings;
+    // (left id, right id) -> (rank, merged id).
+    let merges = table(n_merges as u64, 16);
+    texts + ids + heap(4 * n) + heap(2 * n) + merges
+}
+
+/// The parsed metadata as `crate::gguf` holds it: each entry's key and value, an array as a
+/// vector of values (a string's text on the heap).
+fn metadata_bytes(file: &GgufFile) -> u64 {
+    use crate::gguf::Value;
+    fn value(v: &Value) -> u64 {
+        match v {
+            Value::String(s) => heap(s.len() as u64),
+            Value::Array(a) => {
+                heap(a.items.len() as u64 * std::mem::size_of::<Value>() as u64)
+                    + a.items.iter().map(value).sum::<u64>()
+            }
+            _ => 0,
+        }
+    }
+    let entries = file.metadata();
+    heap(entries.len() as u64 * std::mem::size_of::<(String, Value)>() as u64)
+        + entries
+            .iter()
+            .map(|(k, v)| heap(k.len() as u64) + value(v))
+            .sum::<u64>()
 }

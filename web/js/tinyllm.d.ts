@@ -88,6 +88,8 @@ export interface MemoryEstimate {
   /** Activations of a 512-token prefill batch and the logits. */
   working: number;
   tokenizer: number;
+  /** The header's parsed metadata, which the model keeps (mostly the vocabulary's arrays). */
+  metadata: number;
   largest_tensor: number;
   file_bytes: number;
   /** Peak wasm memory on the CPU backend. */

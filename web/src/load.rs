@@ -37,10 +37,6 @@ pub struct ModelLoader {
     placement: Placement,
     /// Whether the architecture and the memory were checked (once the first header is in).
     arch_checked: bool,
-    /// The first part's bytes until its header parses (the memory check reads it), and that
-    /// part's length.
-    head: Vec<u8>,
-    first_size: u64,
     /// What the memory check holds the model to: the context asked for, the wasm memory's
     /// ceiling and the device's memory (0: unknown). `None`: no check.
     limits: Option<(usize, f64, f64)>,
@@ -79,8 +75,6 @@ impl ModelLoader {
             backend: Some(be),
             placement: Placement::new(GPU_PIECE),
             arch_checked: false,
-            head: Vec::new(),
-            first_size: 0,
             limits: None,
             #[cfg(not(target_feature = "atomics"))]
             oom,
@@ -118,9 +112,6 @@ impl ModelLoader {
         }
         let stream = self.stream.as_mut().ok_or_else(finished)?;
         stream.begin(size as u64).map_err(WebError::gguf)?;
-        if !self.arch_checked && self.first_size == 0 {
-            self.first_size = size as u64;
-        }
         Ok(())
     }
 
@@ -143,14 +134,19 @@ impl ModelLoader {
         if self.arch_checked {
             return Ok(());
         }
-        match stream.metadata() {
-            Some(meta) => {
-                check_arch(meta)?;
-                self.arch_checked = true;
-                self.check_memory(chunk, backend, gpu_max_buffer)?;
-            }
-            None if self.limits.is_some() => self.head.extend_from_slice(chunk),
-            None => {}
+        let Some(meta) = stream.metadata() else {
+            return Ok(());
+        };
+        check_arch(meta)?;
+        self.arch_checked = true;
+        if let Some((context, wasm_bytes, device_bytes)) = self.limits {
+            // A split set's first part holds only its own tensors: the check covers one-file
+            // models. The stream lends its parsed header: a second parse (or a copy of the
+            // header's bytes) would raise the very peak this check predicts.
+            let checked = stream.with_first_header(|file| {
+                crate::memory::Need::of(file, context)?.check(backend, wasm_bytes, device_bytes, gpu_max_buffer)
+            });
+            checked.unwrap_or(Ok(()))?;
         }
         Ok(())
     }
@@ -188,25 +184,6 @@ impl ModelLoader {
             let web = WebEngine::new(engine, context_size as usize, name).map_err(|e| WebError::engine(e, "model"))?;
             Ok(web.into())
         })
-    }
-}
-
-impl ModelLoader {
-    /// The memory check of [`ModelLoader::set_limits`], once the header is in (`chunk`: the
-    /// bytes that completed it).
-    fn check_memory(&mut self, chunk: &[u8], backend: &str, gpu_max_buffer: f64) -> Result<(), WebError> {
-        let Some((context, wasm_bytes, device_bytes)) = self.limits else {
-            return Ok(());
-        };
-        let mut head = std::mem::take(&mut self.head);
-        head.extend_from_slice(chunk);
-        // A split set's first part holds only its own tensors: the check covers one-file
-        // models (the header parses from the bytes at hand in either case).
-        let Ok(Ok(file)) = tinyllm::gguf::GgufFile::from_header_prefix(&head, self.first_size) else {
-            return Ok(());
-        };
-        let need = crate::memory::Need::of(&file, context)?;
-        need.check(backend, wasm_bytes, device_bytes, gpu_max_buffer)
     }
 }
 

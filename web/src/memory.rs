@@ -6,15 +6,18 @@
 //! * on the CPU, the weights, the KV cache, the activations and the tokenizer once loaded; while
 //!   loading, everything placed so far plus the tensor being placed twice (its streamed bytes
 //!   and the weight made from them), the largest of those over the file's tensors;
-//! * on WebGPU, the weights live on the GPU: the wasm memory holds the tokenizer and what is in
+//! * on WebGPU, the weights live on the GPU: while loading, the wasm memory holds what is in
 //!   flight to the GPU: a matrix larger than [`crate::load::GPU_PIECE`] one piece at a time (the
 //!   piece, the bytes laid out for a texture, less than a piece and a texture row, and the
 //!   worker's pushed slice of the download, at most a mebibyte: three pieces), a smaller tensor
-//!   whole, twice (its bytes and the copy for the GPU; a vector's f32 values instead); and
-//!   once running, the vocabulary-sized buffers of each step on the host ([`HOST_VOCAB_COPIES`]).
+//!   whole, twice (its bytes and the copy for the GPU; a vector's f32 values instead); once
+//!   loaded, the tokenizer and the vocabulary-sized buffers of each step on the host
+//!   ([`HOST_VOCAB_COPIES`]), the larger of the two phases.
 //!
-//! Both add the module's own memory (code data, stacks, allocator slack) and the header's
-//! parsed metadata, which the stream holds while the weights arrive.
+//! Both add the module's own memory ([`BASE_BYTES`]) and the header's parsed metadata, which
+//! the stream holds from the header on and the model keeps (a vocabulary's arrays are most of
+//! it). The loader reads the stream's own parsed header for its check: a second parse, or a
+//! copy of the header's bytes, would raise the very peak it predicts by tens of MB.
 
 use serde_json::{json, Value};
 use tinyllm::backend::checks::placeable_in_pieces;
@@ -24,9 +27,12 @@ use wasm_bindgen::prelude::*;
 
 use crate::error::WebError;
 
-/// The module's own wasm memory before a model: measured as the linear memory of a page that
-/// loaded one of the golden fixtures (kilobytes of weights) on each backend.
-const BASE_BYTES: u64 = 24 << 20;
+/// The module's own wasm memory besides a model's parts (code data, stacks, allocator slack).
+/// Fitted, with the parts sized as the engine holds them (`tinyllm::model::memory`): 6 MB puts
+/// the CPU estimate within 1% of the real models' measured peaks (gemma3 +0.8%, qwen2.5
+/// -0.6%) and the WebGPU one within 8% (gemma3 +7% alone and -1% beside other tabs' loads,
+/// qwen2.5 -6%).
+const BASE_BYTES: u64 = 6_000_000;
 
 /// wasm32's address space: no linear memory grows past 4 GiB.
 pub const WASM32_MAX: f64 = 4_294_967_296.0;
@@ -46,9 +52,7 @@ fn streamed_peak(file: &GgufFile) -> u64 {
 }
 
 /// 32-bit values per vocabulary entry a step on WebGPU holds in wasm memory: the logits read
-/// back (the mapped copy and the vector) and the sampler's candidates (an id and a value
-/// each). Fitted, not derived: with it the estimate is -4.4% (gemma3) and +8.1% (qwen2.5) of
-/// the measured peaks; the allocator's slack moves those peaks by a few MB between models.
+/// back (the mapped copy and the vector) and the sampler's candidates (an id and a value each).
 const HOST_VOCAB_COPIES: u64 = 4;
 
 /// The peak of the tensors' way to the GPU on WebGPU (see the module doc).
@@ -84,11 +88,14 @@ impl Need {
     pub fn of(file: &GgufFile, n_ctx: usize) -> Result<Self, WebError> {
         let parts = estimate(file, n_ctx).map_err(WebError::model)?;
         let running = parts.weights + parts.kv + parts.recurrent + parts.working;
-        let fixed = BASE_BYTES + parts.tokenizer;
+        // The metadata is held from the header on; on WebGPU the tokenizer and the step's
+        // vocabulary-sized buffers come after the last piece has gone to the GPU.
+        let fixed = BASE_BYTES + parts.metadata;
+        let webgpu_running = parts.tokenizer + HOST_VOCAB_COPIES * 4 * n_vocab(file);
         Ok(Need {
             parts,
-            wasm_cpu: fixed + streamed_peak(file).max(running),
-            wasm_webgpu: fixed + gpu_load_peak(file) + HOST_VOCAB_COPIES * 4 * n_vocab(file),
+            wasm_cpu: fixed + parts.tokenizer + streamed_peak(file).max(running),
+            wasm_webgpu: fixed + gpu_load_peak(file).max(webgpu_running),
             gpu: running,
         })
     }
@@ -112,6 +119,7 @@ impl Need {
             "recurrent": p.recurrent,
             "working": p.working,
             "tokenizer": p.tokenizer,
+            "metadata": p.metadata,
             "largest_tensor": p.largest_tensor,
             "cpu": { "wasm_bytes": self.wasm_cpu },
             "webgpu": { "wasm_bytes": self.wasm_webgpu, "gpu_bytes": self.gpu },
