@@ -186,6 +186,9 @@ fn bad_input_exits_2_with_a_message() {
     assert!(e.contains("999999999"), "{e}");
     let e = input_error(&["inspect", qwen, "--no-such-flag"]);
     assert!(e.contains("--no-such-flag"), "{e}");
+    // Only serve runs several models.
+    let e = input_error(&["run", "-m", qwen, "-m", qwen, "-n", "1", "hi"]);
+    assert!(e.contains("only serve runs several models"), "{e}");
 
     let bad_json = dir.path().join("bad.json");
     std::fs::write(&bad_json, "[{\"role\": ").unwrap();

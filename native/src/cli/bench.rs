@@ -286,7 +286,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("[bench] read bandwidth with {} threads", loaded.threads);
         Some(Bound {
             read_bytes_s: super::bandwidth::read_bandwidth(loaded.threads)?,
-            weight_bytes: super::bandwidth::weight_bytes_per_token(&super::open_model(&a.model.model)?),
+            weight_bytes: super::bandwidth::weight_bytes_per_token(&super::open_model(a.model.model())?),
         })
     } else {
         None
@@ -321,7 +321,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             })
             .collect();
         let j = json!({
-            "model": a.model.model,
+            "model": a.model.model(),
             "threads": loaded.threads,
             "backend": backend,
             "kernels": kernels,
@@ -357,7 +357,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         writeln!(
             out,
             "model {}, {} threads, backend {backend} ({kernels}), {decode} decode tokens, {reps} run(s) each",
-            a.model.model, loaded.threads
+            a.model.model(),
+            loaded.threads
         )?;
         writeln!(
             out,

@@ -45,11 +45,15 @@ impl BackendArg {
     }
 }
 
+/// The model a command runs when `-m` is not given.
+pub const DEFAULT_MODEL: &str = "qwen2.5-coder:0.5b";
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Model path or alias (fetched into the cache on first use).
-    #[arg(short, long, default_value = "qwen2.5-coder:0.5b")]
-    pub model: String,
+    /// Model path or alias (fetched into the cache on first use) [default: qwen2.5-coder:0.5b].
+    /// `serve` takes several (-m A -m B, each NAME=MODEL to choose the name it is served under).
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub models: Vec<String>,
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,
@@ -66,6 +70,19 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The one model of a command that runs one (all but `serve`).
+    pub fn model(&self) -> &str {
+        self.models.first().map_or(DEFAULT_MODEL, String::as_str)
+    }
+
+    /// These flags with `model` as the one model.
+    pub fn with_model(&self, model: &str) -> ModelArgs {
+        ModelArgs {
+            models: vec![model.to_string()],
+            ..self.clone()
+        }
+    }
+
     /// The one `--cache-type` of a command that runs one cache (all but `bench`).
     pub fn cache_type(&self) -> Result<KvType, InputError> {
         match self.cache_type.as_slice() {
@@ -161,11 +178,25 @@ pub struct Opened {
     file: Arc<GgufFile>,
 }
 
+impl Opened {
+    /// The file's header (metadata and tensor table).
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+}
+
 /// The first part of [`load`]: resolve the model (fetching an alias on first use) and read
 /// its header, so a wrong name or file is reported at once.
 pub fn open(args: &ModelArgs) -> anyhow::Result<Opened> {
     threads(args)?;
-    let path = crate::models::ensure_model(&args.model)?;
+    if args.models.len() > 1 {
+        return Err(InputError(format!(
+            "-m was given {} times: only serve runs several models",
+            args.models.len()
+        ))
+        .into());
+    }
+    let path = crate::models::ensure_model(args.model())?;
     let file = GgufFile::open(&path).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
     Ok(Opened {
         path,

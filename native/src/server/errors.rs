@@ -79,6 +79,19 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }
 
+    /// 404 for a `model` the server does not serve, naming the ones it does (as OpenAI's
+    /// `model_not_found`).
+    pub fn model_not_found(name: &str, known: &[&str]) -> Self {
+        ApiError {
+            param: Some("model".into()),
+            ..Self::not_found_message(format!(
+                "the model '{name}' does not exist on this server; it serves: {}",
+                known.join(", ")
+            ))
+            .with_code("model_not_found")
+        }
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -67,11 +67,10 @@ impl Lifecycle {
         self.phase.store(DRAINING, Ordering::SeqCst);
     }
 
-    /// Requests running or waiting for a slot.
+    /// Requests running, waiting for a slot or for their model: those holding (or waiting
+    /// for) a lease on a model.
     fn in_flight(&self) -> usize {
-        self.app.get().map_or(0, |(_, st)| {
-            st.scheduler.queued() + st.metrics.slots_busy.load(Ordering::Relaxed) as usize
-        })
+        self.app.get().map_or(0, |(_, st)| st.models.in_use())
     }
 
     /// Wait until nothing runs or waits, or `timeout` has passed; whether it emptied.

@@ -56,15 +56,15 @@ impl Histogram {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    /// The series of one model (`label`: `model="name"`).
+    fn render(&self, out: &mut String, name: &str, label: &str) {
         for (b, le) in self.buckets.iter().zip(TTFT_BUCKETS) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {}", get(b));
+            let _ = writeln!(out, "{name}_bucket{{{label},le=\"{le}\"}} {}", get(b));
         }
         let count = get(&self.count);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {}", get(&self.sum_us) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count {count}");
+        let _ = writeln!(out, "{name}_bucket{{{label},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum{{{label}}} {}", get(&self.sum_us) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{{{label}}} {count}");
     }
 }
 
@@ -93,12 +93,37 @@ impl Metrics {
         a.fetch_max(n, Ordering::Relaxed);
     }
 
-    /// The exposition text; `queued`, the slot count and each slot's context come from the
-    /// scheduler.
-    pub fn render(&self, queued: usize, slots: usize, n_ctx: usize) -> String {
+    /// One model's rows: name, type, help, value. `queued`, the slot count and each slot's
+    /// context come from its scheduler (zeros while it is not loaded).
+    fn rows(&self, m: &Series) -> Vec<(&'static str, &'static str, &'static str, f64)> {
+        let (queued, slots, n_ctx) = (m.queued, m.slots, m.n_ctx);
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
         let kv = get(&self.kv_tokens);
-        let rows: [(&str, &str, &str, f64); 21] = [
+        vec![
+            (
+                "tinyllm_model_loaded",
+                "gauge",
+                "Whether the model is loaded (1) or not (0)",
+                f64::from(u8::from(m.loaded)),
+            ),
+            (
+                "tinyllm_model_loads_total",
+                "counter",
+                "Times the model was loaded (first use, or again after an unload)",
+                m.loads as f64,
+            ),
+            (
+                "tinyllm_model_load_seconds_total",
+                "counter",
+                "Time spent loading the model (weights and warm-up)",
+                m.load_seconds,
+            ),
+            (
+                "tinyllm_model_unloads_total",
+                "counter",
+                "Times the model was unloaded to make room (--max-loaded, --memory-budget)",
+                m.unloads as f64,
+            ),
             (
                 "tinyllm_requests_total",
                 "counter",
@@ -225,16 +250,41 @@ impl Metrics {
                 "KV cache tokens held over the slots' capacity",
                 kv as f64 / (slots * n_ctx).max(1) as f64,
             ),
-        ];
-        let mut out = String::new();
-        for (name, kind, help, v) in rows {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-        }
-        self.time_to_first_token.render(
-            &mut out,
-            "tinyllm_time_to_first_token_seconds",
-            "From a request taking a slot to its first token (queue wait excluded: see tinyllm_requests_queued)",
-        );
-        out
+        ]
     }
+}
+
+/// What `/metrics` shows of one model besides its counters.
+pub struct Series<'a> {
+    pub name: &'a str,
+    pub metrics: &'a Metrics,
+    pub loaded: bool,
+    pub queued: usize,
+    pub slots: usize,
+    pub n_ctx: usize,
+    pub loads: u64,
+    pub load_seconds: f64,
+    pub unloads: u64,
+}
+
+/// The exposition text: every metric once, a series per model labelled `model="name"`.
+pub fn render(models: &[Series]) -> String {
+    let label = |m: &Series| format!("model=\"{}\"", m.name.replace('\\', "\\\\").replace('"', "\\\""));
+    let rows: Vec<_> = models.iter().map(|m| m.metrics.rows(m)).collect();
+    let mut out = String::new();
+    for (r, &(name, kind, help, _)) in rows.first().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (m, series) in models.iter().zip(&rows) {
+            let _ = writeln!(out, "{name}{{{}}} {}", label(m), series[r].3);
+        }
+    }
+    let name = "tinyllm_time_to_first_token_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} From a request taking a slot to its first token (queue wait excluded: see tinyllm_requests_queued)\n# TYPE {name} histogram"
+    );
+    for m in models {
+        m.metrics.time_to_first_token.render(&mut out, name, &label(m));
+    }
+    out
 }

@@ -13,6 +13,7 @@ pub mod lifecycle;
 mod metrics;
 mod origins;
 mod page;
+pub mod registry;
 mod scheduler;
 mod sse;
 mod store;
@@ -24,16 +25,29 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use errors::ApiError;
-use metrics::Metrics;
+pub use metrics::Metrics;
 use scheduler::{Scheduler, SlotConfig};
 use std::future::IntoFuture;
 use std::sync::Arc;
 use tinyllm::backend::{AnyBackend, KvType};
 use tinyllm::engine::{Engine, Pooling};
 
-/// Server settings from the command line.
+/// Server settings from the command line (a model's own are the loader's: see
+/// [`ModelOptions`]).
 pub struct Options {
-    pub model_name: String,
+    pub api_key: Option<String>,
+    /// Browser origins allowed besides the server's own and localhost ones (`*`: any).
+    pub cors_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    /// Most responses the Responses API keeps for `previous_response_id`, and their bytes.
+    pub responses_store: usize,
+    pub responses_store_bytes: usize,
+}
+
+/// How each model is served once loaded.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelOptions {
+    /// Context per slot asked for (0: the model's trained context).
     pub n_ctx: usize,
     pub parallel: usize,
     pub queue: usize,
@@ -43,64 +57,72 @@ pub struct Options {
     pub checkpoints: usize,
     /// Each slot's KV cache format (`--cache-type`).
     pub cache_type: KvType,
-    pub api_key: Option<String>,
-    /// Browser origins allowed besides the server's own and localhost ones (`*`: any).
-    pub cors_origins: Vec<String>,
-    pub max_body_bytes: usize,
     /// How `/v1/embeddings` pools (`--pooling`; `None`: the model's own).
     pub pooling: Option<Pooling>,
-    /// Most responses the Responses API keeps for `previous_response_id`, and their bytes.
-    pub responses_store: usize,
-    pub responses_store_bytes: usize,
 }
 
 /// What every handler can reach.
 pub struct AppState {
-    pub scheduler: Scheduler,
-    /// The model with its tokenizer and template (the scheduler runs a clone of it).
-    pub engine: Engine<AnyBackend>,
-    pub model_name: String,
-    /// Context per slot, in tokens.
-    pub n_ctx: usize,
-    pub n_vocab: usize,
+    /// The models, loaded on first use ([`registry`]).
+    pub models: registry::Registry,
     pub api_key: Option<String>,
     pub max_body_bytes: usize,
-    pub metrics: Arc<Metrics>,
-    /// How `/v1/embeddings` pools.
-    pub pooling: Pooling,
     /// Finished Responses API answers, for `previous_response_id`.
     pub responses: store::ResponseStore,
+    /// Request ids, unique over the models (response ids are made from them).
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl AppState {
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 pub type Shared = Arc<AppState>;
 
-/// Start the engine and build the application (routes, auth, CORS), with its state.
-pub fn app(engine: Engine<AnyBackend>, opts: Options) -> anyhow::Result<(Router, Shared)> {
-    let metrics = Arc::new(Metrics::default());
+/// Start the engine thread of a loaded model (`metrics`: the model's, kept across reloads).
+pub fn serve_model(
+    engine: Engine<AnyBackend>,
+    name: String,
+    o: ModelOptions,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<registry::Served> {
     let n_vocab = engine.model.info().n_vocab;
-    let n_ctx = engine.n_ctx(opts.n_ctx);
-    eprintln!("{} slots of {n_ctx} tokens, queue of {}", opts.parallel, opts.queue);
+    let n_ctx = engine.n_ctx(o.n_ctx);
+    eprintln!(
+        "model {name}: {} slots of {n_ctx} tokens, queue of {}",
+        o.parallel, o.queue
+    );
     let slots = SlotConfig {
-        slots: opts.parallel,
+        slots: o.parallel,
         n_ctx,
-        queue: opts.queue,
-        prefill_chunk: opts.prefill_chunk,
-        checkpoints: opts.checkpoints,
-        cache_type: opts.cache_type,
+        queue: o.queue,
+        prefill_chunk: o.prefill_chunk,
+        checkpoints: o.checkpoints,
+        cache_type: o.cache_type,
     };
-    let pooling = opts.pooling.unwrap_or(engine.pooling);
+    let pooling = o.pooling.unwrap_or(engine.pooling);
     let scheduler = Scheduler::start(engine.clone(), slots, metrics.clone())?;
-    let state = Arc::new(AppState {
+    Ok(registry::Served {
         scheduler,
         engine,
-        model_name: opts.model_name,
+        name,
         n_ctx,
         n_vocab,
+        pooling,
+        metrics,
+    })
+}
+
+/// Build the application (routes, auth, CORS) over `models`, with its state.
+pub fn app(models: registry::Registry, opts: Options) -> anyhow::Result<(Router, Shared)> {
+    let state = Arc::new(AppState {
+        models,
         api_key: opts.api_key.filter(|k| !k.is_empty()),
         max_body_bytes: opts.max_body_bytes,
-        metrics,
-        pooling,
         responses: store::ResponseStore::new(opts.responses_store, opts.responses_store_bytes),
+        next_id: std::sync::atomic::AtomicU64::new(1),
     });
     let router = routes(state.clone(), Arc::new(origins::Origins::parse(&opts.cors_origins)?));
     Ok((router, state))

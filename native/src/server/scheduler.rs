@@ -15,7 +15,7 @@
 
 use super::errors::ApiError;
 use super::metrics::Metrics;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tinyllm::backend::{AnyBackend, KvType};
@@ -69,7 +69,8 @@ pub struct Scheduler {
     embed_tx: mpsc::Sender<EmbedJob>,
     queue: usize,
     slots: usize,
-    next_id: AtomicU64,
+    /// The engine thread ([`Scheduler::stop`] joins it).
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// How the scheduler sizes its slots and queue.
@@ -122,7 +123,7 @@ impl Scheduler {
         let scratch = engine.model.scratch(slots + prefill_chunk, slots)?;
         let (tx, rx) = mpsc::channel(queue.max(1));
         let (embed_tx, embed_rx) = mpsc::channel(queue.max(1));
-        std::thread::Builder::new().name("engine".into()).spawn(move || {
+        let thread = std::thread::Builder::new().name("engine".into()).spawn(move || {
             let mut run = Loop {
                 engine: &engine,
                 slots: sessions
@@ -149,12 +150,8 @@ impl Scheduler {
             embed_tx,
             queue: queue.max(1),
             slots,
-            next_id: AtomicU64::new(1),
+            thread: Some(thread),
         })
-    }
-
-    pub fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Queue a job; a full queue is a 503 the client may retry.
@@ -180,6 +177,21 @@ impl Scheduler {
 
     pub fn slots(&self) -> usize {
         self.slots
+    }
+}
+
+impl Scheduler {
+    /// Close the queues (the engine thread ends once its running jobs are done) and wait for
+    /// the thread, so an unloaded model's memory is given back before another takes its room.
+    /// Blocks: not for the async workers.
+    pub fn stop(&mut self) {
+        let (closed, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.tx, closed));
+        let (closed, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.embed_tx, closed));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! [`CancelGuard`]: when the client disconnects, the server drops the stream and the engine
 //! stops the job at its next step.
 
+use super::registry::Lease;
 use super::scheduler::{CancelGuard, Event};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -30,6 +31,8 @@ struct Machine<C: Chunks + Send + 'static> {
     /// Events to send: the event's name (named streams) and its data.
     ready: VecDeque<(Option<String>, String)>,
     guard: CancelGuard,
+    /// Keeps the model loaded until the stream ends.
+    _model: Lease,
 }
 
 impl<C: Chunks + Send + 'static> Machine<C> {
@@ -112,6 +115,7 @@ pub fn stream<C: Chunks + Send + 'static>(
     chunks: C,
     include_usage: bool,
     guard: CancelGuard,
+    model: Lease,
 ) -> Response {
     let machine = Machine {
         phase: Phase::Start,
@@ -120,6 +124,7 @@ pub fn stream<C: Chunks + Send + 'static>(
         include_usage,
         ready: VecDeque::new(),
         guard,
+        _model: model,
     };
     let s = futures_util::stream::unfold(machine, |mut m| async move {
         let ev = m.next().await?;

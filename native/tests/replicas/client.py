@@ -29,11 +29,16 @@ import openai
 
 
 def metric(url: str, name: str) -> float:
+    """A metric summed over its series (one per model, labelled model="...")."""
     with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise KeyError(name)
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in r.read().decode().splitlines()
+            if line.startswith(name + " ") or line.startswith(name + "{")
+        ]
+    if not values:
+        raise KeyError(name)
+    return sum(values)
 
 
 def client(proxy: str, session: str) -> openai.OpenAI:

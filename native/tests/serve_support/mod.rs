@@ -234,24 +234,48 @@ impl Server {
         }
     }
 
-    /// A value from `/metrics` (Prometheus text).
+    /// A value from `/metrics` (Prometheus text), summed over its series (one per model).
     pub fn metric(&self, name: &str) -> f64 {
         self.metrics(&[name])[0]
     }
 
-    /// Several values from one read of `/metrics` (consistent with each other).
+    /// Several values from one read of `/metrics` (consistent with each other), each summed
+    /// over its series.
     pub fn metrics(&self, names: &[&str]) -> Vec<f64> {
         let text = self.request("GET", "/metrics", &[], b"").text();
         names
             .iter()
             .map(|name| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(&format!("{name} ")))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+                let values: Vec<f64> = series(&text, name, None).collect();
+                assert!(!values.is_empty(), "no {name} in /metrics:\n{text}");
+                values.iter().sum()
             })
             .collect()
     }
+
+    /// A value from `/metrics` for one model (its series labelled `model="..."`).
+    pub fn model_metric(&self, name: &str, model: &str) -> f64 {
+        let text = self.request("GET", "/metrics", &[], b"").text();
+        let value = series(&text, name, Some(model)).next();
+        value.unwrap_or_else(|| panic!("no {name} of model {model} in /metrics:\n{text}"))
+    }
+}
+
+/// The values of metric `name`'s series in a Prometheus text (only model `model`'s, if given).
+fn series<'t>(text: &'t str, name: &'t str, model: Option<&'t str>) -> impl Iterator<Item = f64> + 't {
+    text.lines().filter_map(move |l| {
+        let rest = l.strip_prefix(name)?;
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => r.split_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        if let Some(m) = model {
+            if !labels.split(',').any(|kv| kv == format!("model=\"{m}\"")) {
+                return None;
+            }
+        }
+        value.trim().parse().ok()
+    })
 }
 
 impl Drop for Server {

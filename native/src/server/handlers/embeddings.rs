@@ -15,22 +15,23 @@ use tinyllm::openai::parse_body;
 
 pub async fn embeddings(State(st): State<Shared>, req: Request) -> Result<Json<Value>, ApiError> {
     let body = read_body(&st, req).await?;
-    let (req, _): (EmbeddingsRequest, _) = parse_body(&body)?;
+    let (req, raw): (EmbeddingsRequest, Value) = parse_body(&body)?;
+    let model = super::lease(&st, &raw).await?;
     let limits = EmbeddingLimits {
-        n_vocab: st.n_vocab,
-        n_embd: st.engine.model.info().n_embd,
-        n_ctx: st.n_ctx,
-        pooling: st.pooling,
+        n_vocab: model.n_vocab,
+        n_embd: model.engine.model.info().n_embd,
+        n_ctx: model.n_ctx,
+        pooling: model.pooling,
     };
-    let job = req.prepare(&st.engine.tokenizer, limits)?;
+    let job = req.prepare(&model.engine.tokenizer, limits)?;
     let (reply, answer) = tokio::sync::oneshot::channel();
     let cancel = Arc::new(AtomicBool::new(false));
     // Dropped with this future if the client goes away: the job is skipped if not yet begun.
     let mut guard = CancelGuard::new(cancel.clone());
-    st.scheduler.submit_embed(EmbedJob {
-        id: st.scheduler.next_id(),
+    model.scheduler.submit_embed(EmbedJob {
+        id: st.next_id(),
         inputs: job.inputs,
-        pooling: st.pooling,
+        pooling: model.pooling,
         cancel,
         reply,
     })?;
@@ -39,5 +40,5 @@ pub async fn embeddings(State(st): State<Shared>, req: Request) -> Result<Json<V
         .map_err(|_| ApiError::internal("the engine dropped the request"))?
         .map_err(|e| ApiError::internal(format!("embedding failed: {e}")))?;
     guard.disarm();
-    Ok(Json(embeddings_json(&vectors, job.encoding, &st.model_name)))
+    Ok(Json(embeddings_json(&vectors, job.encoding, &model.name)))
 }

@@ -4,7 +4,7 @@
 //! whole. What an answer is comes from the library (`tinyllm::engine`, `tinyllm::openai`); this
 //! file only picks the endpoint's shapes.
 
-use super::{launch, meta, read_body, respond};
+use super::{launch, lease, meta, read_body, respond};
 use crate::server::errors::ApiError;
 use crate::server::Shared;
 use axum::extract::{Request, State};
@@ -35,8 +35,9 @@ async fn run(State(st): State<Shared>, req: Request, ep: Endpoint) -> Result<Res
         Endpoint::Completion => (req.completion()?, "completion", "cmpl", "prompt"),
     };
     let logprobs_on = gen.settings.logprobs.is_some();
-    let job = launch(&st, kind, gen, prompt_param)?;
-    let m = meta(&st, prefix, job.id);
+    let model = lease(&st, &raw).await?;
+    let job = launch(&st, model, kind, gen, prompt_param)?;
+    let m = meta(&job, prefix);
     let stream = req
         .stream
         .then(|| req.stream_options.as_ref().is_some_and(|o| o.include_usage));

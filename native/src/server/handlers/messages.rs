@@ -4,6 +4,7 @@
 
 use super::{launch, read_body, respond};
 use crate::server::errors::ApiError;
+use crate::server::registry::Lease;
 use crate::server::Shared;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -20,20 +21,23 @@ pub async fn count_tokens(st: State<Shared>, req: Request) -> Response {
     count(st, req).await.unwrap_or_else(ApiError::into_anthropic)
 }
 
-/// The body as JSON, translated into the chat request and parsed as the chat path parses it.
-async fn chat_request(st: &Shared, req: Request, purpose: Purpose) -> Result<(GenRequest, Value), ApiError> {
+/// The body as JSON, translated into the chat request and parsed as the chat path parses it,
+/// with the model it names.
+async fn chat_request(st: &Shared, req: Request, purpose: Purpose) -> Result<(GenRequest, Value, Lease), ApiError> {
     let body = read_body(st, req).await?;
-    let chat = to_chat_request(&parse_json(&body)?, purpose)?;
-    Ok(parse_value(chat)?)
+    let raw = parse_json(&body)?;
+    let chat = to_chat_request(&raw, purpose)?;
+    let (req, chat_raw) = parse_value(chat)?;
+    Ok((req, chat_raw, super::lease(st, &raw).await?))
 }
 
 async fn run(State(st): State<Shared>, req: Request) -> Result<Response, ApiError> {
-    let (req, raw) = chat_request(&st, req, Purpose::Generate).await?;
+    let (req, raw, model) = chat_request(&st, req, Purpose::Generate).await?;
     let gen = req.chat(&raw)?;
-    let job = launch(&st, "messages", gen, "messages")?;
+    let job = launch(&st, model, "messages", gen, "messages")?;
     let meta = MessageMeta {
         id: format!("msg_{}", job.id),
-        model: st.model_name.clone(),
+        model: job.model.name.clone(),
         input_tokens: job.prompt_tokens,
     };
     let stream = req.stream.then_some(false);
@@ -42,9 +46,9 @@ async fn run(State(st): State<Shared>, req: Request) -> Result<Response, ApiErro
 }
 
 async fn count(State(st): State<Shared>, req: Request) -> Result<Response, ApiError> {
-    let (req, raw) = chat_request(&st, req, Purpose::CountTokens).await?;
+    let (req, raw, model) = chat_request(&st, req, Purpose::CountTokens).await?;
     let gen = req.chat(&raw)?;
-    let prepared = st
+    let prepared = model
         .engine
         .prepare_request(&gen)
         .map_err(|e| ApiError::engine(e, "messages"))?;

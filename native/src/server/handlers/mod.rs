@@ -10,6 +10,7 @@ pub mod tokens;
 
 use super::errors::ApiError;
 use super::metrics::Metrics;
+use super::registry::Lease;
 use super::scheduler::{CancelGuard, Event, Job};
 use super::sse;
 use super::AppState;
@@ -38,26 +39,39 @@ pub async fn read_body(st: &AppState, req: Request) -> Result<axum::body::Bytes,
         .map_err(|_| ApiError::too_large(st.max_body_bytes))
 }
 
-/// A job handed to the engine: its events and the guard that cancels it when dropped.
+/// A job handed to the engine: its events, the guard that cancels it when dropped, and the
+/// lease that keeps its model loaded until the answer is over.
 pub struct Launched {
     pub id: u64,
     /// Tokens of the rendered prompt.
     pub prompt_tokens: usize,
     pub events: mpsc::UnboundedReceiver<Event>,
     pub guard: CancelGuard,
+    pub model: Lease,
 }
 
-/// Prepare `req` (template, tools, tokens), check that its prompt fits a slot, and queue it.
-/// `prompt_param` names the prompt's field in errors.
-pub fn launch(st: &AppState, kind: &'static str, req: GenRequest, prompt_param: &str) -> Result<Launched, ApiError> {
-    let prepared = st
+/// The model a request body's `model` field names (see [`super::registry`]).
+pub async fn lease(st: &AppState, raw: &serde_json::Value) -> Result<Lease, ApiError> {
+    st.models.lease(raw.get("model")).await
+}
+
+/// Prepare `req` (template, tools, tokens) for `model`, check that its prompt fits a slot, and
+/// queue it. `prompt_param` names the prompt's field in errors.
+pub fn launch(
+    st: &AppState,
+    model: Lease,
+    kind: &'static str,
+    req: GenRequest,
+    prompt_param: &str,
+) -> Result<Launched, ApiError> {
+    let prepared = model
         .engine
         .prepare_request(&req)
         .map_err(|e| ApiError::engine(e, prompt_param))?;
-    check_fits(prepared.prompt.len(), st.n_ctx).map_err(|e| ApiError::engine(e, prompt_param))?;
+    check_fits(prepared.prompt.len(), model.n_ctx).map_err(|e| ApiError::engine(e, prompt_param))?;
     let (tx, rx) = mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
-    let id = st.scheduler.next_id();
+    let id = st.next_id();
     let prompt_tokens = prepared.prompt.len();
     let job = Job {
         id,
@@ -67,8 +81,8 @@ pub fn launch(st: &AppState, kind: &'static str, req: GenRequest, prompt_param: 
         cancel: cancel.clone(),
         events: tx,
     };
-    if let Err(e) = st.scheduler.submit(job) {
-        Metrics::add(&st.metrics.requests_rejected, 1);
+    if let Err(e) = model.scheduler.submit(job) {
+        Metrics::add(&model.metrics.requests_rejected, 1);
         return Err(e);
     }
     Ok(Launched {
@@ -76,6 +90,7 @@ pub fn launch(st: &AppState, kind: &'static str, req: GenRequest, prompt_param: 
         prompt_tokens,
         events: rx,
         guard: CancelGuard::new(cancel),
+        model,
     })
 }
 
@@ -108,17 +123,17 @@ pub async fn respond<C: Chunks + Send + 'static>(
     whole: impl FnOnce(&Answer, Finish, &Usage) -> serde_json::Value,
 ) -> Result<Response, ApiError> {
     if let Some(include_usage) = stream {
-        return Ok(sse::stream(job.events, chunks, include_usage, job.guard));
+        return Ok(sse::stream(job.events, chunks, include_usage, job.guard, job.model));
     }
     let (answer, finish, usage) = collect(job).await?;
     Ok(axum::Json(whole(&answer, finish, &usage)).into_response())
 }
 
-/// The response names of job `id` (`prefix` is `chatcmpl` or `cmpl`).
-pub fn meta(st: &AppState, prefix: &str, id: u64) -> Meta {
+/// The response names of `job` (`prefix` is `chatcmpl` or `cmpl`).
+pub fn meta(job: &Launched, prefix: &str) -> Meta {
     Meta {
-        id: format!("{prefix}-{id}"),
+        id: format!("{prefix}-{}", job.id),
         created: tinyllm::openai::unix_now(),
-        model: st.model_name.clone(),
+        model: job.model.name.clone(),
     }
 }

@@ -3,7 +3,7 @@
 //! chat completion would; a finished response is stored (unless `store: false`) for
 //! `previous_response_id` and the two id routes.
 
-use super::{launch, read_body, respond};
+use super::{launch, lease, read_body, respond};
 use crate::server::errors::ApiError;
 use crate::server::Shared;
 use axum::extract::{Path, Request, State};
@@ -48,8 +48,9 @@ pub async fn create(State(st): State<Shared>, req: Request) -> Result<Response, 
     let translated = to_chat_request(&raw, previous.as_ref())?;
     let (req, chat_raw): (GenRequest, Value) = parse_value(translated.chat)?;
     let gen = req.chat(&chat_raw)?;
-    let job = launch(&st, "responses", gen, "input")?;
-    let meta = ResponseMeta::new(format!("resp_{}", job.id), st.model_name.clone(), &raw);
+    let model = lease(&st, &raw).await?;
+    let job = launch(&st, model, "responses", gen, "input")?;
+    let meta = ResponseMeta::new(format!("resp_{}", job.id), job.model.name.clone(), &raw);
     let store = raw.get("store").and_then(Value::as_bool) != Some(false);
     let conversation = translated.conversation;
     let on_done = store.then(|| {

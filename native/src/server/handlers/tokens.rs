@@ -1,5 +1,5 @@
 //! llama-server's utility endpoints: `POST /tokenize`, `POST /detokenize`,
-//! `POST /apply-template`.
+//! `POST /apply-template`, each on the model the body's `model` names (else the first).
 
 use super::read_body;
 use crate::server::errors::ApiError;
@@ -15,8 +15,9 @@ use tinyllm::openai::request::{
 
 pub async fn tokenize(State(st): State<Shared>, req: Request) -> Result<Json<Value>, ApiError> {
     let body = read_body(&st, req).await?;
-    let (req, _): (TokenizeRequest, _) = parse_body(&body)?;
-    let ids = st
+    let (req, raw): (TokenizeRequest, Value) = parse_body(&body)?;
+    let model = super::lease(&st, &raw).await?;
+    let ids = model
         .engine
         .tokenizer
         .encode(&req.content, req.add_special, req.parse_special);
@@ -26,7 +27,7 @@ pub async fn tokenize(State(st): State<Shared>, req: Request) -> Result<Json<Val
     let tokens: Vec<Value> = ids
         .iter()
         .map(|&id| {
-            let bytes = st.engine.tokenizer.token_to_piece(id).unwrap_or_default();
+            let bytes = model.engine.tokenizer.token_to_piece(id).unwrap_or_default();
             // A piece that is not valid UTF-8 on its own is given as its bytes.
             let piece = match String::from_utf8(bytes) {
                 Ok(s) => json!(s),
@@ -40,14 +41,15 @@ pub async fn tokenize(State(st): State<Shared>, req: Request) -> Result<Json<Val
 
 pub async fn detokenize(State(st): State<Shared>, req: Request) -> Result<Json<Value>, ApiError> {
     let body = read_body(&st, req).await?;
-    let (req, _): (DetokenizeRequest, _) = parse_body(&body)?;
-    if let Some(bad) = req.tokens.iter().find(|&&id| id as usize >= st.n_vocab) {
+    let (req, raw): (DetokenizeRequest, Value) = parse_body(&body)?;
+    let model = super::lease(&st, &raw).await?;
+    if let Some(bad) = req.tokens.iter().find(|&&id| id as usize >= model.n_vocab) {
         return Err(ApiError::bad_param(
             "tokens",
-            format!("token id {bad} is outside the vocabulary ({} tokens)", st.n_vocab),
+            format!("token id {bad} is outside the vocabulary ({} tokens)", model.n_vocab),
         ));
     }
-    let text = st
+    let text = model
         .engine
         .tokenizer
         .decode(&req.tokens)
@@ -66,7 +68,8 @@ pub async fn apply_template(State(st): State<Shared>, req: Request) -> Result<Js
     let messages = template_messages(&req.messages, &raw_messages)?;
     let kwargs = template_kwargs(&req.chat_template_kwargs, req.reasoning_effort.as_deref());
     let tools = raw.get("tools").and_then(Value::as_array);
-    let prompt = st
+    let model = super::lease(&st, &raw).await?;
+    let prompt = model
         .engine
         .template
         .render(&RenderRequest {
