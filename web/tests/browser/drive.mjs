@@ -1,5 +1,5 @@
 // Runs one scenario of the browser tests: headless Chromium (WebGPU through SwiftShader, as
-// DESIGN.md says) opens PAGE and calls `window.scenarios[NAME](ARGS)`; the JSON result goes to
+// docs/design.md says) opens PAGE and calls `window.scenarios[NAME](ARGS)`; the JSON result goes to
 // stdout as the last line, console output of the page to stderr. Screenshots named by the
 // scenario's result (`screenshot: path`) are taken after it ran.
 //
