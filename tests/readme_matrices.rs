@@ -17,7 +17,9 @@ fn readme() -> String {
 /// The rows of the Markdown table whose header line starts with `header`, as trimmed cells.
 fn table(text: &str, header: &str) -> Vec<Vec<String>> {
     let mut lines = text.lines().skip_while(|l| !l.starts_with(header));
-    let head = lines.next().unwrap_or_else(|| panic!("no table '{header}' in the README"));
+    let head = lines
+        .next()
+        .unwrap_or_else(|| panic!("no table '{header}' in the README"));
     let width = head.matches('|').count() - 1;
     lines
         .skip(1) // the |---| line
@@ -53,7 +55,11 @@ fn the_architecture_table_is_the_registry_on_every_backend() {
     // refusal (fixture goldens run each family on each backend), so every cell is "yes".
     for r in &rows {
         for cell in &r[1..5] {
-            assert!(yes(cell, &r[0]), "{}: the code runs every architecture on every backend", r[0]);
+            assert!(
+                yes(cell, &r[0]),
+                "{}: the code runs every architecture on every backend",
+                r[0]
+            );
         }
     }
 }
@@ -63,9 +69,17 @@ fn the_format_table_is_quant_support() {
     let rows = table(&readme(), "| format | CPU SIMD");
     let names: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
     let want: Vec<&str> = SUPPORT.iter().map(|s| s.name).collect();
-    assert_eq!(names, want, "the README's formats against quant::support::SUPPORT, in order");
+    assert_eq!(
+        names, want,
+        "the README's formats against quant::support::SUPPORT, in order"
+    );
     for (r, s) in rows.iter().zip(SUPPORT.iter()) {
-        let got = [yes(&r[1], s.name), yes(&r[2], s.name), yes(&r[3], s.name), yes(&r[4], s.name)];
+        let got = [
+            yes(&r[1], s.name),
+            yes(&r[2], s.name),
+            yes(&r[3], s.name),
+            yes(&r[4], s.name),
+        ];
         assert_eq!(got, [s.cpu_simd, s.wasm_simd, s.wgsl, s.wgsl_texture], "{}", s.name);
     }
 }
@@ -100,5 +114,8 @@ fn the_layout_names_every_folder() {
             missing.push(format!("src/{d}/"));
         }
     }
-    assert!(missing.is_empty(), "folders the README's Layout does not name: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "folders the README's Layout does not name: {missing:?}"
+    );
 }
