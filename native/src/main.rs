@@ -3,7 +3,9 @@
 //! `main` only maps the outcome of [`try_main`] to an exit code: 0 ok, 1 runtime error,
 //! 2 usage or input error (bad flag, unreadable or malformed model, bad ids or messages).
 
+mod aliases;
 mod cli;
+mod error;
 mod models;
 mod pull;
 mod server;

@@ -15,10 +15,7 @@ mod tokenize;
 use clap::{Parser, Subcommand};
 use std::io::Read;
 
-/// An error in what the user gave us (flags, files, ids, messages): exit code 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct InputError(pub String);
+pub use crate::error::InputError;
 
 #[derive(Parser)]
 #[command(

