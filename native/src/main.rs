@@ -5,6 +5,7 @@
 
 mod aliases;
 mod cli;
+mod clock;
 mod error;
 mod models;
 mod pull;
@@ -12,12 +13,8 @@ mod server;
 
 use std::process::ExitCode;
 
-/// When the process started (as near as Rust gets: `main`'s first line), for `bench`'s
-/// startup timings.
-pub static PROCESS_START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-
 fn main() -> ExitCode {
-    PROCESS_START.get_or_init(std::time::Instant::now);
+    clock::PROCESS_START.get_or_init(std::time::Instant::now);
     match try_main() {
         Ok(()) => ExitCode::SUCCESS,
         // A closed stdout (`| head`) is the reader's choice, not an error worth reporting.

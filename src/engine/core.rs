@@ -7,9 +7,11 @@ use std::sync::Arc;
 use super::embed::Pooling;
 #[cfg(not(target_arch = "wasm32"))]
 use super::embed::{embed, EmbedLimits, Embedding};
-use super::generation::{Generation, Settings};
+use super::error::EngineError;
+use super::generation::Generation;
 use super::request::{tool_names, Prepared, Prompt, Request};
-use super::{EngineError, Session, SessionConfig};
+use super::session::{Session, SessionConfig};
+use super::settings::Settings;
 use crate::backend::{Backend, KvType};
 use crate::chat::router::{RouterConfig, ToolFormat};
 use crate::chat::tools::{forced_call_opening, ToolChoice};

@@ -9,8 +9,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::error::EngineError;
 use super::generation::{Finish, Generation, Head, Step, Want};
-use super::{EngineError, Session};
+use super::session::Session;
 use crate::backend::Backend;
 use crate::model::HeadResult;
 

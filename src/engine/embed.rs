@@ -13,8 +13,8 @@
 
 use std::sync::Arc;
 
+use super::error::EngineError;
 use super::session::{forward_batch, BatchItem, Session, SessionConfig};
-use super::EngineError;
 use crate::backend::{Backend, KvType};
 use crate::gguf::GgufFile;
 use crate::model::{HeadResult, HeadWant, Model};

@@ -13,13 +13,14 @@ use std::sync::Arc;
 
 use web_time::Instant;
 
+use super::error::EngineError;
 use super::request::Prepared;
+use super::settings::Settings;
 use super::stop::StopMatcher;
-use super::EngineError;
 use crate::chat::router::{OutputRouter, Routed};
 use crate::grammar::{Constraint, LazyCalls, Watch};
 use crate::model::HeadWant;
-use crate::sample::{log_softmax_top_k, Candidates, Plan, Sampler, SamplerConfig};
+use crate::sample::{log_softmax_top_k, Candidates, Plan, Sampler};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Why an answer ended.
@@ -168,31 +169,6 @@ pub enum Head {
     Argmax(u32),
     /// The candidates for a plan at least as wide as the answer's own.
     Candidates(Candidates, Arc<Plan>),
-}
-
-/// The settings of one answer besides its prompt.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub sampler: SamplerConfig,
-    /// Most tokens to generate (`None`: until the context is full).
-    pub max_tokens: Option<usize>,
-    /// Alternatives to report per token (`None`: no logprobs; `Some(0)`: the token's alone).
-    pub logprobs: Option<usize>,
-    pub stop: Vec<String>,
-    /// `false` keeps only the first tool call of the answer.
-    pub parallel_tool_calls: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            sampler: SamplerConfig::default(),
-            max_tokens: None,
-            logprobs: None,
-            stop: Vec::new(),
-            parallel_tool_calls: true,
-        }
-    }
 }
 
 /// One answer in progress. See the module docs.

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::generation::Settings;
+use super::settings::Settings;
 use crate::chat::router::RouterConfig;
 use crate::chat::tools::ToolChoice;
 use crate::grammar::{AnswerFormat, Constraint, LazyCalls};
@@ -91,8 +91,8 @@ impl Prepared {
 /// The names of the `tools` a `tool_choice` leaves (none: no tools; a named one: that one),
 /// checked: each tool a function with a name, a named choice among them, `required` or a
 /// named choice with at least one tool.
-pub fn tool_names(tools: &[Value], choice: &ToolChoice) -> Result<Vec<String>, super::EngineError> {
-    let invalid = |param: String, problem: String| super::EngineError::Invalid { param, problem };
+pub fn tool_names(tools: &[Value], choice: &ToolChoice) -> Result<Vec<String>, super::error::EngineError> {
+    let invalid = |param: String, problem: String| super::error::EngineError::Invalid { param, problem };
     let mut names = Vec::with_capacity(tools.len());
     for (i, t) in tools.iter().enumerate() {
         if t.get("type").and_then(Value::as_str) != Some("function") {

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::EngineError;
+use super::error::EngineError;
 use crate::backend::{Backend, KvType, Readback};
 use crate::model::{HeadResult, HeadWant, Model, Scratch, SeqChunk, SeqState};
 

@@ -12,7 +12,7 @@
 //! fetch, load, warmup, first token since the process started).
 
 use super::load::{BackendArg, Loaded, ModelArgs};
-use super::InputError;
+use crate::error::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
@@ -286,7 +286,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("[bench] read bandwidth with {} threads", loaded.threads);
         Some(Bound {
             read_bytes_s: super::bandwidth::read_bandwidth(loaded.threads)?,
-            weight_bytes: super::bandwidth::weight_bytes_per_token(&super::open_model(a.model.model())?),
+            weight_bytes: super::bandwidth::weight_bytes_per_token(&super::io::open_model(a.model.model())?),
         })
     } else {
         None
@@ -675,7 +675,7 @@ fn describe(s: &Startup) -> String {
 
 /// Seconds from the process's start to `t`.
 fn since_start(t: Instant) -> f64 {
-    crate::PROCESS_START
+    crate::clock::PROCESS_START
         .get()
         .map_or(0.0, |s| t.saturating_duration_since(*s).as_secs_f64())
 }

@@ -7,7 +7,7 @@
 //! editor a half-read line).
 
 use super::load::{load_opened, open, Loaded, ModelArgs, SamplerArgs};
-use super::InputError;
+use crate::error::InputError;
 use serde_json::json;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};

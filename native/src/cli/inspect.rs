@@ -2,7 +2,8 @@
 //! and `--tensor NAME --dequant OUT.f32` to dump one tensor as little-endian f32; `--gpus`
 //! lists the GPUs instead ([`super::gpus`]: WebGPU adapters and Vulkan devices).
 
-use super::{open_model, InputError};
+use super::io::open_model;
+use crate::error::InputError;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;

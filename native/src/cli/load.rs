@@ -2,7 +2,7 @@
 //! flags, the sampler flags, and loading a model with its tokenizer and chat template into the library's
 //! [`Engine`] on the library's [`AnyBackend`] (the backend `--backend` picks).
 
-use super::InputError;
+use crate::error::InputError;
 use std::sync::Arc;
 use tinyllm::backend::{AnyBackend, BackendKind, KvType};
 use tinyllm::engine::{Engine, Session};

@@ -1,8 +1,9 @@
 //! `run`: generate from one prompt and stream the text (or print one JSON object).
 
+use super::io::text_or_stdin;
 use super::load::{load, ModelArgs, SamplerArgs};
 use super::tokenize::parse_ids;
-use super::{text_or_stdin, InputError};
+use crate::error::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;

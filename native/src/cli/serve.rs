@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::load::{load_opened, open, ModelArgs, Opened};
-use super::InputError;
+use crate::error::InputError;
 use crate::server;
 use crate::server::registry::{Limits, Registry, Spec};
 use tinyllm::backend::Backend;

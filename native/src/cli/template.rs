@@ -1,6 +1,7 @@
 //! `template`: render the model's chat template (or its built-in fallback) for messages.
 
-use super::{open_model, print_text, read_json_file, InputError};
+use super::io::{open_model, print_text, read_json_file};
+use crate::error::InputError;
 use std::path::PathBuf;
 use tinyllm::chat::{ChatTemplate, RenderRequest};
 

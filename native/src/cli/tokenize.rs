@@ -1,6 +1,7 @@
 //! `tokenize` and `detokenize`: the model's tokenizer on the command line.
 
-use super::{open_model, print_text, text_or_stdin, InputError};
+use super::io::{open_model, print_text, text_or_stdin};
+use crate::error::InputError;
 use tinyllm::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]

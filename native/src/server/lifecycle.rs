@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
 use super::errors::ApiError;
-use super::{Shared, CHAT_PATHS, COMPLETION_PATHS, EMBEDDING_PATHS, MESSAGES_PATHS, RESPONSES_PATHS};
+use super::paths::{CHAT_PATHS, COMPLETION_PATHS, EMBEDDING_PATHS, MESSAGES_PATHS, RESPONSES_PATHS};
+use super::state::Shared;
 
 /// The header a proxy hashes on for session affinity (docs/deploy.md).
 pub const SESSION_HEADER: &str = "x-session-id";

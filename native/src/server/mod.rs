@@ -13,12 +13,16 @@ pub mod lifecycle;
 mod metrics;
 mod origins;
 mod page;
+mod paths;
 pub mod registry;
 mod scheduler;
 mod sse;
+mod state;
 mod store;
 mod test_hooks;
 
+pub use paths::{CHAT_PATHS, COMPLETION_PATHS, EMBEDDING_PATHS, MESSAGES_PATHS, RESPONSES_PATHS};
+pub use state::{AppState, Shared};
 pub use test_hooks::test_delay;
 
 use axum::extract::{Request, State};
@@ -63,26 +67,6 @@ pub struct ModelOptions {
     /// How `/v1/embeddings` pools (`--pooling`; `None`: the model's own).
     pub pooling: Option<Pooling>,
 }
-
-/// What every handler can reach.
-pub struct AppState {
-    /// The models, loaded on first use ([`registry`]).
-    pub models: registry::Registry,
-    pub api_key: Option<String>,
-    pub max_body_bytes: usize,
-    /// Finished Responses API answers, for `previous_response_id`.
-    pub responses: store::ResponseStore,
-    /// Request ids, unique over the models (response ids are made from them).
-    next_id: std::sync::atomic::AtomicU64,
-}
-
-impl AppState {
-    pub fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-pub type Shared = Arc<AppState>;
 
 /// Start the engine thread of a loaded model (`metrics`: the model's, kept across reloads).
 pub fn serve_model(
@@ -130,14 +114,6 @@ pub fn app(models: registry::Registry, opts: Options) -> anyhow::Result<(Router,
     let router = routes(state.clone(), Arc::new(origins::Origins::parse(&opts.cors_origins)?));
     Ok((router, state))
 }
-
-/// The routes that start an answer (POST), with and without the `/v1` prefix; a drain refuses
-/// new requests on these ([`lifecycle`]).
-pub const CHAT_PATHS: [&str; 2] = ["/v1/chat/completions", "/chat/completions"];
-pub const COMPLETION_PATHS: [&str; 2] = ["/v1/completions", "/completions"];
-pub const EMBEDDING_PATHS: [&str; 2] = ["/v1/embeddings", "/embeddings"];
-pub const MESSAGES_PATHS: [&str; 2] = ["/v1/messages", "/messages"];
-pub const RESPONSES_PATHS: [&str; 2] = ["/v1/responses", "/responses"];
 
 fn routes(state: Shared, origins: Arc<origins::Origins>) -> Router {
     use handlers::{embeddings, generate, info, messages, responses, tokens};

@@ -6,7 +6,7 @@
 
 use super::{launch, lease, meta, read_body, respond};
 use crate::server::errors::ApiError;
-use crate::server::Shared;
+use crate::server::state::Shared;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! `GET /v1/models`, `GET /metrics` (a series per model) (`/health` and `/ready` are the lifecycle's).
 
 use crate::server::metrics::{render, Series};
-use crate::server::Shared;
+use crate::server::state::Shared;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;

@@ -5,7 +5,7 @@
 use super::{launch, read_body, respond};
 use crate::server::errors::ApiError;
 use crate::server::registry::Lease;
-use crate::server::Shared;
+use crate::server::state::Shared;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;

@@ -13,7 +13,7 @@ use super::metrics::Metrics;
 use super::registry::Lease;
 use super::scheduler::{CancelGuard, Event, Job};
 use super::sse;
-use super::AppState;
+use super::state::AppState;
 use axum::extract::Request;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};

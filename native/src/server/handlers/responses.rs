@@ -5,7 +5,7 @@
 
 use super::{launch, lease, read_body, respond};
 use crate::server::errors::ApiError;
-use crate::server::Shared;
+use crate::server::state::Shared;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -3,7 +3,7 @@
 
 use super::read_body;
 use crate::server::errors::ApiError;
-use crate::server::Shared;
+use crate::server::state::Shared;
 use axum::extract::{Request, State};
 use axum::Json;
 use serde_json::{json, Value};
