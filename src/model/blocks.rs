@@ -9,10 +9,10 @@
 //! Nothing is copied in or out per sequence, and a sequence gets the same logits alone or
 //! batched (`tests/batch_forward.rs`).
 
+use super::error::ModelError;
 use super::hparams::{Common, Heads};
 use super::state::{check_cache_heads, KvCache, SeqState};
 use super::tensors::Loader;
-use super::ModelError;
 use crate::backend::rotation::KvRotation;
 use crate::backend::{AttnParams, Backend, KvType, Readback, Rope, SeqAttn};
 use crate::sample::Candidates;

@@ -12,12 +12,13 @@
 //! choice, optional normalization and `expert_weights_scale`. Rope rotates adjacent pairs.
 
 use super::blocks::{self, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims};
+use super::error::ModelError;
+use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, bad, Common, Keys};
 use super::mla::{self, MlaDims, MlaLayer, MlaWeights};
 use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
 use super::state::{check_cache_heads, KvCache, SeqState};
 use super::tensors::Loader;
-use super::{Architecture, Family, ModelError, ModelInfo};
 use crate::backend::{Backend, Gating, KvType, Rope, RopeKind, RopeScaling};
 use crate::gguf::GgufFile;
 

@@ -10,10 +10,11 @@
 use super::blocks::{
     self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims,
 };
+use super::error::ModelError;
+use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, Common, Heads, Keys};
 use super::state::SeqState;
 use super::tensors::Loader;
-use super::{Architecture, Family, ModelError, ModelInfo};
 use crate::backend::{Backend, KvType, Rope, RopeKind};
 use crate::gguf::GgufFile;
 

@@ -2,7 +2,7 @@
 //! every transformer has (sizes, heads, norms, rope and its scaling), each validated with an
 //! error naming the key. A family composes these with its own keys.
 
-use super::ModelError;
+use super::error::ModelError;
 use crate::backend::{Rope, RopeKind, RopeScaling, Yarn};
 use crate::gguf::{GgufError, GgufFile, Value};
 

@@ -14,8 +14,8 @@
 
 use std::any::Any;
 
+use super::error::ModelError;
 use super::state::{resume_point, KvCache, SequenceMemory};
-use super::ModelError;
 use crate::backend::{Backend, BackendError};
 
 /// Checkpoints a sequence keeps unless told otherwise (llama.cpp's `--ctx-checkpoints`

@@ -15,11 +15,12 @@
 use super::blocks::{
     self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims,
 };
+use super::error::ModelError;
+use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, Common, Heads, Keys};
 use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
 use super::state::SeqState;
 use super::tensors::Loader;
-use super::{Architecture, Family, ModelError, ModelInfo};
 use crate::backend::{Backend, Gating, KvType, Rope, RopeKind};
 use crate::gguf::GgufFile;
 

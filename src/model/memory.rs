@@ -8,8 +8,8 @@
 //! recurrent state), the activations of a prefill micro-batch, and the tokenizer's tables.
 //! A streamed load also holds its largest tensor whole while placing it.
 
+use super::error::ModelError;
 use super::hparams::Keys;
-use super::ModelError;
 use crate::gguf::GgufFile;
 
 /// Tokens per prefill forward pass the engines size their activations for (the engine's

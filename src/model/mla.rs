@@ -14,9 +14,9 @@
 //! the expert (`attn_k_b` and `attn_v_b` are stacked per head in the GGUF).
 
 use super::blocks::{self, Batch, Scratch};
+use super::error::ModelError;
 use super::hparams::{bad, Keys};
 use super::tensors::Loader;
-use super::ModelError;
 use crate::backend::{AttnParams, Backend, BackendError, MatId, Rope, Strided};
 
 /// The widths of latent attention.

@@ -14,6 +14,8 @@
 
 pub mod blocks;
 pub mod deepseek2;
+mod error;
+mod family;
 pub mod gemma3;
 pub mod gpt_oss;
 pub mod hparams;
@@ -29,98 +31,13 @@ pub mod tensors;
 use std::sync::Arc;
 
 pub use blocks::{Batch, HeadResult, HeadWant, OutputHead, Scratch, ScratchDims, SeqChunk};
+pub use error::ModelError;
+pub use family::{Architecture, Family, ModelInfo};
 pub use state::{KvCache, SeqState, SequenceMemory};
 pub use tensors::{Loader, Placed, Placement};
 
-use crate::backend::{Backend, BackendError, KvType, Readback};
-use crate::gguf::{GgufError, GgufFile};
-
-/// Errors from reading a model's configuration or running its graph.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    #[error(transparent)]
-    Gguf(#[from] GgufError),
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-    #[error("unsupported architecture '{arch}' (supported: {supported})")]
-    UnsupportedArch { arch: String, supported: String },
-    #[error("metadata key '{key}': {problem}")]
-    BadParam { key: String, problem: String },
-    #[error("missing tensor '{name}'")]
-    MissingTensor { name: String },
-    #[error("tensor '{name}' was not placed while the file streamed in")]
-    NotPlaced { name: String },
-    #[error("tensor '{name}' has shape {actual}, expected {expected}")]
-    TensorShape {
-        name: String,
-        expected: String,
-        actual: String,
-    },
-    #[error("chunk of {rows} rows exceeds the scratch capacity of {capacity}")]
-    ChunkTooLarge { rows: usize, capacity: usize },
-    #[error("batch sequence {seq}: {problem}")]
-    BadBatch { seq: usize, problem: String },
-    #[error("cannot go back to {to} of {held} evaluated tokens: {why}")]
-    BadRewind { to: usize, held: usize, why: String },
-    #[error("a sequence state of another model kind")]
-    ForeignState,
-    /// The KV cache format asked for cannot hold this model's cache.
-    #[error("KV cache type {ty} cannot be used with this model: {problem}")]
-    CacheType { ty: KvType, problem: String },
-}
-
-/// What the engine and front ends need to know about a loaded model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelInfo {
-    /// `general.architecture` as found (e.g. `mistral`).
-    pub arch: String,
-    /// The family module that runs it.
-    pub family: &'static str,
-    pub n_vocab: usize,
-    pub n_embd: usize,
-    pub n_layer: usize,
-    /// The context the model was trained with.
-    pub context_length: usize,
-}
-
-impl ModelInfo {
-    pub fn new(arch: &str, family: &'static str, c: &hparams::Common) -> Self {
-        ModelInfo {
-            arch: arch.to_string(),
-            family,
-            n_vocab: c.n_vocab,
-            n_embd: c.n_embd,
-            n_layer: c.n_layer,
-            context_length: c.context_length,
-        }
-    }
-}
-
-/// One architecture family with its weights placed on a backend.
-pub trait Family<B: Backend>: Send + Sync {
-    fn info(&self) -> &ModelInfo;
-
-    /// The widths of its activations.
-    fn scratch_dims(&self) -> ScratchDims;
-
-    /// A fresh state for a sequence of up to `n_ctx` positions, its KV cache (if any) in format
-    /// `cache` (an error, [`ModelError::CacheType`], where the model's heads cannot have it).
-    fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError>;
-
-    /// The layers of one pass: from the batch's tokens to the residual stream in `s.x`
-    /// (`[rows, n_embd]`), each sequence's state updated.
-    fn layers(&self, be: &B, batch: &mut Batch<'_, '_, B>, s: &mut Scratch<B>) -> Result<(), ModelError>;
-
-    /// The output head's weights.
-    fn head(&self) -> OutputHead<'_, B>;
-}
-
-/// How the registry loads a family.
-pub trait Architecture {
-    /// Read the hyper-parameters of `t.file` (architecture `arch`, one of the family's registry
-    /// names) and place its weights through `t`.
-    fn load<B: Backend>(t: &Loader<'_, B>, arch: &str) -> Result<Box<dyn Family<B>>, ModelError>;
-}
+use crate::backend::{Backend, KvType, Readback};
+use crate::gguf::GgufFile;
 
 /// A loaded model: a family's graph and weights on a backend.
 pub struct Model<B: Backend> {

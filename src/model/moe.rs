@@ -10,9 +10,9 @@
 //! Expert tensors are the GGUF's 3-D stacks, placed once and read in place.
 
 use super::blocks::{self, FfnWeights, Gate, Scratch};
+use super::error::ModelError;
 use super::hparams::{bad, Keys};
 use super::tensors::Loader;
-use super::ModelError;
 use crate::backend::{Backend, BackendError, Gating, MatId, Route};
 
 /// The widths of a routed FFN.

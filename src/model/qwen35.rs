@@ -22,11 +22,12 @@
 //! rotated pair falls in a text section ([`check_sections`]).
 
 use super::blocks::{self, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims};
+use super::error::ModelError;
+use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, bad, Common, Heads, Keys};
 use super::hybrid::{HybridState, RecurrentSizes};
 use super::state::{KvCache, SeqState};
 use super::tensors::Loader;
-use super::{Architecture, Family, ModelError, ModelInfo};
 use crate::backend::{AttnParams, Backend, Conv, DeltaNet, Form, KeyHeads, KvType, Rope, RopeKind, SeqRows, Strided};
 use crate::gguf::{GgufFile, Value};
 

@@ -15,7 +15,7 @@
 
 use std::any::Any;
 
-use super::ModelError;
+use super::error::ModelError;
 use crate::backend::{Backend, KvType};
 
 /// The state of one kind of model, as its family implements it.

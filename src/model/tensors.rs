@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::ModelError;
+use super::error::ModelError;
 use crate::backend::{AnyBackend, Backend, BackendError};
 use crate::gguf::stream::Arrivals;
 use crate::gguf::{GgufError, GgufFile, TensorView};
