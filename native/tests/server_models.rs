@@ -186,19 +186,9 @@ fn model_field_routes_and_an_unknown_model_is_model_not_found() {
     let v = r.json();
     assert_eq!(v["type"], "error", "Anthropic's error shape: {v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("claude-x"), "{v}");
-    let e = s
-        .post(
-            "/v1/chat/completions",
-            &chat(None, "hi", 4)
-                .as_object()
-                .map(|o| {
-                    let mut o = o.clone();
-                    o.insert("model".into(), json!(5));
-                    Value::Object(o)
-                })
-                .unwrap(),
-        )
-        .error(400);
+    let mut bad = chat(None, "hi", 4);
+    bad["model"] = json!(5);
+    let e = s.post("/v1/chat/completions", &bad).error(400);
     assert_eq!(e["param"], "model", "{e}");
 }
 

@@ -38,6 +38,8 @@ pub struct MemoryNeed {
     pub tokenizer: u64,
     /// The header's metadata as parsed (the model keeps it: a vocabulary's arrays are the bulk).
     pub metadata: u64,
+    /// Entries of the vocabulary.
+    pub n_vocab: u64,
 }
 
 /// [`MemoryNeed`] of `file` (metadata and tensor table; no tensor data needed) with a context
@@ -110,7 +112,11 @@ pub fn estimate(file: &GgufFile, n_ctx: usize) -> Result<MemoryNeed, ModelError>
         + 4 * n_vocab;
     let tokenizer = tokenizer_bytes(
         &vocab,
-        file.get_str_array("tokenizer.ggml.merges").map_or(0, |m| m.len()),
+        // Counted, not read: the merges' texts do not size the table.
+        file.get_array("tokenizer.ggml.merges")
+            .ok()
+            .filter(|a| a.elem == crate::gguf::ValueType::String)
+            .map_or(0, |a| a.items.len()),
     );
     Ok(MemoryNeed {
         weights,
@@ -122,6 +128,7 @@ pub fn estimate(file: &GgufFile, n_ctx: usize) -> Result<MemoryNeed, ModelError>
         working,
         tokenizer,
         metadata: metadata_bytes(file),
+        n_vocab,
     })
 }
 

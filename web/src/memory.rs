@@ -69,12 +69,6 @@ fn gpu_load_peak(file: &GgufFile) -> u64 {
         .unwrap_or(0)
 }
 
-/// Entries of the model's vocabulary.
-fn n_vocab(file: &GgufFile) -> u64 {
-    file.get_str_array("tokenizer.ggml.tokens")
-        .map_or(0, |v| v.len() as u64)
-}
-
 /// The wasm memory a model will take at its peak on `backend` (`cpu` or `webgpu`), and on
 /// WebGPU the GPU memory.
 pub struct Need {
@@ -91,7 +85,7 @@ impl Need {
         // The metadata is held from the header on; on WebGPU the tokenizer and the step's
         // vocabulary-sized buffers come after the last piece has gone to the GPU.
         let fixed = BASE_BYTES + parts.metadata;
-        let webgpu_running = parts.tokenizer + HOST_VOCAB_COPIES * 4 * n_vocab(file);
+        let webgpu_running = parts.tokenizer + HOST_VOCAB_COPIES * 4 * parts.n_vocab;
         Ok(Need {
             parts,
             wasm_cpu: fixed + parts.tokenizer + streamed_peak(file).max(running),

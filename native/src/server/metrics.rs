@@ -4,6 +4,8 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::registry::Status;
+
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub requests: AtomicU64,
@@ -95,8 +97,11 @@ impl Metrics {
 
     /// One model's rows: name, type, help, value. `queued`, the slot count and each slot's
     /// context come from its scheduler (zeros while it is not loaded).
-    fn rows(&self, m: &Series) -> Vec<(&'static str, &'static str, &'static str, f64)> {
-        let (queued, slots, n_ctx) = (m.queued, m.slots, m.n_ctx);
+    fn rows(&self, m: &Status) -> Vec<(&'static str, &'static str, &'static str, f64)> {
+        let (queued, slots, n_ctx) = m
+            .served
+            .as_ref()
+            .map_or((0, 0, 0), |s| (s.scheduler.queued(), s.scheduler.slots(), s.n_ctx));
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
         let kv = get(&self.kv_tokens);
         vec![
@@ -104,7 +109,7 @@ impl Metrics {
                 "tinyllm_model_loaded",
                 "gauge",
                 "Whether the model is loaded (1) or not (0)",
-                f64::from(u8::from(m.loaded)),
+                f64::from(u8::from(m.served.is_some())),
             ),
             (
                 "tinyllm_model_loads_total",
@@ -254,28 +259,18 @@ impl Metrics {
     }
 }
 
-/// What `/metrics` shows of one model besides its counters.
-pub struct Series<'a> {
-    pub name: &'a str,
-    pub metrics: &'a Metrics,
-    pub loaded: bool,
-    pub queued: usize,
-    pub slots: usize,
-    pub n_ctx: usize,
-    pub loads: u64,
-    pub load_seconds: f64,
-    pub unloads: u64,
-}
-
 /// The exposition text: every metric once, a series per model labelled `model="name"`.
-pub fn render(models: &[Series]) -> String {
-    let label = |m: &Series| format!("model=\"{}\"", m.name.replace('\\', "\\\\").replace('"', "\\\""));
+pub fn render(models: &[Status]) -> String {
+    let labels: Vec<String> = models
+        .iter()
+        .map(|m| format!("model=\"{}\"", m.name.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
     let rows: Vec<_> = models.iter().map(|m| m.metrics.rows(m)).collect();
     let mut out = String::new();
     for (r, &(name, kind, help, _)) in rows.first().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (m, series) in models.iter().zip(&rows) {
-            let _ = writeln!(out, "{name}{{{}}} {}", label(m), series[r].3);
+        for (label, series) in labels.iter().zip(&rows) {
+            let _ = writeln!(out, "{name}{{{label}}} {}", series[r].3);
         }
     }
     let name = "tinyllm_time_to_first_token_seconds";
@@ -283,8 +278,8 @@ pub fn render(models: &[Series]) -> String {
         out,
         "# HELP {name} From a request taking a slot to its first token (queue wait excluded: see tinyllm_requests_queued)\n# TYPE {name} histogram"
     );
-    for m in models {
-        m.metrics.time_to_first_token.render(&mut out, name, &label(m));
+    for (m, label) in models.iter().zip(&labels) {
+        m.metrics.time_to_first_token.render(&mut out, name, label);
     }
     out
 }

@@ -93,48 +93,50 @@ pub struct Registry {
     loader: Arc<Loader>,
 }
 
-/// A handler's hold on a loaded model (see the module docs). Dereferences to the model.
-pub struct Lease {
-    served: Option<Arc<Served>>,
+/// Counts one request as using its model, from before its model is looked up until the guard
+/// drops: a model whose count is not zero is never unloaded.
+struct InUse {
     entry: Arc<Entry>,
     freed: Arc<Notify>,
 }
 
-impl std::ops::Deref for Lease {
-    type Target = Served;
-    fn deref(&self) -> &Served {
-        self.served.as_ref().expect("a lease holds its model until dropped")
-    }
-}
-
-impl Clone for Lease {
-    fn clone(&self) -> Self {
-        self.entry.in_use.fetch_add(1, Ordering::SeqCst);
-        Lease {
-            served: self.served.clone(),
-            entry: self.entry.clone(),
-            freed: self.freed.clone(),
+impl InUse {
+    fn new(entry: &Arc<Entry>, freed: &Arc<Notify>) -> Self {
+        entry.in_use.fetch_add(1, Ordering::SeqCst);
+        InUse {
+            entry: entry.clone(),
+            freed: freed.clone(),
         }
     }
 }
 
-impl Drop for Lease {
+impl Drop for InUse {
     fn drop(&mut self) {
-        // The model first: once `in_use` says 0 no lease holds it.
-        drop(self.served.take());
         self.entry.in_use.fetch_sub(1, Ordering::SeqCst);
         self.freed.notify_waiters();
     }
 }
 
-/// Counts a request waiting for its model as in use (so it cannot be unloaded under it) until
-/// it holds a lease or gives up.
-struct Waiting<'a>(&'a Entry, &'a Notify);
+/// A handler's hold on a loaded model (see the module docs). Dereferences to the model.
+pub struct Lease {
+    // Declared first, so dropped first: once `in_use` says 0, no lease holds the model.
+    served: Arc<Served>,
+    in_use: InUse,
+}
 
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.in_use.fetch_sub(1, Ordering::SeqCst);
-        self.1.notify_waiters();
+impl std::ops::Deref for Lease {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.served
+    }
+}
+
+impl Clone for Lease {
+    fn clone(&self) -> Self {
+        Lease {
+            served: self.served.clone(),
+            in_use: InUse::new(&self.in_use.entry, &self.in_use.freed),
+        }
     }
 }
 
@@ -230,17 +232,16 @@ impl Registry {
 
     async fn lease_at(&self, index: usize) -> Result<Lease, Refused> {
         let entry = &self.entries[index];
-        entry.in_use.fetch_add(1, Ordering::SeqCst);
-        let waiting = Waiting(entry, &self.freed);
+        let in_use = InUse::new(entry, &self.freed);
         entry
             .last_used
             .store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         if let Some(served) = self.loaded(entry) {
-            return Ok(self.hand_out(waiting, entry, served));
+            return Ok(Lease { served, in_use });
         }
         let _loading = entry.loading.lock().await;
         if let Some(served) = self.loaded(entry) {
-            return Ok(self.hand_out(waiting, entry, served));
+            return Ok(Lease { served, in_use });
         }
         let unloaded = self.make_room(index).await.map_err(Refused::Api)?;
         let (loader, metrics) = (self.loader.clone(), entry.metrics.clone());
@@ -249,12 +250,7 @@ impl Registry {
         // The unloaded models go first (their threads joined, memory given back), then the
         // load: both block, so neither runs on the async workers.
         let placed = tokio::task::spawn_blocking(move || {
-            for served in unloaded {
-                // No lease holds an unloaded model, so this is its last reference.
-                if let Ok(mut served) = Arc::try_unwrap(served) {
-                    served.scheduler.stop();
-                }
-            }
+            stop_all(unloaded);
             loader(&shared.spec, metrics)
         })
         .await;
@@ -277,21 +273,11 @@ impl Registry {
             started.elapsed().as_secs_f64()
         );
         *entry.served.lock().unwrap() = Some(served.clone());
-        Ok(self.hand_out(waiting, entry, served))
+        Ok(Lease { served, in_use })
     }
 
     fn loaded(&self, entry: &Entry) -> Option<Arc<Served>> {
         entry.served.lock().unwrap().clone()
-    }
-
-    /// The waiting request becomes a lease: the count it added stays.
-    fn hand_out(&self, waiting: Waiting<'_>, entry: &Arc<Entry>, served: Arc<Served>) -> Lease {
-        std::mem::forget(waiting);
-        Lease {
-            served: Some(served),
-            entry: entry.clone(),
-            freed: self.freed.clone(),
-        }
     }
 
     /// Reserve room for entry `index`, taking out the least recently used idle models that
@@ -328,6 +314,10 @@ impl Registry {
                 }
             }
             if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                // Models already taken out for this load are stopped all the same.
+                if !unloaded.is_empty() {
+                    tokio::task::spawn_blocking(move || stop_all(unloaded));
+                }
                 let room = self.room.lock().unwrap();
                 let busy: Vec<&str> = room.iter().map(|&i| self.entries[i].spec.name.as_str()).collect();
                 return Err(ApiError::unavailable(
@@ -378,5 +368,16 @@ impl Registry {
                 unloads: e.unloads.load(Ordering::Relaxed),
             })
             .collect()
+    }
+}
+
+/// Stop the engine threads of unloaded models (joined, so their memory is given back). Blocks:
+/// not for the async workers.
+fn stop_all(unloaded: Vec<Arc<Served>>) {
+    for served in unloaded {
+        // No lease holds an unloaded model, so this is its last reference.
+        if let Ok(mut served) = Arc::try_unwrap(served) {
+            served.scheduler.stop();
+        }
     }
 }
