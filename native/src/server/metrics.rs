@@ -4,8 +4,6 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::registry::Status;
-
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub requests: AtomicU64,
@@ -97,11 +95,8 @@ impl Metrics {
 
     /// One model's rows: name, type, help, value. `queued`, the slot count and each slot's
     /// context come from its scheduler (zeros while it is not loaded).
-    fn rows(&self, m: &Status) -> Vec<(&'static str, &'static str, &'static str, f64)> {
-        let (queued, slots, n_ctx) = m
-            .served
-            .as_ref()
-            .map_or((0, 0, 0), |s| (s.scheduler.queued(), s.scheduler.slots(), s.n_ctx));
+    fn rows(&self, m: &Series) -> Vec<(&'static str, &'static str, &'static str, f64)> {
+        let (queued, slots, n_ctx) = (m.queued, m.slots, m.n_ctx);
         let computed = get(&self.prompt_tokens).saturating_sub(get(&self.cached_tokens));
         let kv = get(&self.kv_tokens);
         vec![
@@ -109,7 +104,7 @@ impl Metrics {
                 "tinyllm_model_loaded",
                 "gauge",
                 "Whether the model is loaded (1) or not (0)",
-                f64::from(u8::from(m.served.is_some())),
+                f64::from(u8::from(m.loaded)),
             ),
             (
                 "tinyllm_model_loads_total",
@@ -259,8 +254,22 @@ impl Metrics {
     }
 }
 
+/// What `/metrics` shows of one model besides its counters. The registry's state, copied out
+/// by the handler: this module stays below the registry, which counts into it.
+pub struct Series<'a> {
+    pub name: &'a str,
+    pub metrics: &'a Metrics,
+    pub loaded: bool,
+    pub queued: usize,
+    pub slots: usize,
+    pub n_ctx: usize,
+    pub loads: u64,
+    pub load_seconds: f64,
+    pub unloads: u64,
+}
+
 /// The exposition text: every metric once, a series per model labelled `model="name"`.
-pub fn render(models: &[Status]) -> String {
+pub fn render(models: &[Series]) -> String {
     let labels: Vec<String> = models
         .iter()
         .map(|m| format!("model=\"{}\"", m.name.replace('\\', "\\\\").replace('"', "\\\"")))

@@ -1,6 +1,6 @@
 //! `GET /v1/models`, `GET /metrics` (a series per model) (`/health` and `/ready` are the lifecycle's).
 
-use crate::server::metrics::render;
+use crate::server::metrics::{render, Series};
 use crate::server::state::Shared;
 use axum::extract::State;
 use axum::http::header;
@@ -28,5 +28,19 @@ pub async fn models(State(st): State<Shared>) -> impl IntoResponse {
 
 pub async fn metrics(State(st): State<Shared>) -> impl IntoResponse {
     let statuses = st.models.statuses();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&statuses))
+    let series: Vec<Series> = statuses
+        .iter()
+        .map(|m| Series {
+            name: m.name,
+            metrics: m.metrics,
+            loaded: m.served.is_some(),
+            queued: m.served.as_ref().map_or(0, |s| s.scheduler.queued()),
+            slots: m.served.as_ref().map_or(0, |s| s.scheduler.slots()),
+            n_ctx: m.served.as_ref().map_or(0, |s| s.n_ctx),
+            loads: m.loads,
+            load_seconds: m.load_seconds,
+            unloads: m.unloads,
+        })
+        .collect();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&series))
 }
