@@ -5,7 +5,7 @@
 // R = 1 case of the same kernel). Arithmetic in f32, over activations rounded first as
 // llama.cpp rounds them (quantize_act.wgsl; the backend's default) or f32 ones.
 //
-// Variants (src/backend/wgpu/compose.rs): activations read as f32 or vec4 (`chunk_dot`, from
+// Variants (src/backend/gpu/compose.rs): activations read as f32 or vec4 (`chunk_dot`, from
 // dot_x1.wgsl or dot_x4.wgsl), and the workgroup's sums reduced in workgroup memory or with
 // subgroup operations (`reduce_acc`, from reduce_workgroup.wgsl or reduce_subgroup.wgsl).
 

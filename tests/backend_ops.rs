@@ -1461,14 +1461,14 @@ fn vulkan_ops_match_the_oracle_and_cpu() {
         ..Default::default()
     })
     .expect("the device opened once");
-    assert!(wg.strategy().reduce_subgroups || !vk.device().specializations().subgroup_operations.is_used());
-    assert!(!wg_plain.strategy().reduce_subgroups);
-    let has_f16 = wg_f16.strategy().f16_matmul;
+    assert!(wg.paths().strategy.reduce_subgroups || !vk.device().specializations().subgroup_operations.is_used());
+    assert!(!wg_plain.paths().strategy.reduce_subgroups);
+    let has_f16 = wg_f16.paths().strategy.f16_matmul;
     println!(
         "[ops] vulkan on {}: default matmul {:?}, subgroup reductions {}, f16 products {has_f16}",
         vk.device().info().name,
-        vk.strategy().matmul,
-        wg.strategy().reduce_subgroups
+        vk.paths().strategy.matmul,
+        wg.paths().strategy.reduce_subgroups
     );
     let mut rng = Rng(0x7a11_5eed);
     let n_out = 37;
@@ -1599,18 +1599,18 @@ fn vulkan_integer_dot_matmuls_match_the_oracle() {
     let default = open(None).expect("the device opened once");
     let spec = forced.device().info().specializations().integer_dot_product;
     assert_eq!(
-        default.integer_dot(),
+        default.paths().integer_dot,
         spec.is_used(),
         "the default follows the device ({spec})"
     );
     let supported = forced.device().info().integer_dot.supported;
     assert_eq!(
-        forced.integer_dot(),
+        forced.paths().integer_dot,
         supported,
         "forced on wherever the device has the feature"
     );
     let off = open(Some(false)).expect("the device opened once");
-    assert!(!off.integer_dot());
+    assert!(!off.paths().integer_dot);
     let mut rng = Rng(0xd07_d07);
     let (n_in, n_out) = (32 * 9, 45);
     let w = random_matrix(&mut rng, GgmlType::Q8_0, n_in, n_out);
@@ -1625,12 +1625,16 @@ fn vulkan_integer_dot_matmuls_match_the_oracle() {
             let e = nmse(&run_matmul(be, &file, "w", &x, rows, n_out), &want);
             println!(
                 "[ops] vulkan Q8_0 matmul rows {rows}, integer dot {}: NMSE {e:.1e}",
-                be.integer_dot()
+                be.paths().integer_dot
             );
             assert!(e < 1e-10, "NMSE {e:.2e}");
         }
         let dot_calls = common::gpu_golden::vulkan_calls(be, "matmul_dot");
-        assert_eq!(dot_calls > 0, be.integer_dot(), "matmul_dot ran {dot_calls} times");
+        assert_eq!(
+            dot_calls > 0,
+            be.paths().integer_dot,
+            "matmul_dot ran {dot_calls} times"
+        );
     }
 }
 
@@ -1659,19 +1663,23 @@ fn vulkan_cooperative_matrix_matmuls_match_the_oracle() {
         "[ops] vulkan cooperative matrix on {}: {} (size {:?})",
         info.name,
         spec.cooperative_matrix,
-        forced.cooperative_matrix()
+        forced.paths().cooperative_matrix
     );
     assert_eq!(
-        forced.cooperative_matrix().map(u32::from),
+        forced.paths().cooperative_matrix.map(u32::from),
         spec.cooperative_matrix_size,
         "forced on wherever the device offers a shape the kernels use"
     );
     if common::coop_required() {
-        assert!(forced.cooperative_matrix().is_some(), "{}", spec.cooperative_matrix);
+        assert!(
+            forced.paths().cooperative_matrix.is_some(),
+            "{}",
+            spec.cooperative_matrix
+        );
     }
     let default = open(None, None).expect("the device opened once");
     assert_eq!(
-        default.cooperative_matrix().is_some(),
+        default.paths().cooperative_matrix.is_some(),
         spec.cooperative_matrix.is_used(),
         "the default follows the device when weights are in buffers"
     );
@@ -1698,7 +1706,7 @@ fn vulkan_cooperative_matrix_matmuls_match_the_oracle() {
         println!("{line}; matmul_coop dispatches {calls}");
         calls
     };
-    let coop = forced.cooperative_matrix().is_some();
+    let coop = forced.paths().cooperative_matrix.is_some();
     drop(forced);
     for ty in kernels::quant_types() {
         let be = open(Some(true), None).expect("the device opened once");
@@ -1718,7 +1726,7 @@ fn vulkan_cooperative_matrix_matmuls_match_the_oracle() {
         );
     }
     let off = open(Some(false), None).expect("the device opened once");
-    assert_eq!(off.cooperative_matrix(), None);
+    assert_eq!(off.paths().cooperative_matrix, None);
     assert_eq!(check(&off, GgmlType::Q4_K, "coop off"), 0);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

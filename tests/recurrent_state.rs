@@ -17,6 +17,7 @@ use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::{Backend, KvType};
 use tinyllm::engine::{generate, Flow, Generation, Prepared, Session, SessionConfig, Settings};
 use tinyllm::gguf::GgufFile;
+use tinyllm::model::blocks::FamilyScratch;
 use tinyllm::model::hparams::Common;
 use tinyllm::model::state::resume_point;
 use tinyllm::model::{
@@ -128,10 +129,11 @@ impl Family<CpuBackend> for Echo {
             att_dim: EMBD,
             n_ff: EMBD,
             n_vocab: VOCAB,
-            moe: None,
-            mla: None,
-            hybrid: None,
         }
+    }
+
+    fn family_scratch(&self, _be: &CpuBackend, _rows: usize) -> Result<FamilyScratch, ModelError> {
+        Ok(FamilyScratch::default())
     }
 
     fn new_state(&self, _be: &CpuBackend, n_ctx: usize, _cache: KvType) -> Result<SeqState<CpuBackend>, ModelError> {

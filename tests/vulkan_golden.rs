@@ -79,10 +79,10 @@ fn fixtures_match_llama_cpp_with_workgroup_matmuls_on_vulkan() {
         vk.device().info().name,
         s.subgroup_size.size,
         s.subgroup_size.required,
-        vk.strategy().reduce_subgroups,
-        vk.strategy().f16_matmul
+        vk.paths().strategy.reduce_subgroups,
+        vk.paths().strategy.f16_matmul
     );
-    if vk.strategy().f16_matmul {
+    if vk.paths().strategy.f16_matmul {
         let dir = common::golden("fixtures");
         let case = &load_cases(&dir.join("qwen2.Q8_0.golden.jsonl"))[0];
         let path = dir.join("qwen2.Q8_0.gguf");
@@ -111,7 +111,7 @@ fn q8_0_fixtures_match_llama_cpp_with_integer_dot_products_on_vulkan() {
             ..Default::default()
         })
         .map_err(|e| e.to_string())?;
-        if vk.integer_dot() {
+        if vk.paths().integer_dot {
             Ok(vk)
         } else {
             Err(format!(
@@ -153,7 +153,7 @@ fn fixtures_match_llama_cpp_with_cooperative_matrices_on_vulkan() {
         })
     };
     let Some(first) = open() else { return };
-    if first.cooperative_matrix().is_none() {
+    if first.paths().cooperative_matrix.is_none() {
         let why = format!(
             "{}: cooperative matrices {}",
             first.device().info().name,
@@ -165,7 +165,7 @@ fn fixtures_match_llama_cpp_with_cooperative_matrices_on_vulkan() {
     }
     println!(
         "[vulkan golden] cooperative matrices of {:?} on {}",
-        first.cooperative_matrix(),
+        first.paths().cooperative_matrix,
         first.device().info().name
     );
     drop(first);

@@ -107,14 +107,14 @@ fn fixtures_match_llama_cpp_with_f16_workgroup_matmuls() {
         })
     };
     let Some(g) = common::device_or_skip(|| match open(true) {
-        Ok(g) if g.f16_matmul() => Ok(g),
+        Ok(g) if g.paths().strategy.f16_matmul => Ok(g),
         Ok(g) => Err(format!("adapter '{}' has no shader-f16", g.adapter().name)),
         Err(e) => Err(e.to_string()),
     }) else {
         return;
     };
     let f32_path = open(false).expect("the adapter opened once");
-    assert!(!f32_path.f16_matmul());
+    assert!(!f32_path.paths().strategy.f16_matmul);
     let dir = common::golden("fixtures");
     let case = &load_cases(&dir.join("qwen2.Q8_0.golden.jsonl"))[0];
     let with = teacher_forced(&mut session(&load(g.clone(), &dir.join("qwen2.Q8_0.gguf")), 512), case);

@@ -12,13 +12,18 @@ use std::sync::Arc;
 
 use super::cpu::{CpuBackend, CpuBuffer, CpuKv, CpuWeight};
 use super::readback::MaybeSend;
-#[cfg(not(target_arch = "wasm32"))]
-use super::vulkan::{VulkanBackend, VulkanBuffer, VulkanKv, VulkanWeight};
 #[cfg(tinyllm_webgpu)]
 use super::webgpu::{WebGpuBackend, WebGpuBuffer, WebGpuKv, WebGpuWeight};
-use super::{
-    Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
-};
+use crate::backend::attn::SeqAttn;
+use crate::backend::error::BackendError;
+use crate::backend::interface::Backend;
+use crate::backend::kv::KvType;
+use crate::backend::moe::{MatId, Route, Strided};
+use crate::backend::readback::Readback;
+use crate::backend::recurrent::{Conv, DeltaNet, Form, SeqRows};
+use crate::backend::rope::Rope;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::backend::vulkan::layer::{VulkanBackend, VulkanBuffer, VulkanKv, VulkanWeight};
 use crate::gguf::{GgufFile, TensorView};
 use crate::sample::Candidates;
 

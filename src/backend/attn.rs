@@ -4,8 +4,8 @@
 //! its own offset of the batch's q and output buffers and read its own K/V caches, so a batch
 //! is attended in place (no gathering of a sequence's rows into scratch and back).
 
-use super::checks::{need, shape};
-use super::BackendError;
+use super::error::{need, shape};
+use crate::backend::error::BackendError;
 
 /// Largest K or V head width every backend attends (MLA's absorbed heads: 512 + 64).
 pub const MAX_HEAD_DIM: usize = 576;
@@ -34,7 +34,7 @@ pub struct AttnParams {
     pub v_in_k: bool,
 }
 
-/// One sequence of a [`super::Backend::attention`] call: its query and output rows are
+/// One sequence of a [`crate::backend::interface::Backend::attention`] call: its query and output rows are
 /// `row0..row0 + p.rows` of the batch, its keys and values its own caches.
 #[derive(Debug)]
 pub struct SeqAttn<'a, K> {

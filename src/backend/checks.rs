@@ -4,22 +4,11 @@
 
 use super::attn::SeqAttn;
 use super::rope::Rope;
-use super::{BackendError, KvType};
+use crate::backend::error::BackendError;
+pub use crate::backend::error::{need, shape};
+use crate::backend::kv::KvType;
 use crate::gguf::TensorInfo;
 use crate::quant::GgmlType;
-
-/// A [`BackendError::Shape`] of `op`.
-pub fn shape(op: &'static str, problem: String) -> BackendError {
-    BackendError::Shape { op, problem }
-}
-
-/// Error unless a buffer (`what` of `op`) holds at least `need` values.
-pub fn need(op: &'static str, what: &str, have: usize, need: usize) -> Result<(), BackendError> {
-    if have < need {
-        return Err(shape(op, format!("{what} holds {have} values, needs {need}")));
-    }
-    Ok(())
-}
 
 /// `rows * width` without overflow.
 fn product(op: &'static str, rows: usize, width: usize) -> Result<usize, BackendError> {

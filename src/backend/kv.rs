@@ -1,5 +1,5 @@
 //! The formats a KV cache can hold ([`KvType`], `--cache-type`), chosen per sequence state
-//! when it is made ([`super::Backend::alloc_kv`]).
+//! when it is made ([`crate::backend::interface::Backend::alloc_kv`]).
 //!
 //! - `f16`, the default: each value rounded to f16, as llama.cpp's default cache.
 //! - `q8_0`: ggml's Q8_0 blocks (32 values, one f16 scale `d = max|x| / 127`, 32 int8

@@ -1,10 +1,10 @@
 //! Parameters of the ops that mixture-of-experts and latent-attention graphs add, with the
 //! checks and scalar rules every backend follows.
 //!
-//! A routed FFN runs as three ops: [`super::Backend::route_experts`] turns each row's router
-//! logits into its chosen experts (ids) and their weights; [`super::Backend::matmul_id`]
+//! A routed FFN runs as three ops: [`crate::backend::interface::Backend::route_experts`] turns each row's router
+//! logits into its chosen experts (ids) and their weights; [`crate::backend::interface::Backend::matmul_id`]
 //! multiplies each (row, slot) pair by its expert's matrix only (ggml's `mul_mat_id`), so a
-//! pass reads the experts its rows chose and no others; [`super::Backend::moe_combine`] sums
+//! pass reads the experts its rows chose and no others; [`crate::backend::interface::Backend::moe_combine`] sums
 //! each row's expert outputs by their weights. MLA's per-head projections (`attn_k_b`,
 //! `attn_v_b`) are the same `matmul_id` with the head as the expert.
 //!
@@ -12,7 +12,7 @@
 //! the device and its matmuls read the ids there: no readback in the middle of a pass.
 
 use super::checks::{need, shape};
-use super::BackendError;
+use crate::backend::error::BackendError;
 
 /// How router logits become expert scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +135,7 @@ impl Route {
     }
 }
 
-/// The shape of a [`super::Backend::matmul_id`]: `rows` tokens of `slots` (row, slot) pairs
+/// The shape of a [`crate::backend::interface::Backend::matmul_id`]: `rows` tokens of `slots` (row, slot) pairs
 /// each; the pair `p = r * slots + j` is multiplied by matrix `ids[p]`, its input is row `p`
 /// of `x` (`per_slot`) or row `r` (one input shared by a token's slots).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +203,7 @@ impl MatId {
     }
 }
 
-/// Check a [`super::Backend::moe_combine`] call's buffers: `rows * slots` expert outputs of
+/// Check a [`crate::backend::interface::Backend::moe_combine`] call's buffers: `rows * slots` expert outputs of
 /// `width` and as many weights, `rows` outputs.
 pub fn check_combine(
     rows: usize,

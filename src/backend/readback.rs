@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::BackendError;
+use crate::backend::error::BackendError;
 
 /// `Send` where the target has threads (native, and wasm's threaded build, which has no GPU
 /// backend); nothing in wasm's single-threaded build, whose GPU handles are not `Send`.

@@ -3,23 +3,23 @@
 //!
 //! A linear-attention layer runs as four ops, split where llama.cpp splits its graph
 //! (`src/models/qwen35.cpp`, `delta-net-base.cpp`):
-//! - [`super::Backend::ssm_conv`]: a depthwise causal conv1d over the sequence (ggml's
+//! - [`crate::backend::interface::Backend::ssm_conv`]: a depthwise causal conv1d over the sequence (ggml's
 //!   `ssm_conv`), carrying the last `kernel - 1` inputs of each channel in a conv state, then
 //!   SiLU (a separate `ggml_silu` in llama.cpp, fused here);
-//! - [`super::Backend::delta_gates`]: the per-head log-decay `A · softplus(a + dt_bias)` and
+//! - [`crate::backend::interface::Backend::delta_gates`]: the per-head log-decay `A · softplus(a + dt_bias)` and
 //!   `β = sigmoid(b)` (the graph's `gate` and `beta`);
-//! - [`super::Backend::delta_net`]: q and k L2-normed, q scaled by `1/sqrt(d_k)`, key heads
+//! - [`crate::backend::interface::Backend::delta_net`]: q and k L2-normed, q scaled by `1/sqrt(d_k)`, key heads
 //!   shared by value heads, then the gated delta rule ([`delta_token`]) over the sequence,
 //!   token by token or in chunks ([`Form`]), with a state per value head;
-//! - [`super::Backend::rmsnorm_gated`]: RMS norm of each output head times its weight times
+//! - [`crate::backend::interface::Backend::rmsnorm_gated`]: RMS norm of each output head times its weight times
 //!   `SiLU(z)`.
 //!
 //! States are ordinary f32 buffers the caller owns, laid out as llama.cpp lays out its
 //! recurrent cache, so a state is a plain copy to checkpoint or restore.
 
 use super::attn::MAX_HEAD_DIM;
-use super::checks::{need, shape};
-use super::BackendError;
+use super::error::{need, shape};
+use crate::backend::error::BackendError;
 
 /// The longest chunk of the chunked form: its scratch is `chunk²` values per task.
 pub const MAX_CHUNK: usize = 256;
@@ -136,7 +136,7 @@ pub fn gates(alpha: f32, beta: f32, dt_bias: f32, a: f32) -> (f32, f32) {
     (softplus(alpha + dt_bias) * a, sigmoid(beta))
 }
 
-/// Check a [`super::Backend::delta_gates`] call: `rows` rows of `n_head` alphas and betas,
+/// Check a [`crate::backend::interface::Backend::delta_gates`] call: `rows` rows of `n_head` alphas and betas,
 /// `dt_bias` and `a` of one value per head.
 pub fn check_gates(
     rows: usize,
@@ -171,7 +171,7 @@ pub enum KeyHeads {
     Grouped,
 }
 
-/// How [`super::Backend::delta_net`] walks the sequence. Both give the same outputs and final
+/// How [`crate::backend::interface::Backend::delta_net`] walks the sequence. Both give the same outputs and final
 /// state up to f32 rounding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Form {
@@ -351,7 +351,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes + a[tail..].iter().zip(&b[tail..]).map(|(x, y)| x * y).sum::<f32>()
 }
 
-/// Check a [`super::Backend::rmsnorm_gated`] call: `groups` groups of the weight's width in
+/// Check a [`crate::backend::interface::Backend::rmsnorm_gated`] call: `groups` groups of the weight's width in
 /// `x` and `z`.
 pub fn check_gated_norm(groups: usize, width: usize, x: usize, z: usize) -> Result<(), BackendError> {
     let op = "rmsnorm_gated";

@@ -1,5 +1,5 @@
 //! The Walsh-Hadamard rotation of heads that go into a quantized KV cache
-//! ([`Backend::hadamard`](super::Backend::hadamard)), and the rule of which heads rotate.
+//! ([`Backend::hadamard`](crate::backend::interface::Backend::hadamard)), and the rule of which heads rotate.
 //!
 //! Why: a Q8_0 block's one scale is set by its largest value, so a head with an outlier
 //! loses the precision of all its other values. llama.cpp rotates, before a quantized cache,
@@ -16,7 +16,8 @@
 //! rotate. The matrix is Sylvester's, `H[i][j] = (-1)^popcount(i & j) / sqrt(n)`, applied
 //! here as the fast transform: `log2(n)` butterfly stages, then the scale.
 
-use super::{BackendError, KvType};
+use crate::backend::error::BackendError;
+use crate::backend::kv::KvType;
 
 /// The largest group a backend rotates (the widest head the attention kernels take, 576,
 /// rotates in groups of 64; 512 is the widest power of two below it).

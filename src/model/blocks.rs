@@ -9,6 +9,8 @@
 //! Nothing is copied in or out per sequence, and a sequence gets the same logits alone or
 //! batched (`tests/batch_forward.rs`).
 
+use std::any::Any;
+
 use super::error::ModelError;
 use super::hparams::{Common, Heads};
 use super::state::{check_cache_heads, KvCache, SeqState};
@@ -94,12 +96,6 @@ pub struct ScratchDims {
     pub att_dim: usize,
     pub n_ff: usize,
     pub n_vocab: usize,
-    /// Routed experts, if the family has them.
-    pub moe: Option<super::moe::MoeDims>,
-    /// Latent attention, if the family has it.
-    pub mla: Option<super::mla::MlaDims>,
-    /// Gated-delta-net and gated attention layers (qwen3.5).
-    pub hybrid: Option<super::qwen35::HybridDims>,
 }
 
 impl ScratchDims {
@@ -113,9 +109,6 @@ impl ScratchDims {
             att_dim: h.out_dim(),
             n_ff,
             n_vocab: c.n_vocab,
-            moe: None,
-            mla: None,
-            hybrid: None,
         }
     }
 }
@@ -158,18 +151,49 @@ pub struct Scratch<B: Backend> {
     sel: B::Buffer,
     /// [logit_rows, n_vocab]
     logits: B::Buffer,
-    /// Routed experts' scratch (families with experts).
-    pub moe: Option<super::moe::MoeScratch<B>>,
-    /// Latent attention's scratch (MLA families).
-    pub mla: Option<super::mla::MlaScratch<B>>,
-    /// The hybrid layers' scratch (qwen3.5).
-    pub hybrid: Option<super::qwen35::HybridScratch<B>>,
+    /// What the family keeps besides (routed experts', latent attention's, the hybrid layers'
+    /// scratch): its own types, which only it reads ([`Family::family_scratch`]).
+    ///
+    /// [`Family::family_scratch`]: super::family::Family::family_scratch
+    pub family: FamilyScratch,
+}
+
+/// The scratch a family keeps beside the shared buffers, one value per type, made by the
+/// family ([`super::family::Family::family_scratch`]) and found by type where it is used:
+/// so a shared block names no family, and a new family adds its scratch without editing
+/// this file.
+#[derive(Default)]
+pub struct FamilyScratch(Vec<Box<dyn Any + Send>>);
+
+impl FamilyScratch {
+    /// This scratch with `value` too.
+    pub fn with<T: Any + Send>(mut self, value: T) -> Self {
+        self.0.push(Box::new(value));
+        self
+    }
+
+    /// The value of type `T`, if the family made one.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.iter().find_map(|b| b.downcast_ref())
+    }
+
+    /// The value of type `T`, if the family made one.
+    pub fn get_mut<T: Any>(&mut self) -> Option<&mut T> {
+        self.0.iter_mut().find_map(|b| b.downcast_mut())
+    }
 }
 
 impl<B: Backend> Scratch<B> {
     /// Scratch for passes of up to `rows` tokens in all; the output head runs `logit_rows` rows
     /// at a time.
-    pub fn new(be: &B, d: ScratchDims, rows: usize, logit_rows: usize) -> Result<Self, ModelError> {
+    /// `family(rows)` makes the family's own scratch ([`FamilyScratch`]).
+    pub fn new(
+        be: &B,
+        d: ScratchDims,
+        family: impl FnOnce(usize) -> Result<FamilyScratch, ModelError>,
+        rows: usize,
+        logit_rows: usize,
+    ) -> Result<Self, ModelError> {
         let rows = rows.max(1);
         let logit_rows = logit_rows.max(1);
         let a = |width: usize, n: usize| -> Result<B::Buffer, ModelError> {
@@ -193,15 +217,7 @@ impl<B: Backend> Scratch<B> {
             row: a(d.n_embd, 1)?,
             sel: a(d.n_embd, logit_rows)?,
             logits: a(d.n_vocab, logit_rows)?,
-            moe: d
-                .moe
-                .map(|m| super::moe::MoeScratch::new(be, m, d.n_embd, rows))
-                .transpose()?,
-            mla: d.mla.map(|m| super::mla::MlaScratch::new(be, m, rows)).transpose()?,
-            hybrid: d
-                .hybrid
-                .map(|h| super::qwen35::HybridScratch::new(be, h, rows))
-                .transpose()?,
+            family: family(rows)?,
         })
     }
 

@@ -11,12 +11,12 @@
 //! Routing: softmax or sigmoid scores (`expert_gating_func`), `exp_probs_b` biasing only the
 //! choice, optional normalization and `expert_weights_scale`. Rope rotates adjacent pairs.
 
-use super::blocks::{self, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims};
+use super::blocks::{self, Batch, Embeddings, FamilyScratch, FfnWeights, Gate, OutputHead, Scratch, ScratchDims};
 use super::error::ModelError;
 use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, bad, Common, Keys};
-use super::mla::{self, MlaDims, MlaLayer, MlaWeights};
-use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
+use super::mla::{self, MlaDims, MlaLayer, MlaScratch, MlaWeights};
+use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeScratch, MoeTensors, MoeWeights};
 use super::state::{check_cache_heads, KvCache, SeqState};
 use super::tensors::Loader;
 use crate::backend::{Backend, Gating, KvType, Rope, RopeKind, RopeScaling};
@@ -169,10 +169,13 @@ impl<B: Backend> Family<B> for Deepseek2<B> {
             att_dim: d.n_head * d.kv_lora,
             n_ff: self.hp.n_ff.max(self.hp.moe.shared_ff.unwrap_or(0)).max(1),
             n_vocab: c.n_vocab,
-            moe: Some(self.hp.moe.dims),
-            mla: Some(*d),
-            hybrid: None,
         }
+    }
+
+    fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
+        let moe = MoeScratch::new(be, self.hp.moe.dims, self.hp.common.n_embd, rows)?;
+        let mla = MlaScratch::new(be, self.hp.mla, rows)?;
+        Ok(FamilyScratch::default().with(moe).with(mla))
     }
 
     fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {

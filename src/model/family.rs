@@ -1,7 +1,7 @@
 //! What a family is to the model: its traits ([`Family`], placed on a backend; [`Architecture`],
 //! how the registry loads it) and what it tells the engine ([`ModelInfo`]).
 
-use super::blocks::{Batch, OutputHead, Scratch, ScratchDims};
+use super::blocks::{Batch, FamilyScratch, OutputHead, Scratch, ScratchDims};
 use super::error::ModelError;
 use super::hparams;
 use super::state::SeqState;
@@ -41,6 +41,11 @@ pub trait Family<B: Backend>: Send + Sync {
 
     /// The widths of its activations.
     fn scratch_dims(&self) -> ScratchDims;
+
+    /// Its own scratch for passes of up to `rows` tokens (routed experts', latent
+    /// attention's, the hybrid layers'), beside the shared buffers of [`Scratch`]; empty for a
+    /// plain transformer.
+    fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError>;
 
     /// A fresh state for a sequence of up to `n_ctx` positions, its KV cache (if any) in format
     /// `cache` (an error, [`ModelError::CacheType`], where the model's heads cannot have it).

@@ -8,7 +8,8 @@
 //! ```
 
 use super::blocks::{
-    self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims,
+    self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FamilyScratch, FfnWeights, Gate, OutputHead, Scratch,
+    ScratchDims,
 };
 use super::error::ModelError;
 use super::family::{Architecture, Family, ModelInfo};
@@ -126,6 +127,10 @@ impl<B: Backend> Family<B> for Gemma3<B> {
 
     fn scratch_dims(&self) -> ScratchDims {
         ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
+    }
+
+    fn family_scratch(&self, _be: &B, _rows: usize) -> Result<FamilyScratch, ModelError> {
+        Ok(FamilyScratch::default())
     }
 
     fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {

@@ -9,11 +9,13 @@
 //! ```
 //! Even layers slide (window `attention.sliding_window`), odd ones attend to everything.
 
-use super::blocks::{self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, OutputHead, Scratch, ScratchDims};
+use super::blocks::{
+    self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FamilyScratch, OutputHead, Scratch, ScratchDims,
+};
 use super::error::ModelError;
 use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, Common, Heads, Keys};
-use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
+use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeScratch, MoeTensors, MoeWeights};
 use super::state::SeqState;
 use super::tensors::Loader;
 use crate::backend::{Backend, Gating, KvType, Rope, RopeKind};
@@ -142,10 +144,12 @@ impl<B: Backend> Family<B> for GptOss<B> {
     }
 
     fn scratch_dims(&self) -> ScratchDims {
-        ScratchDims {
-            moe: Some(self.hp.moe.dims),
-            ..ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.moe.dims.n_ff_exp)
-        }
+        ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.moe.dims.n_ff_exp)
+    }
+
+    fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
+        let moe = MoeScratch::new(be, self.hp.moe.dims, self.hp.common.n_embd, rows)?;
+        Ok(FamilyScratch::default().with(moe))
     }
 
     fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {

@@ -13,12 +13,13 @@
 //! (q/k norms over the whole projection, unnormalized weights).
 
 use super::blocks::{
-    self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims,
+    self, AttnLayer, AttnTensors, AttnWeights, Batch, Embeddings, FamilyScratch, FfnWeights, Gate, OutputHead, Scratch,
+    ScratchDims,
 };
 use super::error::ModelError;
 use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, Common, Heads, Keys};
-use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeTensors, MoeWeights};
+use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeScratch, MoeTensors, MoeWeights};
 use super::state::SeqState;
 use super::tensors::Loader;
 use crate::backend::{Backend, Gating, KvType, Rope, RopeKind};
@@ -159,10 +160,15 @@ impl<B: Backend> Family<B> for Llama<B> {
     }
 
     fn scratch_dims(&self) -> ScratchDims {
-        ScratchDims {
-            moe: self.hp.moe.map(|m| m.dims),
-            ..ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
+        ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
+    }
+
+    fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
+        let mut s = FamilyScratch::default();
+        if let Some(m) = &self.hp.moe {
+            s = s.with(MoeScratch::new(be, m.dims, self.hp.common.n_embd, rows)?);
         }
+        Ok(s)
     }
 
     fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {

@@ -215,7 +215,7 @@ pub struct MlaLayer<'a> {
 
 /// Write each pair's head id into the scratch (once per pass: every layer uses the same).
 pub fn prepare_pass<B: Backend>(be: &B, s: &mut Scratch<B>, rows: usize, n_head: usize) -> Result<(), ModelError> {
-    let ms = s.mla.as_mut().ok_or_else(no_room)?;
+    let ms = s.family.get_mut::<MlaScratch<B>>().ok_or_else(no_room)?;
     let ids: Vec<f32> = (0..rows * n_head).map(|p| (p % n_head) as f32).collect();
     be.write(&mut ms.head_ids, &ids)?;
     Ok(())
@@ -248,7 +248,7 @@ pub fn attention<B: Backend + 'static>(
     let d = l.dims;
     let (nh, kw, hk) = (d.n_head, d.k_width(), d.nope + d.rope);
     let hr = rows * nh;
-    let ms = s.mla.as_mut().ok_or_else(no_room)?;
+    let ms = s.family.get_mut::<MlaScratch<B>>().ok_or_else(no_room)?;
     match &w.q {
         QProj::Full(wq) => be.matmul(wq, &s.xn, rows, &mut ms.q_raw)?,
         QProj::LowRank { a, norm, b } => {
@@ -297,7 +297,7 @@ pub fn attention<B: Backend + 'static>(
         v_in_k: true,
     };
     blocks::store_and_attend(be, batch, il, &heads, [&mut s.q, &mut s.k, &mut s.v], None, &mut s.att)?;
-    let ms = s.mla.as_mut().ok_or_else(no_room)?;
+    let ms = s.family.get_mut::<MlaScratch<B>>().ok_or_else(no_room)?;
     be.matmul_id(&w.v_b, None, &s.att, &ms.head_ids, per_head, &mut ms.v_out)?;
     be.matmul(&w.wo, &ms.v_out, rows, &mut s.xn)?;
     Ok(())

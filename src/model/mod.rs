@@ -98,7 +98,8 @@ impl<B: Backend> Model<B> {
     /// Scratch for passes of up to `rows` tokens in all, the output head running `logit_rows`
     /// rows at a time.
     pub fn scratch(&self, rows: usize, logit_rows: usize) -> Result<Scratch<B>, ModelError> {
-        Scratch::new(&self.backend, self.family.scratch_dims(), rows, logit_rows)
+        let family = |rows| self.family.family_scratch(&self.backend, rows);
+        Scratch::new(&self.backend, self.family.scratch_dims(), family, rows, logit_rows)
     }
 
     /// Run several sequences through the model in one pass: their rows are stacked, so every

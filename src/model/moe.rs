@@ -177,7 +177,7 @@ pub fn moe_ffn<B: Backend>(
 ) -> Result<(), ModelError> {
     let d = f.dims;
     let e = f.n_embd;
-    let ms = s.moe.as_mut().ok_or_else(no_room)?;
+    let ms = s.family.get_mut::<MoeScratch<B>>().ok_or_else(no_room)?;
     be.matmul(&w.gate_inp, &s.xn, rows, &mut ms.logits)?;
     if let Some(b) = &w.gate_inp_b {
         be.add_bias(&mut ms.logits, b, rows)?;
@@ -222,7 +222,7 @@ pub fn moe_ffn<B: Backend>(
     match (&w.shared, f.shared_ff) {
         (Some(sh), Some(sff)) => {
             blocks::ffn(be, s, rows, sff, sh, Gate::Silu)?;
-            let ms = s.moe.as_ref().ok_or_else(no_room)?;
+            let ms = s.family.get::<MoeScratch<B>>().ok_or_else(no_room)?;
             be.add(&mut s.xn, &ms.sum, rows * e)?;
         }
         _ => be.copy_rows(&ms.sum, 0, rows, e, &mut s.xn)?,

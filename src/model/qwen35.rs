@@ -21,7 +21,7 @@
 //! position, which is plain NEOX rope over `rope.dimension_count` dimensions, provided every
 //! rotated pair falls in a text section ([`check_sections`]).
 
-use super::blocks::{self, Batch, Embeddings, FfnWeights, Gate, OutputHead, Scratch, ScratchDims};
+use super::blocks::{self, Batch, Embeddings, FamilyScratch, FfnWeights, Gate, OutputHead, Scratch, ScratchDims};
 use super::error::ModelError;
 use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, bad, Common, Heads, Keys};
@@ -394,7 +394,7 @@ impl<B: Backend> Qwen35<B> {
     ) -> Result<(), ModelError> {
         let (h, eps) = (&self.hp.heads, self.hp.common.rms_eps);
         let (rows, hd) = (batch.rows(), h.head_dim_k);
-        let hs = s.hybrid.as_mut().ok_or(ModelError::ForeignState)?;
+        let hs = s.family.get_mut::<HybridScratch<B>>().ok_or(ModelError::ForeignState)?;
         be.matmul(&w.wq, &s.xn, rows, &mut hs.q_full)?;
         // Each head's 2·hd values are its q then its gate.
         let half = |src_off| Strided {
@@ -434,7 +434,7 @@ impl<B: Backend> Qwen35<B> {
             None,
             &mut s.att,
         )?;
-        let hs = s.hybrid.as_mut().ok_or(ModelError::ForeignState)?;
+        let hs = s.family.get_mut::<HybridScratch<B>>().ok_or(ModelError::ForeignState)?;
         be.sigmoid_mul(&mut s.att, &hs.q_gate, rows * h.q_dim())?;
         be.matmul(&w.wo, &s.att, rows, &mut s.xn)?;
         Ok(())
@@ -452,7 +452,7 @@ impl<B: Backend> Qwen35<B> {
     ) -> Result<(), ModelError> {
         let (ssm, eps) = (&self.hp.ssm, self.hp.common.rms_eps);
         let rows = batch.rows();
-        let hs = s.hybrid.as_mut().ok_or(ModelError::ForeignState)?;
+        let hs = s.family.get_mut::<HybridScratch<B>>().ok_or(ModelError::ForeignState)?;
         be.matmul(&w.qkv, &s.xn, rows, &mut hs.mixed)?;
         be.matmul(&w.gate, &s.xn, rows, &mut hs.z)?;
         be.matmul(&w.beta, &s.xn, rows, &mut hs.beta)?;
@@ -497,10 +497,11 @@ impl<B: Backend> Family<B> for Qwen35<B> {
     }
 
     fn scratch_dims(&self) -> ScratchDims {
-        ScratchDims {
-            hybrid: Some(self.hybrid_dims()),
-            ..ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
-        }
+        ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
+    }
+
+    fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
+        Ok(FamilyScratch::default().with(HybridScratch::new(be, self.hybrid_dims(), rows)?))
     }
 
     fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {

@@ -133,7 +133,7 @@ impl Arrivals for Onto<'_> {
         let (AnyBackend::WebGpu(g), Some(mut w)) = (self.be, self.to.writer.take()) else {
             return Ok(());
         };
-        match w.rows(g, row0, data) {
+        match w.rows(g.layer(), row0, data) {
             Err(e) => self.to.placed.keep(info.name.clone(), Err(e)),
             Ok(()) if w.is_complete() => {
                 let weight = w.finish().map(crate::backend::AnyWeight::WebGpu);

@@ -24,7 +24,7 @@ use std::cell::RefCell;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use super::super::AttnParams;
+use crate::backend::attn::AttnParams;
 
 /// The per-head sink logits of a call (`[n_head]`), if any.
 pub type Sinks<'a> = Option<&'a [f32]>;

@@ -26,8 +26,8 @@
 
 use std::cell::RefCell;
 
-use super::super::AttnParams;
 use super::attention::{first_visible, softmax_heads, with_task_scratch, Block, Sinks};
+use crate::backend::attn::AttnParams;
 use crate::quant::legacy::{quantize_q8_0_blocks, BlockQ8_0, QK};
 
 /// Lanes of a partial sum: one AVX2 register of f32.

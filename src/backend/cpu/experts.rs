@@ -11,8 +11,8 @@ use std::borrow::Cow;
 
 use super::{Columns, CpuBackend, CpuBuffer, CpuWeight, WeightData, MATMUL_TILE};
 use crate::backend::checks::shape;
+use crate::backend::error::BackendError;
 use crate::backend::moe::{self, expert_id, MatId, Route, Strided};
-use crate::backend::BackendError;
 use crate::quant;
 
 impl CpuWeight {

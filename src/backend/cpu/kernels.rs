@@ -19,175 +19,14 @@
 //! * `oracle`: the scalar integer dot products of [`crate::quant::vec_dot`], per pair. Tests
 //!   compare the others against it.
 
-use half::{bf16, f16};
-
-use crate::quant::{self, GgmlType, QuantError};
+use super::tile::{prepare_blocks, prepare_values};
+pub use super::tile::{Activations, Layout, PrepareFn, TileFn, TileOut};
+use crate::quant::{self, GgmlType};
 
 /// Weight types the AVX2 integer/F16C kernels cover (others use the portable path), from
 /// [`quant::support`]; the kernel tests and `cargo bench --bench kernels` iterate over them.
 pub fn simd_types() -> Vec<GgmlType> {
     quant::supported(|s| s.cpu_simd)
-}
-
-/// Activations of a batch, converted for one weight type. Which fields are filled depends on
-/// the kernel set that prepared them.
-pub struct Activations {
-    /// Number of rows.
-    pub(super) rows: usize,
-    /// Values per row.
-    pub(super) k: usize,
-    /// Values after the conversion, `k` per row (`portable`, and float weights under `avx2` and
-    /// the wasm sets).
-    pub(super) values: Vec<f32>,
-    /// Quantized blocks, `row_bytes` per row (`oracle`, and quantized weights under `avx2`).
-    pub(super) bytes: Vec<u8>,
-    pub(super) row_bytes: usize,
-    /// Q8_0 under `avx2`: each block's scale `d` as f32; for Q4_1/Q5_1 weights `d · Σq` over
-    /// its 32 values, for Q4_0/Q5_0 weights the offset (-8, -16) times `Σq`, for Q8_0/IQ4_NL
-    /// weights -128 times `Σq` (the VNNI kernels take their weights as `w + 128`). The wasm
-    /// kernels read `scales` (each Q8_0 block's `d` as f32) and `offsets` (its `Σq`); other
-    /// targets read none of the three.
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))),
-        allow(dead_code)
-    )]
-    pub(super) scales: Vec<f32>,
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(super) dsums: Vec<f32>,
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))),
-        allow(dead_code)
-    )]
-    pub(super) offsets: Vec<i32>,
-}
-
-impl Activations {
-    /// No data yet: `rows` rows of `k` values.
-    pub(super) fn empty(rows: usize, k: usize) -> Self {
-        Activations {
-            rows,
-            k,
-            values: Vec::new(),
-            bytes: Vec::new(),
-            row_bytes: 0,
-            scales: Vec::new(),
-            dsums: Vec::new(),
-            offsets: Vec::new(),
-        }
-    }
-
-    /// Number of rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// The quantized blocks, row after row (empty where the kernels take f32 values): tests
-    /// compare each kernel set's with the oracle's.
-    pub fn blocks(&self) -> &[u8] {
-        &self.bytes
-    }
-
-    fn row(&self, r: usize) -> &[f32] {
-        self.values.get(r * self.k..(r + 1) * self.k).unwrap_or(&[])
-    }
-}
-
-/// How a weight's bytes are arranged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// As in the file: whole rows one after the other.
-    Rows,
-    /// Tiles of eight rows sharing each block ([`super::interleave`]), made at load for the
-    /// kernel sets whose `interleaves` says so.
-    Interleaved,
-}
-
-/// Convert `rows` rows of `k` values for weights of type `ty`.
-pub type PrepareFn = fn(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError>;
-
-/// Consecutive weight rows (raw bytes of `k`-value rows of `ty` in `layout`: whole rows, or the
-/// whole tiles holding them) times every activation row: output `(a, w)` of `out` for weight row
-/// `w` of the `out.nw()` rows and activation row `a` of `out.rows()` (which must be
-/// `act.rows()`). A row that cannot be computed (never the case for weights validated at load)
-/// reads NaN.
-pub type TileFn = fn(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>);
-
-/// Where a tile's results go: `rows` activation rows × `nw` weight rows, output `(a, w)` at
-/// `a * stride + w`. Either a whole `[rows][nw]` slice ([`TileOut::new`]), or the columns of one
-/// task's weight rows in a matmul's `[rows][n]` result that the tasks of the matmul fill at
-/// once ([`TileOut::columns`]): every kernel writes its results straight into place, so the
-/// tasks of a batched matmul copy nothing afterwards (the copy was 2% of a 4-row decode step).
-pub struct TileOut<'a> {
-    ptr: *mut f32,
-    rows: usize,
-    nw: usize,
-    stride: usize,
-    _out: std::marker::PhantomData<&'a mut [f32]>,
-}
-
-impl<'a> TileOut<'a> {
-    /// All of `out` as `[rows][out.len() / rows]` (values past the last whole row are never
-    /// written; no rows: nothing is).
-    pub fn new(out: &'a mut [f32], rows: usize) -> Self {
-        let nw = out.len().checked_div(rows).unwrap_or(0);
-        TileOut {
-            ptr: out.as_mut_ptr(),
-            rows: if nw == 0 { 0 } else { rows },
-            nw,
-            stride: nw,
-            _out: std::marker::PhantomData,
-        }
-    }
-
-    /// Columns `w0..w0 + nw` of the `rows` runs of `stride` values at `ptr`.
-    ///
-    /// # Safety
-    /// `w0 + nw <= stride`; `ptr` is valid for writes of `rows * stride` values for `'a`; and
-    /// while the result lives nothing else reads or writes those columns.
-    pub unsafe fn columns(ptr: *mut f32, rows: usize, stride: usize, w0: usize, nw: usize) -> Self {
-        TileOut {
-            ptr: ptr.add(w0),
-            rows,
-            nw,
-            stride,
-            _out: std::marker::PhantomData,
-        }
-    }
-
-    /// Activation rows.
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Weight rows.
-    pub fn nw(&self) -> usize {
-        self.nw
-    }
-
-    /// Set output `(a, w)`.
-    ///
-    /// # Panics
-    /// If `a >= rows()` or `w >= nw()` (a kernel bug: the kernels write only inside the tile).
-    #[inline]
-    pub fn set(&mut self, a: usize, w: usize, v: f32) {
-        assert!(
-            a < self.rows && w < self.nw,
-            "tile output ({a}, {w}) outside {}x{}",
-            self.rows,
-            self.nw
-        );
-        // SAFETY: inside the tile, which the constructors made writable and ours alone.
-        unsafe { self.ptr.add(a * self.stride + w).write(v) }
-    }
-
-    /// Set every output to `v`.
-    pub fn fill(&mut self, v: f32) {
-        for a in 0..self.rows {
-            for w in 0..self.nw {
-                self.set(a, w, v);
-            }
-        }
-    }
 }
 
 /// The kernel set of a backend.
@@ -310,7 +149,7 @@ impl Kernels {
 /// AVX2 activations: quantized blocks for the types [`super::simd`] covers, f32 values for the
 /// rest (which fall back to the decoded-row path).
 #[cfg(target_arch = "x86_64")]
-fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
+fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, quant::QuantError> {
     if !super::simd::supports(ty) {
         return prepare_values(ty, x, k);
     }
@@ -321,7 +160,7 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantE
 /// Activations of the wasm kernels: quantized blocks (with f32 scales and block sums) for the
 /// block formats they cover, f32 values for the float formats and the rest.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn prepare_wasm(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
+fn prepare_wasm(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, quant::QuantError> {
     if super::wasm::interleaves(ty) {
         super::wasm::prepare(ty, x, k)
     } else {
@@ -432,49 +271,6 @@ fn tile_portable(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activat
 fn tile_oracle(ty: GgmlType, layout: Layout, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let w = file_rows(ty, layout, k, w, out);
     for_rows(k, &w, act, out, |wr, o| row_oracle(ty, k, wr, act, o));
-}
-
-fn prepare_values(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
-    let values = match ty {
-        GgmlType::F32 => x.to_vec(),
-        GgmlType::F16 => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
-        GgmlType::BF16 => x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
-        _ => {
-            let act = ty.vec_dot_type();
-            let mut values = vec![0f32; x.len()];
-            let mut bytes = Vec::new();
-            for (row, out) in x.chunks_exact(k).zip(values.chunks_exact_mut(k)) {
-                bytes.clear();
-                quant::quantize_activations(ty, row, &mut bytes)?;
-                quant::dequantize(act, &bytes, out)?;
-            }
-            values
-        }
-    };
-    let mut a = Activations::empty(x.len().checked_div(k).unwrap_or(0), k);
-    a.values = values;
-    Ok(a)
-}
-
-pub(super) fn prepare_blocks(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
-    let act = ty.vec_dot_type();
-    if act == GgmlType::F32 {
-        // Float weights: the dot product takes the (rounded) values as little-endian f32.
-        let rounded = prepare_values(ty, x, k)?;
-        let mut a = Activations::empty(rounded.rows, k);
-        a.bytes = rounded.values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        a.row_bytes = k * 4;
-        return Ok(a);
-    }
-    let row_bytes = k / act.block_size() * act.block_bytes();
-    let mut bytes = Vec::with_capacity(row_bytes * (x.len() / k.max(1)));
-    for row in x.chunks_exact(k) {
-        quant::quantize_activations(ty, row, &mut bytes)?;
-    }
-    let mut a = Activations::empty(x.len().checked_div(k).unwrap_or(0), k);
-    a.bytes = bytes;
-    a.row_bytes = row_bytes;
-    Ok(a)
 }
 
 /// Decode the weight row once, then f32 dot products. A decode error cannot happen (lengths

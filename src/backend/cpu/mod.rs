@@ -19,6 +19,7 @@ mod recurrent;
 mod simd;
 #[cfg_attr(not(all(target_arch = "wasm32", target_feature = "atomics")), allow(dead_code))]
 mod team;
+pub mod tile;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub mod wasm;
 
@@ -29,15 +30,21 @@ use half::f16;
 use super::checks::{self, shape, weight_matrix};
 use super::readback::MaybeSend;
 use super::rotation;
-use super::{
-    Backend, BackendError, Conv, DeltaNet, Form, KvType, MatId, Readback, Rope, Route, SeqAttn, SeqRows, Strided,
-};
+use crate::backend::attn::SeqAttn;
+use crate::backend::error::BackendError;
+use crate::backend::interface::Backend;
+use crate::backend::kv::KvType;
+use crate::backend::moe::{MatId, Route, Strided};
+use crate::backend::readback::Readback;
+use crate::backend::recurrent::{Conv, DeltaNet, Form, SeqRows};
+use crate::backend::rope::Rope;
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::legacy::{quantize_q8_0_blocks, BlockQ8_0, QK};
 use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
-use kernels::{Kernels, Layout, TileOut};
+use kernels::Kernels;
 use pool::Pool;
+use tile::{Layout, TileOut};
 
 /// Output rows per matmul task (rows of `W`): whole interleaved tiles.
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;

@@ -13,7 +13,7 @@
 //! Web Worker per op cost more than a decode step's small ops take.
 
 use super::super::readback::MaybeSend;
-use super::super::BackendError;
+use crate::backend::error::BackendError;
 
 /// Whether this build runs tasks on rayon workers.
 #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]

@@ -7,10 +7,10 @@
 //! CPU is the reference a GPU backend is compared with.
 
 use super::{norm_task_values, ops, CpuBackend, CpuBuffer, CpuWeight};
+use crate::backend::error::BackendError;
 use crate::backend::recurrent::{
     self, check_gated_norm, conv_value, delta_token, dot, gates, l2_normalize, Conv, DeltaNet, Form, SeqRows,
 };
-use crate::backend::BackendError;
 
 /// Output rows per task of the conv.
 const CONV_ROWS: usize = 16;

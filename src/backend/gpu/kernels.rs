@@ -5,7 +5,7 @@
 //! and for compiling the fixed kernels at startup.
 
 use super::compose;
-use crate::backend::KvType;
+use crate::backend::kv::KvType;
 use crate::quant::GgmlType;
 
 /// The passes of attention.wgsl: whole rows in one workgroup each (`Main`), or split across
@@ -63,7 +63,7 @@ pub enum Kernel {
     /// Rows into a KV cache of the format.
     KvStore(KvType),
     /// A pass of attention, for heads of up to 256 values or (`.1`) up to
-    /// [`crate::backend::MAX_HEAD_DIM`] (registers sized for the widest heads slow down the
+    /// [`crate::backend::attn::MAX_HEAD_DIM`] (registers sized for the widest heads slow down the
     /// common ones), over a KV cache of the format `.2`.
     Attention(AttnPass, bool, KvType),
     Argmax,

@@ -4,12 +4,19 @@
 //! GPU needs (32-bit indices, grid and binding limits). Binding numbers in the docs are the
 //! kernels'.
 
-use super::{grid, u, words, AttnPass, Dispatch, Kernel, Strategy, MATMUL_ROWS, MAX_GRID, NARROW_HEAD_DIM};
-use super::{MatmulVariant, DELTA_COLUMNS, DELTA_MAX_DK, SPLIT_MAX_ROWS, X_WINDOW_BYTES};
+use crate::backend::attn::AttnParams;
 use crate::backend::checks::shape;
-use crate::backend::{
-    AttnParams, BackendError, Conv, DeltaNet, Gating, KeyHeads, KvType, MatId, Rope, RopeKind, Route, SeqRows,
-};
+use crate::backend::error::BackendError;
+use crate::backend::gpu::dispatch::{grid, u, words, Dispatch};
+use crate::backend::gpu::kernels::{AttnPass, Kernel};
+use crate::backend::gpu::sizes::{DELTA_COLUMNS, DELTA_MAX_DK, SPLIT_MAX_ROWS, X_WINDOW_BYTES};
+use crate::backend::gpu::sizes::{MATMUL_ROWS, MAX_GRID, NARROW_HEAD_DIM};
+use crate::backend::gpu::strategy::MatmulVariant;
+use crate::backend::gpu::strategy::Strategy;
+use crate::backend::kv::KvType;
+use crate::backend::moe::{Gating, MatId, Route};
+use crate::backend::recurrent::{Conv, DeltaNet, KeyHeads, SeqRows};
+use crate::backend::rope::{Rope, RopeKind};
 use crate::quant::GgmlType;
 use crate::sample::Candidates;
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ash::vk;
 
 use super::device::{Device, DeviceInfo};
-use super::VulkanError;
+use crate::backend::vulkan::error::VulkanError;
 
 /// The largest cache file read (a few hundred pipelines take a few MiB).
 pub const MAX_CACHE_BYTES: u64 = 256 << 20;

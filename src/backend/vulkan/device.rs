@@ -15,8 +15,8 @@ use std::fmt;
 use ash::vk;
 use serde::Serialize;
 
-use super::VulkanError;
 use crate::backend::gpu::kernels;
+use crate::backend::vulkan::error::VulkanError;
 
 /// PCI vendor ids (and Khronos' ids for vendors without one) of the vendors named in reports.
 pub const VENDOR_AMD: u32 = 0x1002;

@@ -25,8 +25,9 @@ use super::device::Device;
 use super::memory::{Buffer, Image, Location, Memory};
 use super::pipeline::ComputePipeline;
 use super::spirv::{self, Binding, BindingKind};
-use super::VulkanError;
-use crate::backend::gpu::{Dispatch, Kernel};
+use crate::backend::gpu::dispatch::Dispatch;
+use crate::backend::gpu::kernels::Kernel;
+use crate::backend::vulkan::error::VulkanError;
 
 /// Bytes of the parameter ring; a pass with more dispatches than fit is split.
 const UNIFORM_RING: u64 = 2 << 20;
@@ -669,16 +670,24 @@ impl Recorder {
         Ok(())
     }
 
-    /// Fill `image` with `data` (`width * height` texels of 16 bytes, rows in order) through a
-    /// staging buffer, and leave it ready for kernels to read.
-    pub fn upload_image(&mut self, image: &Image, data: &[u8]) -> Result<(), VulkanError> {
-        let want = u64::from(image.width) * u64::from(image.height) * 16;
-        if data.len() as u64 != want {
+    /// Put `data` (whole image rows of `width` texels of 16 bytes) into `image` from row
+    /// `row0` through a staging buffer, and leave it ready for kernels to read. An image's rows
+    /// are written in order from row 0: the first write finds it undefined, later ones keep
+    /// what the earlier wrote.
+    pub fn upload_image(&mut self, image: &Image, row0: u32, data: &[u8]) -> Result<(), VulkanError> {
+        let row_bytes = u64::from(image.width) * 16;
+        let rows = data.len() as u64 / row_bytes;
+        if data.len() as u64 != rows * row_bytes || u64::from(row0) + rows > u64::from(image.height) {
             return Err(VulkanError::Unsupported {
                 kernel: "image".into(),
-                problem: format!("{} bytes for an image of {want}", data.len()),
+                problem: format!(
+                    "{} bytes from row {row0} for an image of {} rows of {row_bytes} bytes",
+                    data.len(),
+                    image.height
+                ),
             });
         }
+        let want = data.len() as u64;
         let staging = self
             .memory
             .alloc(want, vk::BufferUsageFlags::TRANSFER_SRC, Location::Host)?;
@@ -688,10 +697,14 @@ impl Recorder {
             .aspect_mask(vk::ImageAspectFlags::COLOR)
             .level_count(1)
             .layer_count(1);
+        let (before, before_access) = match row0 {
+            0 => (vk::ImageLayout::UNDEFINED, vk::AccessFlags::empty()),
+            _ => (vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL, vk::AccessFlags::SHADER_READ),
+        };
         let to_copy = vk::ImageMemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::empty())
+            .src_access_mask(before_access)
             .dst_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-            .old_layout(vk::ImageLayout::UNDEFINED)
+            .old_layout(before)
             .new_layout(vk::ImageLayout::TRANSFER_DST_OPTIMAL)
             .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
             .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
@@ -708,18 +721,23 @@ impl Recorder {
                     .aspect_mask(vk::ImageAspectFlags::COLOR)
                     .layer_count(1),
             )
+            .image_offset(vk::Offset3D {
+                x: 0,
+                y: row0 as i32,
+                z: 0,
+            })
             .image_extent(vk::Extent3D {
                 width: image.width,
-                height: image.height,
+                height: rows as u32,
                 depth: 1,
             });
         let raw = self.memory.device().raw();
         // SAFETY: recording; the image and staging buffer are live; the image's whole
-        // subresource moves UNDEFINED -> TRANSFER_DST -> SHADER_READ_ONLY around the copy.
+        // subresource moves to TRANSFER_DST and back to SHADER_READ_ONLY around the copy.
         unsafe {
             raw.cmd_pipeline_barrier(
                 self.cmd,
-                vk::PipelineStageFlags::TOP_OF_PIPE,
+                vk::PipelineStageFlags::TOP_OF_PIPE | vk::PipelineStageFlags::COMPUTE_SHADER,
                 vk::PipelineStageFlags::TRANSFER,
                 vk::DependencyFlags::empty(),
                 &[],

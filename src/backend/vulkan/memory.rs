@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use ash::vk;
 
 use super::device::Device;
-use super::VulkanError;
+use crate::backend::vulkan::error::VulkanError;
 
 /// The default block size: large enough that a small model's weights take a few blocks.
 pub const BLOCK_BYTES: u64 = 64 << 20;

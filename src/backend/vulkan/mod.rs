@@ -21,9 +21,10 @@
 //!   per kernel), pipelines made on first use or ahead of it in parallel;
 //! - [`cache`]: the pipeline cache on disk, one file per device and driver.
 //!
-//! - [`buffers`] and [`backend`]: [`VulkanBackend`], the [`super::Backend`] over these layers
-//!   (the shared GPU layer's plans recorded pass by pass; weights in storage buffers, or in
-//!   images read with `textureLoad` on CPU devices, as WebGPU does on CPU adapters).
+//! - [`buffers`] and [`layer`]: [`Vulkan`], the device layer under the shared GPU backend
+//!   ([`VulkanBackend`] is `GpuBackend<Vulkan>`): buffers and images that retire themselves,
+//!   dispatches recorded pass by pass, and the [`super::gpu::Caps`] the kernel choices come
+//!   from.
 //!
 //! Specializations with their fallbacks: subgroup operations (else workgroup-memory
 //! reductions), a required subgroup size (else the device's default), f16 products (else f32),
@@ -33,84 +34,28 @@
 //! `coop_mat` through naga, so no hand-written SPIR-V; else the workgroup kernels).
 //!
 //! The Vulkan loader is opened at run time, so a machine without it gets
-//! [`VulkanError::NoLoader`] (and [`super::BackendError::Unavailable`]), never a link error.
+//! [`VulkanError::NoLoader`] (and [`crate::backend::error::BackendError::Unavailable`]), never a link error.
 
-pub mod backend;
 pub mod buffers;
 pub mod cache;
 pub mod device;
 pub mod dispatch;
+pub mod error;
+pub mod layer;
 pub mod memory;
 pub mod pipeline;
 pub mod spirv;
 
 pub use ash;
-pub use backend::{Startup, VulkanBackend, VulkanOptions};
-pub use buffers::{VulkanBuffer, VulkanKv, VulkanWeight};
 pub use device::{
     pick, preferred_subgroup_size, Device, DeviceInfo, DeviceType, Instance, Specializations, SubgroupChoice, Use,
 };
+pub use error::VulkanError;
+pub use layer::{Startup, Vulkan, VulkanBackend, VulkanBuffer, VulkanKv, VulkanOptions, VulkanWeight};
 pub use pipeline::ComputePipeline;
 pub use spirv::SpirvKernel;
 
-use ash::vk;
-
-use super::BackendError;
-
-/// Why Vulkan cannot be used, or what failed.
-#[derive(Debug, thiserror::Error)]
-pub enum VulkanError {
-    /// No Vulkan loader on this machine.
-    #[error(
-        "cannot load the Vulkan loader: {0} (on Debian or Ubuntu: apt-get install libvulkan1 mesa-vulkan-drivers)"
-    )]
-    NoLoader(String),
-    /// A loader without any driver (or one too old to use).
-    #[error("{0}")]
-    NoDriver(String),
-    /// Devices exist, but not the one asked for or not one the backend can run on.
-    #[error("{0}")]
-    NoDevice(String),
-    /// A Vulkan call failed.
-    #[error("{call} failed: {result}")]
-    Failed { call: &'static str, result: vk::Result },
-    /// A kernel that needs what the device (or the way it was opened) lacks, or asked for a
-    /// pipeline it cannot have.
-    #[error("{kernel}: {problem}")]
-    Unsupported { kernel: String, problem: String },
-}
-
-impl VulkanError {
-    pub(crate) fn failed(call: &'static str, result: vk::Result) -> Self {
-        Self::Failed { call, result }
-    }
-
-    /// Vulkan is absent here (no loader, no driver, no devices): an answer, not a failure.
-    pub fn is_absent(&self) -> bool {
-        matches!(self, Self::NoLoader(_) | Self::NoDriver(_))
-    }
-}
-
-impl From<VulkanError> for BackendError {
-    fn from(e: VulkanError) -> Self {
-        match e {
-            VulkanError::NoLoader(_) | VulkanError::NoDriver(_) | VulkanError::NoDevice(_) => {
-                BackendError::Unavailable {
-                    backend: "vulkan",
-                    reason: e.to_string(),
-                }
-            }
-            VulkanError::Failed { call, result } => BackendError::Device {
-                op: call,
-                problem: result.to_string(),
-            },
-            VulkanError::Unsupported { .. } => BackendError::Device {
-                op: "pipeline",
-                problem: e.to_string(),
-            },
-        }
-    }
-}
+use crate::backend::error::BackendError;
 
 /// Every Vulkan device on this machine, described; `Ok(vec![])` where Vulkan is present but
 /// has no devices, and an [`VulkanError::is_absent`] error where there is no loader or driver.

@@ -11,7 +11,7 @@ use ash::vk;
 
 use super::device::Device;
 use super::spirv::{BindingKind, EntryPoint, SpirvKernel};
-use super::VulkanError;
+use crate::backend::vulkan::error::VulkanError;
 
 /// A compute pipeline on a [`Device`], which it borrows.
 pub struct ComputePipeline {

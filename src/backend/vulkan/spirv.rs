@@ -51,7 +51,7 @@ pub struct SpirvKernel {
 
 include!(concat!(env!("OUT_DIR"), "/spirv_variants.rs"));
 
-/// The SPIR-V of the variant `name` (a [`crate::backend::gpu::Kernel::variant`]).
+/// The SPIR-V of the variant `name` (a [`crate::backend::gpu::kernels::Kernel::variant`]).
 pub fn kernel(name: &str) -> Option<&'static SpirvKernel> {
     SPIRV.binary_search_by(|k| k.name.cmp(name)).ok().map(|i| &SPIRV[i])
 }

@@ -4,8 +4,8 @@
 
 use std::arch::x86_64::*;
 
-use super::super::kernels::{Activations, TileOut};
-use super::{for_tiles, hsum_ps};
+use super::lanes::{for_tiles, hsum_ps};
+use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
 const F32: u8 = 0;

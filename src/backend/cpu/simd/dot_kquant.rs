@@ -8,9 +8,9 @@
 
 use std::arch::x86_64::*;
 
-use super::super::kernels::{Activations, TileOut};
 use super::dot_legacy::{nibbles, KVALUES_IQ4NL};
-use super::{for_tiles, hsum_ps, load_f16};
+use super::lanes::{for_tiles, hsum_ps, load_f16};
+use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
 const Q5_K: u8 = 0;

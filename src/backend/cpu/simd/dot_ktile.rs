@@ -10,7 +10,7 @@
 //! minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
 //! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
 //!
-//! With VNNI ([`super::Isa`]), `vpdpbusd` sums a sub-block's products per row straight into i32
+//! With VNNI ([`super::lanes::Isa`]), `vpdpbusd` sums a sub-block's products per row straight into i32
 //! lanes, which then meet the sub-block scales (as i32) in `mullo`: the same integer sums. Q6_K
 //! does so only on buffered tiles (batches): unpacking its 16-value sub-blocks one value group at
 //! a time for few rows measured slower than the AVX2 products (`cargo bench --bench kernels`, 4
@@ -23,9 +23,9 @@
 use std::arch::x86_64::*;
 
 use super::super::interleave::TILE_ROWS as R;
-use super::super::kernels::{Activations, TileOut};
 use super::dot_legacy::PREFETCH_AHEAD;
-use super::{dpbusd, store_lanes, AVX2};
+use super::lanes::{dpbusd, store_lanes, AVX2};
+use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
 const Q4_K: u8 = 0;
@@ -308,7 +308,7 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
 /// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` of one tile: lane `i` of an accumulator is weight
 /// row `i`. With `BUF` the values and factors come from `x`, the unpacked tile, otherwise they
 /// are unpacked from the interleaved bytes at `tile` block by block (`x` unused). `V`: the
-/// [`super::Isa`] (this body inlines into its entry point, see `isa_entries!`).
+/// [`super::lanes::Isa`] (this body inlines into its entry point, see `isa_entries!`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
@@ -506,7 +506,7 @@ interleaved_driver!();
 
 /// The entry point for weights of `ty` with the dot products of `isa`, if this module covers
 /// `ty` (see [`super::tile`], which checked the lengths).
-pub(super) fn kernel(ty: GgmlType, isa: super::Isa) -> Option<super::RunFn> {
+pub(super) fn kernel(ty: GgmlType, isa: super::lanes::Isa) -> Option<super::lanes::RunFn> {
     Some(match ty {
         GgmlType::Q4_K => entry::<Q4_K>(isa),
         GgmlType::Q6_K => entry::<Q6_K>(isa),

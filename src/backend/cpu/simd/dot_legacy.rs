@@ -17,7 +17,7 @@
 //! `offset · Σq_a` (-8 or -16 times the sum) to the integer lanes, which makes the sum exactly
 //! the oracle's; the `_1` formats add `m · (d_a · Σq_a)` in f32 as the oracle does.
 //!
-//! With VNNI ([`super::Isa`]) one `vpdpbusd` per group and activation row replaces `maddubs`,
+//! With VNNI ([`super::lanes::Isa`]) one `vpdpbusd` per group and activation row replaces `maddubs`,
 //! the i16 sums and `madd`, and signed weights go in as `w + 128` (their sign bit flipped, once
 //! per group for all rows) with `-128 · Σq_a` added like Q4_0's offset. The integer sums are the
 //! same, so are the bits.
@@ -29,8 +29,8 @@
 use std::arch::x86_64::*;
 
 use super::super::interleave::TILE_ROWS as R;
-use super::super::kernels::{Activations, TileOut};
-use super::{dpbusd, store_lanes, AVX2};
+use super::lanes::{dpbusd, store_lanes, AVX2};
+use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
 const Q4_0: u8 = 0;
@@ -236,7 +236,7 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
 /// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` of one tile: lane `i` of an accumulator is weight
 /// row `i`. With `BUF` the groups come from `x`, the unpacked tile, otherwise they are
 /// unpacked from the interleaved bytes at `tile` block by block (`x` unused). `V`: the
-/// [`super::Isa`] (this body inlines into its entry point, see `isa_entries!`).
+/// [`super::lanes::Isa`] (this body inlines into its entry point, see `isa_entries!`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
@@ -390,7 +390,7 @@ interleaved_driver!();
 
 /// The entry point for weights of `ty` with the dot products of `isa`, if this module covers
 /// `ty` (see [`super::tile`], which checked the lengths).
-pub(super) fn kernel(ty: GgmlType, isa: super::Isa) -> Option<super::RunFn> {
+pub(super) fn kernel(ty: GgmlType, isa: super::lanes::Isa) -> Option<super::lanes::RunFn> {
     Some(match ty {
         GgmlType::Q4_0 => entry::<Q4_0>(isa),
         GgmlType::Q4_1 => entry::<Q4_1>(isa),

@@ -28,14 +28,6 @@
 // loops that the compiler unrolls; iterators would hide that shape.
 #![allow(clippy::needless_range_loop)]
 
-/// Weight rows per tile of the lane-per-row kernels on interleaved weights: one lane of an
-/// i32/f32 vector each.
-pub(super) const LANE_ROWS: usize = super::interleave::TILE_ROWS;
-/// Activation rows per register tile of the lane-per-row kernels (the widths
-/// [`for_row_groups`] instantiates).
-const LANE_C: usize = 4;
-const _: () = assert!(LANE_C == 4, "for_row_groups! spells out the widths 1..=4");
-
 /// Run `$call` for each group of up to [`LANE_C`] activation rows of `$rows`, with `$a0` the
 /// group's first row and `$cc` its width as a constant (the register tile's shape).
 macro_rules! for_row_groups {
@@ -43,7 +35,7 @@ macro_rules! for_row_groups {
         let rows: usize = $rows;
         let mut $a0 = 0;
         while $a0 < rows {
-            let c = (rows - $a0).min(super::LANE_C);
+            let c = (rows - $a0).min($crate::backend::cpu::simd::lanes::LANE_C);
             match c {
                 4 => {
                     const $cc: usize = 4;
@@ -75,12 +67,12 @@ macro_rules! isa_entries {
     ($run:ident, $entry:ident) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn run_avx2<const K: u8>(nb: usize, nw: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
-            $run::<K, { super::AVX2 }>(nb, nw, w, act, out)
+            $run::<K, { $crate::backend::cpu::simd::lanes::AVX2 }>(nb, nw, w, act, out)
         }
 
         #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
         unsafe fn run_avxvnni<const K: u8>(nb: usize, nw: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
-            $run::<K, { super::AVX_VNNI }>(nb, nw, w, act, out)
+            $run::<K, { $crate::backend::cpu::simd::lanes::AVX_VNNI }>(nb, nw, w, act, out)
         }
 
         #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
@@ -91,14 +83,16 @@ macro_rules! isa_entries {
             act: &Activations,
             out: &mut TileOut<'_>,
         ) {
-            $run::<K, { super::AVX512_VNNI }>(nb, nw, w, act, out)
+            $run::<K, { $crate::backend::cpu::simd::lanes::AVX512_VNNI }>(nb, nw, w, act, out)
         }
 
-        fn $entry<const K: u8>(isa: super::Isa) -> super::RunFn {
+        fn $entry<const K: u8>(
+            isa: $crate::backend::cpu::simd::lanes::Isa,
+        ) -> $crate::backend::cpu::simd::lanes::RunFn {
             match isa {
-                super::Isa::Avx2 => run_avx2::<K>,
-                super::Isa::AvxVnni => run_avxvnni::<K>,
-                super::Isa::Avx512Vnni => run_avx512vnni::<K>,
+                $crate::backend::cpu::simd::lanes::Isa::Avx2 => run_avx2::<K>,
+                $crate::backend::cpu::simd::lanes::Isa::AvxVnni => run_avxvnni::<K>,
+                $crate::backend::cpu::simd::lanes::Isa::Avx512Vnni => run_avx512vnni::<K>,
             }
         }
     };
@@ -151,70 +145,20 @@ mod dot_float;
 mod dot_kquant;
 mod dot_ktile;
 mod dot_legacy;
+mod lanes;
 pub(super) mod q8;
 #[cfg(test)]
 mod tests;
 
-use std::arch::x86_64::*;
-
-use super::kernels::{Activations, Layout, TileOut};
+use crate::backend::cpu::tile::{Activations, Layout, TileOut};
 use crate::quant::GgmlType;
+pub use lanes::Isa;
 
 /// Whether this CPU has what the kernels use (AVX2 integer ops, FMA, F16C conversions).
 pub fn available() -> bool {
     std::is_x86_feature_detected!("avx2")
         && std::is_x86_feature_detected!("fma")
         && std::is_x86_feature_detected!("f16c")
-}
-
-/// The instructions of the integer kernels' u8 × i8 dot products: AVX2's `maddubs` (to i16) and
-/// `madd` (to i32), or VNNI's `vpdpbusd`, which adds the four products of each 32-bit lane
-/// straight to an i32, in its AVX (VEX) or AVX-512VL (EVEX) encoding. The sums are exact either
-/// way, so every ISA gives the same bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Isa {
-    Avx2 = 0,
-    AvxVnni = 1,
-    Avx512Vnni = 2,
-}
-
-impl Isa {
-    /// Every ISA, at the index of its discriminant (the kernels' const parameter).
-    pub const ALL: [Isa; 3] = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
-
-    /// The VNNI encodings this CPU has, best first (besides [`available`]'s features). The
-    /// AVX-512VL one comes first: with it the compiler has 32 vector registers (and may use
-    /// other AVX-512 instructions) for the same 256-bit kernels, which measured 5-25% faster
-    /// than the AVX one (`cargo bench --bench kernels`, 4 rows: Q5_0 41-43 against 38-40 GB/s,
-    /// Q8_0 56-59 against 46-52, Q6_K 38 against 32-33).
-    pub fn vnni() -> Vec<Isa> {
-        let mut v = Vec::new();
-        if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl") {
-            v.push(Isa::Avx512Vnni);
-        }
-        if std::is_x86_feature_detected!("avxvnni") {
-            v.push(Isa::AvxVnni);
-        }
-        v
-    }
-}
-
-// [`Isa`] as the const parameter of the kernel bodies.
-const AVX2: u8 = Isa::Avx2 as u8;
-const AVX_VNNI: u8 = Isa::AvxVnni as u8;
-const AVX512_VNNI: u8 = Isa::Avx512Vnni as u8;
-
-/// `acc` plus, per 32-bit lane, the four products of `u`'s unsigned bytes with `s`'s signed
-/// bytes (`vpdpbusd`). Only for `V` = [`AVX_VNNI`] or [`AVX512_VNNI`], inlined into a function
-/// with that ISA's target features.
-#[inline(always)]
-unsafe fn dpbusd<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-    if V == AVX_VNNI {
-        _mm256_dpbusd_avx_epi32(acc, u, s)
-    } else {
-        _mm256_dpbusd_epi32(acc, u, s)
-    }
 }
 
 /// Whether [`tile`] covers weights of type `ty`.
@@ -303,60 +247,5 @@ pub unsafe fn tile(
             run(k / ty.block_size(), nw, &tiles, act, out);
             true
         }
-    }
-}
-
-/// A kernel module's entry point for one weight type and ISA: `(nb, nw, weights, act, out)`,
-/// `nw` interleaved weight rows of `nb` blocks.
-type RunFn = unsafe fn(usize, usize, &[u8], &Activations, &mut TileOut<'_>);
-
-/// Sum of the 8 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_ps(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
-}
-
-/// An f16 stored little-endian at `p` (unaligned), as f32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load_f16(p: *const u8) -> f32 {
-    let h = std::ptr::read_unaligned(p as *const u16);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
-}
-
-/// Write lanes `0..nr` of `v` to outputs `(a, w0 + i)`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn store_lanes(v: __m256, nr: usize, w0: usize, a: usize, out: &mut TileOut<'_>) {
-    let mut lanes = [0f32; LANE_ROWS];
-    _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-    for (i, &x) in lanes[..nr].iter().enumerate() {
-        out.set(a, w0 + i, x);
-    }
-}
-
-/// Walk a `nw` × `rows` output in tiles: `R`×`C` where both fit, then narrower ones at the
-/// edges. `kernel(w0, a0, r, c)` fills outputs `(w0..w0+r) × (a0..a0+c)`, with `r` in {R, 1} and
-/// `c` in {C, 1}.
-#[inline(always)]
-fn for_tiles<const R: usize, const C: usize>(
-    nw: usize,
-    rows: usize,
-    mut kernel: impl FnMut(usize, usize, usize, usize),
-) {
-    let mut w0 = 0;
-    while w0 < nw {
-        let r = if nw - w0 >= R { R } else { 1 };
-        let mut a0 = 0;
-        while a0 < rows {
-            let c = if rows - a0 >= C { C } else { 1 };
-            kernel(w0, a0, r, c);
-            a0 += c;
-        }
-        w0 += r;
     }
 }

@@ -11,7 +11,7 @@ use std::mem::size_of;
 
 use half::f16;
 
-use super::super::kernels::Activations;
+use crate::backend::cpu::tile::Activations;
 use crate::quant::kquant::{BlockQ8K, QK_K};
 use crate::quant::legacy::{BlockQ8_0, QK};
 use crate::quant::{GgmlType, QuantError};

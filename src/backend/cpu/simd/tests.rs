@@ -7,8 +7,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::super::interleave;
-use super::super::kernels::{simd_types, Activations, Kernels, Layout, TileOut};
-use super::Isa;
+use super::super::kernels::{simd_types, Kernels};
+use super::lanes::Isa;
+use crate::backend::cpu::tile::{Activations, Layout, TileOut};
 use crate::quant::{self, GgmlType};
 
 /// The AVX2 kernels without VNNI.

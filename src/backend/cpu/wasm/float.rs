@@ -10,8 +10,8 @@
 
 use core::arch::wasm32::*;
 
-use super::{f16x4, load};
-use crate::backend::cpu::kernels::{Activations, TileOut};
+use super::lanes::{f16x4, load};
+use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
 const F32: u8 = 0;

@@ -24,9 +24,9 @@
 
 use core::arch::wasm32::*;
 
-use super::{f16x4, load, splat4, Dot, Family, HALF};
+use super::lanes::{f16x4, load, splat4, Dot, Family, HALF};
 use crate::backend::cpu::interleave::TILE_ROWS;
-use crate::backend::cpu::kernels::Activations;
+use crate::backend::cpu::tile::Activations;
 use crate::quant::GgmlType;
 use crate::quant::KVALUES_IQ4NL;
 

@@ -31,12 +31,12 @@
 use core::arch::wasm32::*;
 
 use super::interleave::TILE_ROWS;
-use super::kernels::{Activations, TileOut};
+use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::{GgmlType, QuantError};
-
-/// Rows of a tile that one vector holds (a 32-bit lane each).
-const HALF: usize = 4;
-const _: () = assert!(TILE_ROWS == 2 * HALF);
+#[cfg(target_feature = "relaxed-simd")]
+pub use lanes::Relaxed;
+use lanes::{f16x4, HALF};
+pub use lanes::{Dot, Simd128};
 
 /// Whether these kernels cover weights of `ty` (from [`crate::quant::support`]'s `wasm_simd`).
 pub fn supports(ty: GgmlType) -> bool {
@@ -49,112 +49,13 @@ pub fn interleaves(ty: GgmlType) -> bool {
     supports(ty) && !float::covers(ty)
 }
 
-/// Byte dot products of one instruction set: per 32-bit lane, the sum of the four products of
-/// its bytes in `w` and in an activation (four bytes repeated in every lane), accumulated.
-pub trait Dot {
-    /// An activation's four bytes, prepared once for every weight vector they meet.
-    type A: Copy;
-    /// A running sum; [`Dot::sum`] gives its i32 lanes.
-    type Acc: Copy;
-    /// Prepare four activation bytes (`a`: the same four bytes in every lane).
-    fn act(a: v128) -> Self::A;
-    fn zero() -> Self::Acc;
-    /// `acc +` the lane sums of `w · a`, every byte of `w` in 0..=127.
-    fn u7(acc: Self::Acc, w: v128, a: Self::A) -> Self::Acc;
-    /// `acc +` the lane sums of `w · a`, `w` any signed byte but -128 (see the module doc).
-    fn i8(acc: Self::Acc, w: v128, a: Self::A) -> Self::Acc;
-    /// The four i32 lane sums.
-    fn sum(acc: Self::Acc) -> v128;
-}
-
-/// SIMD128 byte dot products: widened to i16, pairs summed by `i32x4.dot_i16x8_s`. The low
-/// eight bytes of `w` are rows 0 and 1 (four each), the high eight rows 2 and 3: each half
-/// accumulates two partial sums per row, folded into one lane per row by [`Dot::sum`].
-pub struct Simd128;
-
-impl Dot for Simd128 {
-    /// The four bytes as i16, twice: the low (and high) eight bytes of a weight vector meet it.
-    type A = v128;
-    /// Rows 0-1 and rows 2-3, two partial sums each.
-    type Acc = (v128, v128);
-
-    #[inline(always)]
-    fn act(a: v128) -> v128 {
-        i16x8_extend_low_i8x16(a)
-    }
-
-    #[inline(always)]
-    fn zero() -> (v128, v128) {
-        (i32x4_splat(0), i32x4_splat(0))
-    }
-
-    #[inline(always)]
-    fn u7(acc: (v128, v128), w: v128, a: v128) -> (v128, v128) {
-        Self::i8(acc, w, a)
-    }
-
-    #[inline(always)]
-    fn i8(acc: (v128, v128), w: v128, a: v128) -> (v128, v128) {
-        (
-            i32x4_add(acc.0, i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), a)),
-            i32x4_add(acc.1, i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), a)),
-        )
-    }
-
-    #[inline(always)]
-    fn sum(acc: (v128, v128)) -> v128 {
-        i32x4_add(
-            i32x4_shuffle::<0, 2, 4, 6>(acc.0, acc.1),
-            i32x4_shuffle::<1, 3, 5, 7>(acc.0, acc.1),
-        )
-    }
-}
-
-/// Relaxed-SIMD byte dot products (`i32x4.relaxed_dot_i8x16_i7x16_add_s`).
-#[cfg(target_feature = "relaxed-simd")]
-pub struct Relaxed;
-
-#[cfg(target_feature = "relaxed-simd")]
-impl Dot for Relaxed {
-    type A = v128;
-    type Acc = v128;
-
-    #[inline(always)]
-    fn act(a: v128) -> v128 {
-        a
-    }
-
-    #[inline(always)]
-    fn zero() -> v128 {
-        i32x4_splat(0)
-    }
-
-    #[inline(always)]
-    fn u7(acc: v128, w: v128, a: v128) -> v128 {
-        i32x4_relaxed_dot_i8x16_i7x16_add(a, w, acc)
-    }
-
-    #[inline(always)]
-    fn i8(acc: v128, w: v128, a: v128) -> v128 {
-        // a·sign(w) (negated where w < 0: `(a ^ m) - m` with m all ones there) meets |w|.
-        let m = i8x16_shr(w, 7);
-        let signed = i8x16_sub(v128_xor(a, m), m);
-        i32x4_relaxed_dot_i8x16_i7x16_add(signed, i8x16_abs(w), acc)
-    }
-
-    #[inline(always)]
-    fn sum(acc: v128) -> v128 {
-        acc
-    }
-}
-
 /// Activations for these kernels: the oracle's blocks (Q8_0 or Q8_K, byte for byte), and for
 /// Q8_0 each block's scale as f32 (`scales`) and the sum of its 32 values (`offsets`), which
 /// the offset and minimum terms take. Q8_0 blocks are made here in vectors ([`q8_0_block`]),
 /// Q8_K ones by the oracle's quantizer.
 pub fn prepare(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, QuantError> {
     if ty.vec_dot_type() != GgmlType::Q8_0 {
-        return super::kernels::prepare_blocks(ty, x, k);
+        return super::tile::prepare_blocks(ty, x, k);
     }
     if !k.is_multiple_of(32) {
         return Err(QuantError::PartialBlock {
@@ -218,19 +119,6 @@ fn q8_0_block(x: &[f32], out: &mut [u8]) -> (f32, i32) {
     }
 }
 
-/// A tile kernel: rows `4·h..` (`h` the half) of the tile at `tile` (`nb` blocks) against
-/// activation rows `a0..a0 + C`, returning each row's four results.
-type HalfFn<const C: usize> =
-    unsafe fn(nb: usize, tile: *const u8, h: usize, act: &Activations, a0: usize) -> [v128; C];
-
-/// The kernels of one format for activation groups of 8, 4, 2 and 1 rows.
-struct Family {
-    eight: HalfFn<8>,
-    four: HalfFn<4>,
-    two: HalfFn<2>,
-    one: HalfFn<1>,
-}
-
 /// The [`Family`] of a kernel module's `half::<D, K, C>` for kind `K`.
 macro_rules! family {
     ($half:ident, $d:ty, $k:expr) => {
@@ -247,6 +135,7 @@ macro_rules! family {
 pub mod activation;
 mod float;
 mod kquant;
+mod lanes;
 mod legacy;
 
 /// `out` from weights `w` (`out.nw()` rows of `k` values of `ty`: interleaved tiles where
@@ -328,31 +217,6 @@ fn store<const C: usize>(out: &mut TileOut<'_>, a0: usize, r0: usize, live: usiz
             out.set(a0 + c, r0 + i, x);
         }
     }
-}
-
-/// Four f16 at `p` as f32 (exact for every finite value, infinities and NaNs kept): the
-/// magnitude's bits shifted into an f32's place and rescaled by 2^112, which makes f16
-/// subnormals normal exactly.
-#[inline(always)]
-unsafe fn f16x4(p: *const u8) -> v128 {
-    let h = u32x4_extend_low_u16x8(v128_load64_zero(p as *const u64));
-    let em = u32x4_shl(v128_and(h, u32x4_splat(0x7fff)), 13);
-    let sign = u32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
-    let mag = f32x4_mul(em, f32x4_splat(f32::from_bits(0x7780_0000)));
-    let special = u32x4_ge(em, u32x4_splat(0x7c00 << 13));
-    let mag = v128_bitselect(v128_or(em, u32x4_splat(0x7f80_0000)), mag, special);
-    v128_or(mag, sign)
-}
-
-/// Four bytes at `p` in every lane.
-#[inline(always)]
-unsafe fn splat4(p: *const u8) -> v128 {
-    v128_load32_splat(p as *const u32)
-}
-
-#[inline(always)]
-unsafe fn load(p: *const u8) -> v128 {
-    v128_load(p as *const v128)
 }
 
 /// `dst[i] = src[i]` widened to f32, four at a time (exact; `half`'s slice conversion is one

@@ -63,36 +63,34 @@ const REQUIRED: [(&str, u64); 5] = [
 ];
 
 fn limit_list(l: &wgpu::Limits) -> Vec<(&'static str, u64)> {
+    let u = u64::from;
     vec![
         ("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size),
         ("max_buffer_size", l.max_buffer_size),
         (
             "max_compute_invocations_per_workgroup",
-            u64::from(l.max_compute_invocations_per_workgroup),
+            u(l.max_compute_invocations_per_workgroup),
         ),
-        (
-            "max_compute_workgroup_size_x",
-            u64::from(l.max_compute_workgroup_size_x),
-        ),
+        ("max_compute_workgroup_size_x", u(l.max_compute_workgroup_size_x)),
         (
             "max_compute_workgroup_storage_size",
-            u64::from(l.max_compute_workgroup_storage_size),
+            u(l.max_compute_workgroup_storage_size),
         ),
         (
             "max_storage_buffers_per_shader_stage",
-            u64::from(l.max_storage_buffers_per_shader_stage),
+            u(l.max_storage_buffers_per_shader_stage),
         ),
         (
             "max_compute_workgroups_per_dimension",
-            u64::from(l.max_compute_workgroups_per_dimension),
+            u(l.max_compute_workgroups_per_dimension),
         ),
         (
             "min_uniform_buffer_offset_alignment",
-            u64::from(l.min_uniform_buffer_offset_alignment),
+            u(l.min_uniform_buffer_offset_alignment),
         ),
         (
             "min_storage_buffer_offset_alignment",
-            u64::from(l.min_storage_buffer_offset_alignment),
+            u(l.min_storage_buffer_offset_alignment),
         ),
     ]
 }

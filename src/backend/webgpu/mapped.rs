@@ -7,8 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use crate::backend::error::BackendError;
 use crate::backend::readback::Pending;
-use crate::backend::BackendError;
 
 /// Where the mapping callback leaves its outcome.
 #[derive(Default)]

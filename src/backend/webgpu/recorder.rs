@@ -8,21 +8,29 @@
 //! Bind groups are made once and reused: a forward pass records the same dispatches, over the
 //! same buffers and with its parameters at the same arena offsets, every time it runs, so a
 //! bind group is keyed by its layout and resources (handles, which keep their ids from being
-//! reused while the key lives) and after the first token no step creates one.
+//! reused while the key lives) and after the first token no step creates one. The device
+//! layer's buffers and images ([`WgpuBuf`], [`WgpuImage`]) drop their cached bind groups with
+//! them (a bind group holds its resources; without this the device memory would stay until
+//! the cache starts over).
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
+use std::sync::{Mutex, Weak};
+
+use crate::backend::gpu;
+
+/// A device layer whose buffers and images are wgpu's.
+pub trait WgpuLayer: gpu::Device<Buf = WgpuBuf, Image = WgpuImage> {}
+impl<D: gpu::Device<Buf = WgpuBuf, Image = WgpuImage>> WgpuLayer for D {}
 
 /// Bytes of parameter arena per submission; a pass that needs more is split into submissions.
 pub const ARENA_BYTES: u64 = 1 << 20;
 
-/// One binding of a dispatch: a whole buffer, the first bytes of one, a texture, or the op's own
-/// slice of the arena.
-pub enum Bind<'a> {
-    Buffer(&'a wgpu::Buffer),
-    /// The first `.1` bytes of a buffer (a uniform binding of a fixed size).
-    Head(&'a wgpu::Buffer, u64),
-    Texture(&'a wgpu::TextureView),
+/// One binding of a dispatch: what the shared layer binds, or the op's own slice of the arena.
+/// (Generic over the device layer, which is the one whose buffers are [`WgpuBuf`]s, so this
+/// file need not name it.)
+pub enum Bind<'a, D: WgpuLayer> {
+    Device(gpu::Bind<'a, D>),
     /// Offset into the arena returned by [`Recorder::push`].
     Arena {
         offset: u64,
@@ -116,12 +124,12 @@ impl Recorder {
     }
 
     /// Record one dispatch of `pipeline` with `binds` as bindings `(index, what)` of group 0.
-    pub fn dispatch(
+    pub fn dispatch<D: WgpuLayer>(
         &mut self,
         device: &wgpu::Device,
         pipeline: &wgpu::ComputePipeline,
         layout: &wgpu::BindGroupLayout,
-        binds: &[(u32, Bind<'_>)],
+        binds: &[(u32, Bind<'_, D>)],
         groups: (u32, u32, u32),
     ) {
         let bind_group = self.bind_group(device, layout, binds);
@@ -155,11 +163,11 @@ impl Recorder {
     }
 
     /// The bind group of `binds` for `layout`, made on first use.
-    fn bind_group(
+    fn bind_group<D: WgpuLayer>(
         &mut self,
         device: &wgpu::Device,
         layout: &wgpu::BindGroupLayout,
-        binds: &[(u32, Bind<'_>)],
+        binds: &[(u32, Bind<'_, D>)],
     ) -> wgpu::BindGroup {
         let arena_size = |size: u64| size.max(16).div_ceil(16) * 16;
         let key = BindKey {
@@ -168,9 +176,9 @@ impl Recorder {
                 .iter()
                 .map(|(i, b)| {
                     let r = match b {
-                        Bind::Buffer(buf) => Resource::Buffer((*buf).clone()),
-                        Bind::Head(buf, size) => Resource::Head((*buf).clone(), *size),
-                        Bind::Texture(view) => Resource::Texture((*view).clone()),
+                        Bind::Device(gpu::Bind::Buffer(b)) => Resource::Buffer(b.buf.clone()),
+                        Bind::Device(gpu::Bind::Uniform(b, size)) => Resource::Head(b.buf.clone(), *size),
+                        Bind::Device(gpu::Bind::Image(i)) => Resource::Texture(i.view.clone()),
                         Bind::Arena { offset, size } => Resource::Arena {
                             offset: *offset,
                             size: arena_size(*size),
@@ -228,5 +236,45 @@ impl Recorder {
         }
         queue.submit([enc.finish()]);
         self.counters.submissions += 1;
+    }
+}
+
+/// A storage or uniform buffer.
+#[derive(Debug)]
+pub struct WgpuBuf {
+    pub(super) buf: wgpu::Buffer,
+    /// The recorder whose bind group cache may hold `buf`.
+    pub(super) cache: Weak<Mutex<Recorder>>,
+}
+
+/// The bind groups cached with a buffer hold it; its drop removes them, so the device memory
+/// goes with the owner (work already recorded keeps its own references).
+impl Drop for WgpuBuf {
+    fn drop(&mut self) {
+        forget(&self.cache, &[&self.buf], &[]);
+    }
+}
+
+/// A texture holding texture rows of weight blocks, and the view kernels bind.
+#[derive(Debug)]
+pub struct WgpuImage {
+    /// Kept alive with its view.
+    #[allow(dead_code)]
+    pub(super) tex: wgpu::Texture,
+    pub(super) view: wgpu::TextureView,
+    pub(super) cache: Weak<Mutex<Recorder>>,
+}
+
+/// See `Drop for WgpuBuf`.
+impl Drop for WgpuImage {
+    fn drop(&mut self) {
+        forget(&self.cache, &[], &[&self.view]);
+    }
+}
+
+/// Drop the bind groups of `cache` that bind any of `bufs` or `views`.
+fn forget(cache: &Weak<Mutex<Recorder>>, bufs: &[&wgpu::Buffer], views: &[&wgpu::TextureView]) {
+    if let Some(rec) = cache.upgrade() {
+        rec.lock().unwrap_or_else(|e| e.into_inner()).forget(bufs, views);
     }
 }
