@@ -588,16 +588,54 @@ impl Instance {
     /// its extension or the Vulkan version that made it core.
     fn describe(&self, index: usize, pd: vk::PhysicalDevice) -> Result<DeviceInfo, VulkanError> {
         let inst = &self.raw;
-        // SAFETY (every call in this function): `pd` was enumerated from the live instance
-        // `inst`; each output struct is a local that outlives the call, and every struct
-        // chained into a `*2` query is one the device supports (checked against `api` and
-        // `ext` first).
+        // SAFETY (every call in this function and the queries it makes): `pd` was enumerated
+        // from the live instance `inst`; each output struct is a local that outlives the call.
         let props = unsafe { inst.get_physical_device_properties(pd) };
         let api = ApiVersion::from_vk(props.api_version.min(self.api_version));
-        let ext_props = unsafe { inst.enumerate_device_extension_properties(pd) }
+        let ext = self.extensions(pd)?;
+        let q = self.query_features(pd, api, &ext);
+        let shapes = if q.cooperative_matrix {
+            self.cooperative_matrix_shapes(pd)
+        } else {
+            Vec::new()
+        };
+        let families = unsafe { inst.get_physical_device_queue_family_properties(pd) };
+        let family = compute_queue_family(&families);
+        let memory = unsafe { inst.get_physical_device_memory_properties(pd) };
+        Ok(DeviceInfo {
+            index,
+            name: c_string(props.device_name_as_c_str()),
+            vendor_id: props.vendor_id,
+            vendor: vendor_name(props.vendor_id),
+            device_id: props.device_id,
+            driver_version: props.driver_version,
+            pipeline_cache_uuid: props.pipeline_cache_uuid,
+            device_type: DeviceType::from_vk(props.device_type),
+            api_version: ApiVersion::from_vk(props.api_version),
+            driver: q.driver,
+            compute_queue_family: family.and_then(|f| u32::try_from(f).ok()),
+            timestamp_valid_bits: family.map_or(0, |f| families[f].timestamp_valid_bits),
+            device_local_bytes: device_local_bytes(&memory),
+            subgroups: q.subgroups,
+            integer_dot: q.integer_dot,
+            cooperative_matrix: CooperativeMatrix {
+                supported: q.cooperative_matrix,
+                vulkan_memory_model: q.vulkan_memory_model,
+                shapes,
+            },
+            float16: q.float16,
+            limits: Limits::from_vk(&props.limits),
+            extensions: ext,
+        })
+    }
+
+    /// The device extensions the backend looks for, as the device lists them.
+    fn extensions(&self, pd: vk::PhysicalDevice) -> Result<Extensions, VulkanError> {
+        // SAFETY: `pd` was enumerated from the live instance.
+        let ext_props = unsafe { self.raw.enumerate_device_extension_properties(pd) }
             .map_err(|e| VulkanError::failed("vkEnumerateDeviceExtensionProperties", e))?;
         let has = |name: &CStr| ext_props.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
-        let ext = Extensions {
+        Ok(Extensions {
             subgroup_size_control: has(ash::ext::subgroup_size_control::NAME),
             integer_dot_product: has(ash::khr::shader_integer_dot_product::NAME),
             cooperative_matrix: has(ash::khr::cooperative_matrix::NAME),
@@ -605,7 +643,12 @@ impl Instance {
             shader_float16_int8: has(ash::khr::shader_float16_int8::NAME),
             storage_16bit: has(ash::khr::_16bit_storage::NAME),
             driver_properties: has(ash::khr::driver_properties::NAME),
-        };
+        })
+    }
+
+    /// The properties and features behind `vkGetPhysicalDevice{Properties,Features}2`, each
+    /// struct chained only where the device's API version or extensions (`ext`) have it.
+    fn query_features(&self, pd: vk::PhysicalDevice, api: ApiVersion, ext: &Extensions) -> Queried {
         let v11 = api.at_least(1, 1);
         let with_driver = api.at_least(1, 2) || ext.driver_properties;
         let with_size_control = api.at_least(1, 3) || ext.subgroup_size_control;
@@ -635,7 +678,9 @@ impl Instance {
             if with_int_dot {
                 p2 = p2.push_next(&mut int_dot);
             }
-            unsafe { inst.get_physical_device_properties2(pd, &mut p2) };
+            // SAFETY: `pd` is the live instance's; every chained struct is one the device
+            // supports (checked against `api` and `ext` above) and outlives the call.
+            unsafe { self.raw.get_physical_device_properties2(pd, &mut p2) };
             let mut f2 = vk::PhysicalDeviceFeatures2::default();
             if with_size_control {
                 f2 = f2.push_next(&mut size_control_f);
@@ -655,129 +700,137 @@ impl Instance {
             if with_storage16 {
                 f2 = f2.push_next(&mut storage16_f);
             }
-            unsafe { inst.get_physical_device_features2(pd, &mut f2) };
+            // SAFETY: as for the properties.
+            unsafe { self.raw.get_physical_device_features2(pd, &mut f2) };
         }
-        let cstr = |r: Result<&CStr, _>| r.map(|s: &CStr| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let driver = with_driver.then(|| Driver {
-            name: cstr(driver.driver_name_as_c_str()),
-            info: cstr(driver.driver_info_as_c_str()),
-        });
-        let compute_ops = if v11 && subgroup.supported_stages.contains(vk::ShaderStageFlags::COMPUTE) {
-            subgroup_operations(subgroup.supported_operations)
-        } else {
-            Vec::new()
-        };
-        // Without size control the device runs one size (a 1.0 device reports none: 1).
-        let size = if v11 { subgroup.subgroup_size.max(1) } else { 1 };
-        let controlled = with_size_control && size_control.min_subgroup_size > 0;
-        let subgroups = Subgroups {
-            size,
-            min_size: if controlled {
-                size_control.min_subgroup_size
-            } else {
-                size
+        let controlled = with_size_control.then_some((&size_control, &size_control_f));
+        Queried {
+            driver: with_driver.then(|| Driver {
+                name: c_string(driver.driver_name_as_c_str()),
+                info: c_string(driver.driver_info_as_c_str()),
+            }),
+            subgroups: Subgroups::from_vk(v11.then_some(&subgroup), controlled),
+            integer_dot: IntegerDot {
+                supported: int_dot_f.shader_integer_dot_product == vk::TRUE,
+                packed_4x8_signed_accelerated: int_dot.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE,
             },
-            max_size: if controlled {
-                size_control.max_subgroup_size
-            } else {
-                size
-            },
-            compute_operations: compute_ops,
-            size_control: size_control_f.subgroup_size_control == vk::TRUE,
-            compute_full_subgroups: size_control_f.compute_full_subgroups == vk::TRUE,
-            required_size_in_compute: controlled
-                && size_control
-                    .required_subgroup_size_stages
-                    .contains(vk::ShaderStageFlags::COMPUTE),
-            max_compute_workgroup_subgroups: if controlled {
-                size_control.max_compute_workgroup_subgroups
-            } else {
-                0
-            },
-        };
-        let integer_dot = IntegerDot {
-            supported: int_dot_f.shader_integer_dot_product == vk::TRUE,
-            packed_4x8_signed_accelerated: int_dot.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE,
-        };
-        let coop_supported = coop_f.cooperative_matrix == vk::TRUE;
-        let shapes = if coop_supported {
-            let coop = ash::khr::cooperative_matrix::Instance::new(&self.entry, inst);
-            // A failed query only hides the shapes from the report; the feature stays known.
-            unsafe { coop.get_physical_device_cooperative_matrix_properties(pd) }
-                .unwrap_or_default()
-                .iter()
-                .map(|p| MatrixShape {
-                    m: p.m_size,
-                    n: p.n_size,
-                    k: p.k_size,
-                    a: component(p.a_type),
-                    b: component(p.b_type),
-                    c: component(p.c_type),
-                    result: component(p.result_type),
-                    saturating: p.saturating_accumulation == vk::TRUE,
-                    scope: scope(p.scope),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let families = unsafe { inst.get_physical_device_queue_family_properties(pd) };
-        let compute =
-            |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && f.queue_count > 0;
-        let family = families
-            .iter()
-            .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
-            .or_else(|| families.iter().position(compute));
-        let memory = unsafe { inst.get_physical_device_memory_properties(pd) };
-        let device_local_bytes = memory
-            .memory_heaps_as_slice()
-            .iter()
-            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
-            .map(|h| h.size)
-            .max()
-            .unwrap_or(0);
-        let l = &props.limits;
-        Ok(DeviceInfo {
-            index,
-            name: cstr(props.device_name_as_c_str()),
-            vendor_id: props.vendor_id,
-            vendor: vendor_name(props.vendor_id),
-            device_id: props.device_id,
-            driver_version: props.driver_version,
-            pipeline_cache_uuid: props.pipeline_cache_uuid,
-            device_type: DeviceType::from_vk(props.device_type),
-            api_version: ApiVersion::from_vk(props.api_version),
-            driver,
-            compute_queue_family: family.and_then(|f| u32::try_from(f).ok()),
-            timestamp_valid_bits: family.map_or(0, |f| families[f].timestamp_valid_bits),
-            device_local_bytes,
-            subgroups,
-            integer_dot,
-            cooperative_matrix: CooperativeMatrix {
-                supported: coop_supported,
-                vulkan_memory_model: memory_model_f.vulkan_memory_model == vk::TRUE,
-                shapes,
-            },
+            cooperative_matrix: coop_f.cooperative_matrix == vk::TRUE,
+            vulkan_memory_model: memory_model_f.vulkan_memory_model == vk::TRUE,
             float16: Float16 {
                 shader_float16: f16_f.shader_float16 == vk::TRUE,
                 storage_buffer_16bit: storage16_f.storage_buffer16_bit_access == vk::TRUE,
                 uniform_16bit: storage16_f.uniform_and_storage_buffer16_bit_access == vk::TRUE,
             },
-            limits: Limits {
-                max_workgroup_size: l.max_compute_work_group_size,
-                max_workgroup_invocations: l.max_compute_work_group_invocations,
-                max_workgroup_count: l.max_compute_work_group_count,
-                max_shared_memory_bytes: l.max_compute_shared_memory_size,
-                max_storage_buffer_range: l.max_storage_buffer_range,
-                max_image_dimension_2d: l.max_image_dimension2_d,
-                max_push_constants_bytes: l.max_push_constants_size,
-                timestamp_period_ns: l.timestamp_period,
-            },
-            extensions: ext,
-        })
+        }
+    }
+
+    /// The cooperative-matrix shapes the device lists (empty where the query fails: that
+    /// only hides them from the report; the feature stays known).
+    fn cooperative_matrix_shapes(&self, pd: vk::PhysicalDevice) -> Vec<MatrixShape> {
+        let coop = ash::khr::cooperative_matrix::Instance::new(&self.entry, &self.raw);
+        // SAFETY: `pd` is the live instance's, which has the extension's entry points loaded.
+        unsafe { coop.get_physical_device_cooperative_matrix_properties(pd) }
+            .unwrap_or_default()
+            .iter()
+            .map(|p| MatrixShape {
+                m: p.m_size,
+                n: p.n_size,
+                k: p.k_size,
+                a: component(p.a_type),
+                b: component(p.b_type),
+                c: component(p.c_type),
+                result: component(p.result_type),
+                saturating: p.saturating_accumulation == vk::TRUE,
+                scope: scope(p.scope),
+            })
+            .collect()
     }
 }
 
+/// What [`Instance::query_features`] found, as plain data.
+struct Queried {
+    driver: Option<Driver>,
+    subgroups: Subgroups,
+    integer_dot: IntegerDot,
+    cooperative_matrix: bool,
+    vulkan_memory_model: bool,
+    float16: Float16,
+}
+
+/// A driver-filled C string (empty where it is not valid UTF-8-terminated text).
+fn c_string(r: Result<&CStr, std::ffi::FromBytesUntilNulError>) -> String {
+    r.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The queue family compute work goes to: a compute-only one where there is one (AMD's async
+/// compute queues), else any with compute.
+fn compute_queue_family(families: &[vk::QueueFamilyProperties]) -> Option<usize> {
+    let compute = |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && f.queue_count > 0;
+    families
+        .iter()
+        .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
+        .or_else(|| families.iter().position(compute))
+}
+
+/// The largest device-local heap, in bytes.
+fn device_local_bytes(memory: &vk::PhysicalDeviceMemoryProperties) -> u64 {
+    memory
+        .memory_heaps_as_slice()
+        .iter()
+        .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|h| h.size)
+        .max()
+        .unwrap_or(0)
+}
+
+impl Subgroups {
+    /// From the subgroup properties (`None`: a Vulkan 1.0 device, which reports none) and the
+    /// size-control properties and features where the device has them.
+    fn from_vk(
+        subgroup: Option<&vk::PhysicalDeviceSubgroupProperties<'_>>,
+        control: Option<(
+            &vk::PhysicalDeviceSubgroupSizeControlProperties<'_>,
+            &vk::PhysicalDeviceSubgroupSizeControlFeatures<'_>,
+        )>,
+    ) -> Self {
+        let compute_operations = match subgroup {
+            Some(s) if s.supported_stages.contains(vk::ShaderStageFlags::COMPUTE) => {
+                subgroup_operations(s.supported_operations)
+            }
+            _ => Vec::new(),
+        };
+        // Without size control the device runs one size (a 1.0 device reports none: 1).
+        let size = subgroup.map_or(1, |s| s.subgroup_size.max(1));
+        let features = control.map(|(_, f)| f);
+        let controlled = control.map(|(p, _)| p).filter(|p| p.min_subgroup_size > 0);
+        Subgroups {
+            size,
+            min_size: controlled.map_or(size, |p| p.min_subgroup_size),
+            max_size: controlled.map_or(size, |p| p.max_subgroup_size),
+            compute_operations,
+            size_control: features.is_some_and(|f| f.subgroup_size_control == vk::TRUE),
+            compute_full_subgroups: features.is_some_and(|f| f.compute_full_subgroups == vk::TRUE),
+            required_size_in_compute: controlled
+                .is_some_and(|p| p.required_subgroup_size_stages.contains(vk::ShaderStageFlags::COMPUTE)),
+            max_compute_workgroup_subgroups: controlled.map_or(0, |p| p.max_compute_workgroup_subgroups),
+        }
+    }
+}
+
+impl Limits {
+    fn from_vk(l: &vk::PhysicalDeviceLimits) -> Self {
+        Limits {
+            max_workgroup_size: l.max_compute_work_group_size,
+            max_workgroup_invocations: l.max_compute_work_group_invocations,
+            max_workgroup_count: l.max_compute_work_group_count,
+            max_shared_memory_bytes: l.max_compute_shared_memory_size,
+            max_storage_buffer_range: l.max_storage_buffer_range,
+            max_image_dimension_2d: l.max_image_dimension2_d,
+            max_push_constants_bytes: l.max_push_constants_size,
+            timestamp_period_ns: l.timestamp_period,
+        }
+    }
+}
 impl Drop for Instance {
     fn drop(&mut self) {
         // SAFETY: every object made from the instance is gone: a `Device` owns its `Instance`
