@@ -16,6 +16,7 @@ use crate::error::InputError;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
+use tinyllm::backend::vulkan::dispatch::KernelTime;
 use tinyllm::backend::vulkan::Startup;
 use tinyllm::backend::{AnyBackend, Backend, KvType};
 use tinyllm::engine::{Session, SessionConfig};
@@ -147,41 +148,10 @@ struct RunTimes {
     per_token: Option<PerToken>,
 }
 
+/// `bench`: the options checked ([`Plan`]), the model loaded, the runs measured
+/// ([`measure_all`]), and the report printed as a table or JSON ([`Report`]).
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let deep = a.decode_position.is_some();
-    let prompts = match a.decode_position {
-        Some(0) => return Err(InputError("--decode-position must be at least 1".into()).into()),
-        Some(n) => vec![n],
-        None => parse_lengths(&a.prompt_tokens)?,
-    };
-    if !(1..=MAX_CHUNK).contains(&a.chunk_size) {
-        return Err(InputError(format!(
-            "--chunk-size must be from 1 to {MAX_CHUNK}, got {}",
-            a.chunk_size
-        ))
-        .into());
-    }
-    let schema = match &a.json_schema {
-        None => None,
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| InputError(format!("--json-schema {}: {e}", path.display())))?;
-            let schema: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| InputError(format!("--json-schema {}: not JSON: {e}", path.display())))?;
-            Some(AnswerFormat::JsonSchema { schema, strict: true })
-        }
-    };
-    let decode = positive(a.decode_tokens, "--decode-tokens")?;
-    let reps = positive(a.repetitions, "--repetitions")?;
-    let is_vulkan = a.model.backend == BackendArg::Vulkan;
-    for (flag, on) in [("--profile", a.profile), ("--startup", a.startup)] {
-        if on && !is_vulkan {
-            return Err(InputError(format!(
-                "{flag} needs --backend vulkan (timestamp queries and pipeline caches are its own)"
-            ))
-            .into());
-        }
-    }
+    let plan = Plan::new(&a)?;
     let mut times = StartupTimes::default();
     let t = Instant::now();
     let opened = super::load::open(&a.model)?;
@@ -189,7 +159,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Before this process places its own copy of the weights (the probes' run alone).
     let t = Instant::now();
     let startup = if a.startup {
-        let longest = prompts.iter().copied().max().unwrap_or(PROBE_PROMPT);
+        let longest = plan.prompts.iter().copied().max().unwrap_or(PROBE_PROMPT);
         Some(cold_and_warm_startup(&a, &opened.path, longest)?)
     } else {
         None
@@ -199,6 +169,118 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let t = Instant::now();
     let loaded = super::load::load_opened(&a.model, opened)?;
     times.load_s = t.elapsed().as_secs_f64();
+    let (results, constrained) = measure_all(&a, &plan, &loaded, &mut times, probes_s)?;
+    let bound = if a.bandwidth {
+        eprintln!("[bench] read bandwidth with {} threads", loaded.threads);
+        Some(Bound {
+            read_bytes_s: super::bandwidth::read_bandwidth(loaded.threads)?,
+            weight_bytes: super::bandwidth::weight_bytes_per_token(&super::io::open_model(a.model.model())?),
+        })
+    } else {
+        None
+    };
+    let backend = loaded.engine.model.backend();
+    let vk = backend.vulkan();
+    let report = Report {
+        a: &a,
+        plan: &plan,
+        threads: loaded.threads,
+        backend: backend.name(),
+        kernels: backend.detail(),
+        results,
+        times,
+        constrained,
+        bound,
+        opened: vk.map(|v| v.startup()),
+        pipelines: vk.map(|v| (v.pipelines(), v.pipeline_seconds())),
+        startup,
+        profile: vk.filter(|_| a.profile).map(|v| v.profile()).unwrap_or_default(),
+    };
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", report.json())?;
+    } else {
+        report.print(&mut out)?;
+    }
+    Ok(())
+}
+
+/// The options of a run, checked before anything loads.
+struct Plan {
+    /// Decode at a context depth (`--decode-position`) instead of after each prompt.
+    deep: bool,
+    /// Prompt lengths (the depth alone when `deep`).
+    prompts: Vec<usize>,
+    /// The answer format of `--json-schema`.
+    schema: Option<AnswerFormat>,
+    decode: usize,
+    reps: usize,
+    cache_types: Vec<KvType>,
+}
+
+impl Plan {
+    fn new(a: &Args) -> anyhow::Result<Self> {
+        let prompts = match a.decode_position {
+            Some(0) => return Err(InputError("--decode-position must be at least 1".into()).into()),
+            Some(n) => vec![n],
+            None => parse_lengths(&a.prompt_tokens)?,
+        };
+        if !(1..=MAX_CHUNK).contains(&a.chunk_size) {
+            return Err(InputError(format!(
+                "--chunk-size must be from 1 to {MAX_CHUNK}, got {}",
+                a.chunk_size
+            ))
+            .into());
+        }
+        let schema = match &a.json_schema {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| InputError(format!("--json-schema {}: {e}", path.display())))?;
+                let schema: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| InputError(format!("--json-schema {}: not JSON: {e}", path.display())))?;
+                Some(AnswerFormat::JsonSchema { schema, strict: true })
+            }
+        };
+        let decode = positive(a.decode_tokens, "--decode-tokens")?;
+        let reps = positive(a.repetitions, "--repetitions")?;
+        let is_vulkan = a.model.backend == BackendArg::Vulkan;
+        for (flag, on) in [("--profile", a.profile), ("--startup", a.startup)] {
+            if on && !is_vulkan {
+                return Err(InputError(format!(
+                    "{flag} needs --backend vulkan (timestamp queries and pipeline caches are its own)"
+                ))
+                .into());
+            }
+        }
+        Ok(Plan {
+            deep: a.decode_position.is_some(),
+            prompts,
+            schema,
+            decode,
+            reps,
+            cache_types: a.model.cache_types(),
+        })
+    }
+
+    /// The longest prompt measured.
+    fn longest(&self) -> usize {
+        self.prompts.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Every prompt length with every KV cache format (after a warmup each), and the constrained
+/// decode where `--json-schema` asks for it; the first token's time goes into `times`. The
+/// rows come back side by side: each prompt length's together, in the order the formats were
+/// given.
+fn measure_all(
+    a: &Args,
+    plan: &Plan,
+    loaded: &Loaded,
+    times: &mut StartupTimes,
+    probes_s: f64,
+) -> anyhow::Result<(Vec<BenchResult>, Option<Constrained>)> {
+    let (decode, reps) = (plan.decode, plan.reps);
     let cfg = loaded.engine.model.info();
     let cap = if a.model.ctx == 0 {
         cfg.context_length
@@ -206,7 +288,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.model.ctx.min(cfg.context_length)
     };
     // The cache only needs the longest run; a smaller one keeps memory (and RSS) honest.
-    let longest = prompts.iter().copied().max().unwrap_or(0);
+    let longest = plan.longest();
     if longest + decode > cap {
         return Err(InputError(format!(
             "a prompt of {longest} tokens plus {decode} decoded tokens needs a context of {} but it holds {cap} \
@@ -216,11 +298,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let ids = prompt_ids(&loaded, longest)?;
-    let cache_types = a.model.cache_types();
-    let mut results = Vec::with_capacity(prompts.len() * cache_types.len());
+    let ids = prompt_ids(loaded, longest)?;
+    let mut results = Vec::with_capacity(plan.prompts.len() * plan.cache_types.len());
     let mut constrained = None;
-    for &cache_type in &cache_types {
+    for &cache_type in &plan.cache_types {
         let mut session = Session::new(
             loaded.engine.model.clone(),
             SessionConfig {
@@ -247,7 +328,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if let Some(vk) = loaded.engine.model.backend().vulkan().filter(|_| a.profile) {
             vk.enable_profile()?;
         }
-        for &p in &prompts {
+        for &p in &plan.prompts {
             let mut runs = Vec::with_capacity(reps);
             for r in 0..reps {
                 eprintln!(
@@ -263,11 +344,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             results.push(summarize(p, cache_type, kv_bytes, decode, &runs));
         }
-        if let (Some(format), None) = (&schema, &constrained) {
-            let p = prompts[0];
+        if let (Some(format), None) = (&plan.schema, &constrained) {
+            let p = plan.prompts[0];
             eprintln!("[bench] {cache_type} KV cache: prompt {p} tokens, {decode} greedy tokens free and held to the JSON schema");
             constrained = Some(measure_constrained(
-                &loaded,
+                loaded,
                 &mut session,
                 &ids[..p],
                 decode,
@@ -276,29 +357,50 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             )?);
         }
     }
-    // Side by side: each prompt length's rows together, in the order the types were given.
     results.sort_by_key(|r| {
-        let prompt = prompts.iter().position(|&p| p == r.prompt_tokens);
-        (prompt, cache_types.iter().position(|&t| t == r.cache_type))
+        let prompt = plan.prompts.iter().position(|&p| p == r.prompt_tokens);
+        (prompt, plan.cache_types.iter().position(|&t| t == r.cache_type))
     });
+    Ok((results, constrained))
+}
 
-    let bound = if a.bandwidth {
-        eprintln!("[bench] read bandwidth with {} threads", loaded.threads);
-        Some(Bound {
-            read_bytes_s: super::bandwidth::read_bandwidth(loaded.threads)?,
-            weight_bytes: super::bandwidth::weight_bytes_per_token(&super::io::open_model(a.model.model())?),
-        })
-    } else {
-        None
-    };
-    let vk = loaded.engine.model.backend().vulkan();
-    let opened = vk.map(|v| v.startup());
-    let pipelines = vk.map(|v| (v.pipelines(), v.pipeline_seconds()));
-    let profile = vk.filter(|_| a.profile).map(|v| v.profile()).unwrap_or_default();
-    let mut out = std::io::stdout().lock();
-    let backend = loaded.engine.model.backend().name();
-    let kernels = loaded.engine.model.backend().detail();
-    if a.json {
+/// What a run measured, printed as a table or as one JSON object.
+struct Report<'a> {
+    a: &'a Args,
+    plan: &'a Plan,
+    threads: usize,
+    backend: &'static str,
+    /// What runs the kernels (the CPU kernel set or the adapter).
+    kernels: String,
+    results: Vec<BenchResult>,
+    times: StartupTimes,
+    constrained: Option<Constrained>,
+    bound: Option<Bound>,
+    /// The Vulkan backend's own start, pipelines made and per-kernel profile.
+    opened: Option<Startup>,
+    pipelines: Option<(usize, f64)>,
+    startup: Option<[StartPair; 2]>,
+    profile: Vec<KernelTime>,
+}
+
+impl Report<'_> {
+    fn json(&self) -> serde_json::Value {
+        let Report {
+            a,
+            plan,
+            results,
+            times,
+            constrained,
+            bound,
+            opened,
+            pipelines,
+            startup,
+            profile,
+            ..
+        } = self;
+        let (deep, decode, reps) = (plan.deep, plan.decode, plan.reps);
+        let (backend, kernels, cache_types) = (self.backend, &self.kernels, &plan.cache_types);
+        let loaded_threads = self.threads;
         let rows: Vec<_> = results
             .iter()
             .map(|r| {
@@ -322,7 +424,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .collect();
         let j = json!({
             "model": a.model.model(),
-            "threads": loaded.threads,
+            "threads": loaded_threads,
             "backend": backend,
             "kernels": kernels,
             "repetitions": reps,
@@ -352,13 +454,31 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "vulkan_cold_and_warm_starts": startup.as_ref().map(|pairs| pairs.iter().map(StartPair::json).collect::<Vec<_>>()),
             "profile": profile.iter().map(|k| json!({"kernel": k.label, "calls": k.calls, "ms": k.ns / 1e6})).collect::<Vec<_>>(),
         });
-        writeln!(out, "{j}")?;
-    } else {
+        j
+    }
+
+    fn print(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let Report {
+            a,
+            plan,
+            results,
+            times,
+            constrained,
+            bound,
+            opened,
+            pipelines,
+            startup,
+            profile,
+            ..
+        } = self;
+        let (deep, decode, reps, prompts) = (plan.deep, plan.decode, plan.reps, &plan.prompts);
+        let (backend, kernels) = (self.backend, &self.kernels);
+        let loaded_threads = self.threads;
         writeln!(
             out,
             "model {}, {} threads, backend {backend} ({kernels}), {decode} decode tokens, {reps} run(s) each",
             a.model.model(),
-            loaded.threads
+            loaded_threads
         )?;
         writeln!(
             out,
@@ -372,7 +492,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 prompts[0]
             )?;
         }
-        for r in &results {
+        for r in results.iter() {
             let kv = r.kv_bytes_per_token.map_or("-".to_string(), |b| b.to_string());
             // At a decode position the prefill that got there is not a measurement.
             let (ttft, prefill) = if deep {
@@ -401,7 +521,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 b.weight_bytes as f64 / 1e6,
                 b.tok_s()
             )?;
-            for r in &results {
+            for r in results.iter() {
                 writeln!(
                     out,
                     "prompt {} ({} cache): decode at {:.0}% of that bound",
@@ -429,7 +549,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             )?;
         }
         if let Some(s) = opened {
-            writeln!(out, "vulkan startup: {}", describe(&s))?;
+            writeln!(out, "vulkan startup: {}", describe(s))?;
         }
         if let Some((count, seconds)) = pipelines {
             writeln!(
@@ -456,7 +576,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 total / 1e6
             )?;
             writeln!(out, "{:>40} {:>8} {:>10} {:>6}", "kernel", "calls", "ms", "share")?;
-            for k in &profile {
+            for k in profile.iter() {
                 writeln!(
                     out,
                     "{:>40} {:>8} {:>10.2} {:>5.1}%",
@@ -467,7 +587,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 )?;
             }
         }
-        for r in &results {
+        for r in results.iter() {
             if let Some(p) = r.per_token {
                 writeln!(
                     out,
@@ -476,11 +596,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 )?;
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
-/// One start of this program as a fresh process, to its first token (`--startup`).
 #[derive(Debug, Clone, Copy)]
 struct ProbedStart {
     /// From the process's start to the first token's logits.
