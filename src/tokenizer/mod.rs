@@ -232,13 +232,13 @@ const EOG_NAMES: [&str; 22] = [
 ];
 
 impl Tokenizer {
-    /// Loads the vocabulary, merges and special-token settings, validating every index in the file.
+    /// Loads the vocabulary, merges and special-token settings, validating every index in the
+    /// file: the vocabulary ([`read_vocab`]), the family's defaults and its kind (SentencePiece or
+    /// BPE with its merges and pre-tokenizer), the special ids the file sets
+    /// ([`SpecialIds::read`]), and the end-of-generation rules ([`end_of_generation`]).
     pub fn from_gguf(file: &GgufFile) -> Result<Self, TokenizerError> {
         const K_MODEL: &str = "tokenizer.ggml.model";
         const K_PRE: &str = "tokenizer.ggml.pre";
-        const K_TOKENS: &str = "tokenizer.ggml.tokens";
-        const K_SCORES: &str = "tokenizer.ggml.scores";
-        const K_TYPES: &str = "tokenizer.ggml.token_type";
         const K_MERGES: &str = "tokenizer.ggml.merges";
 
         let model = file.get_str(K_MODEL).map_err(gguf_err(K_MODEL))?.to_string();
@@ -246,99 +246,15 @@ impl Tokenizer {
             Some(_) => Some(file.get_str(K_PRE).map_err(gguf_err(K_PRE))?.to_string()),
             None => None,
         };
-        let texts_raw = file.get_str_array(K_TOKENS).map_err(gguf_err(K_TOKENS))?;
-        let n = texts_raw.len();
-        if u32::try_from(n).is_err() {
-            return Err(TokenizerError::Other(format!(
-                "{K_TOKENS} has {n} entries, more than a u32 id can name"
-            )));
-        }
-
-        // Any numeric element type: llama.cpp accepts f32 and i32 scores.
-        let scores = match numeric_array(file, K_SCORES, GgufFile::get_f32_array)? {
-            Some(s) if s.len() < n => {
-                return Err(TokenizerError::LengthMismatch {
-                    key: K_SCORES,
-                    got: s.len(),
-                    expected: n,
-                })
-            }
-            Some(mut s) => {
-                s.truncate(n);
-                s
-            }
-            None => vec![0.0; n],
-        };
-        let types = numeric_array(file, K_TYPES, GgufFile::get_i64_array)?;
-        if let Some(t) = &types {
-            if t.len() < n {
-                return Err(TokenizerError::LengthMismatch {
-                    key: K_TYPES,
-                    got: t.len(),
-                    expected: n,
-                });
-            }
-        }
-
-        let mut texts = Vec::with_capacity(n);
-        let mut attrs = Vec::with_capacity(n);
-        let mut ids = FxHashMap::default();
-        ids.reserve(n);
-        for (i, raw) in texts_raw.iter().enumerate() {
-            let text = if raw.is_empty() {
-                format!("[EMPTY_{i}]")
-            } else {
-                raw.to_string()
-            };
-            let attr = match types.as_ref().map(|t| t[i]) {
-                None | Some(1) => ATTR_NORMAL,
-                Some(0) => 0,
-                Some(2) => ATTR_UNKNOWN,
-                Some(3) => ATTR_CONTROL,
-                Some(4) => ATTR_USER_DEFINED,
-                Some(5) => ATTR_UNUSED,
-                Some(6) => ATTR_BYTE,
-                Some(value) => {
-                    return Err(TokenizerError::BadTokenType {
-                        key: K_TYPES,
-                        index: i,
-                        value,
-                    })
-                }
-            };
-            ids.insert(text.clone(), i as u32);
-            texts.push(text);
-            attrs.push(attr);
-        }
-
-        let mut byte_tokens = [None; 256];
-        for (id, (text, &attr)) in texts.iter().zip(&attrs).enumerate() {
-            if attr & ATTR_BYTE != 0 {
-                let b = parse_byte_token(text).ok_or_else(|| TokenizerError::BadByteToken {
-                    id: id as u32,
-                    text: text.clone(),
-                })?;
-                byte_tokens[b as usize].get_or_insert(id as u32);
-            }
-        }
-
-        let mut vocab = Vocab {
-            texts,
-            scores,
-            attrs,
-            ids,
-            byte_tokens,
-            unk: None,
-        };
+        let mut vocab = read_vocab(file)?;
 
         // Defaults per family, then the file's keys, as llama.cpp's loader orders them.
-        let (kind_name, mut bos, mut eos, mut unk) = match model.as_str() {
+        let (kind_name, bos, eos, unk) = match model.as_str() {
             "llama" => ("spm", Some(1u32), Some(2u32), Some(0u32)),
             "gpt2" => ("bpe", Some(11), Some(11), None),
             other => return Err(TokenizerError::UnknownModel(other.to_string())),
         };
-        let mut add_bos;
-        let mut add_eos = false;
+        let add_bos;
         let kind = if kind_name == "spm" {
             add_bos = true;
             let add_space_prefix = file
@@ -355,112 +271,26 @@ impl Tokenizer {
                 pre: pre_cfg,
             }
         };
-
-        let n_vocab = vocab.texts.len();
-        let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n_vocab);
-        bos = in_range(bos);
-        eos = in_range(eos);
-        unk = in_range(unk);
-        let mut eot = None;
-        let mut eom = None;
-        for (key, slot) in [
-            ("tokenizer.ggml.bos_token_id", &mut bos),
-            ("tokenizer.ggml.eos_token_id", &mut eos),
-            ("tokenizer.ggml.eot_token_id", &mut eot),
-            ("tokenizer.ggml.eom_token_id", &mut eom),
-            ("tokenizer.ggml.unknown_token_id", &mut unk),
-        ] {
-            if let Some(v) = file.get(key) {
-                let id = value_as_u64(v)
-                    .ok_or_else(|| TokenizerError::Other(format!("{key} is not an unsigned integer")))?;
-                if id >= n_vocab as u64 {
-                    return Err(TokenizerError::SpecialOutOfRange {
-                        key,
-                        id,
-                        vocab_size: n_vocab,
-                    });
-                }
-                *slot = Some(id as u32);
-            }
-        }
-        for (key, slot) in [
-            ("tokenizer.ggml.add_bos_token", &mut add_bos),
-            ("tokenizer.ggml.add_eos_token", &mut add_eos),
-        ] {
-            if let Some(v) = file
-                .opt(key, GgufFile::get_bool)
-                .map_err(|error| TokenizerError::Gguf { key, error })?
-            {
-                *slot = v;
-            }
-        }
-        vocab.unk = unk;
-
-        // Tokens that llama.cpp recognises by name become control tokens and end-of-generation markers.
-        let mut eog = Vec::new();
-        fn mark_control(vocab: &mut Vocab, name: &str) -> Option<u32> {
-            let id = vocab.id(name)?;
-            vocab.attrs[id as usize] |= ATTR_CONTROL;
-            Some(id)
-        }
-        if eot.is_none() {
-            eot = EOT_NAMES.iter().find_map(|n| vocab.id(n));
-        }
-        if let Some(id) = eot {
-            vocab.attrs[id as usize] |= ATTR_CONTROL;
-        }
-        if eom.is_none() {
-            eom = vocab.id("<|eom_id|>");
-        }
-        if let Some(id) = eom {
-            vocab.attrs[id as usize] |= ATTR_CONTROL;
-        }
-        for name in FIM_NAMES {
-            mark_control(&mut vocab, name);
-        }
-        for name in FIM_EOG_NAMES {
-            if let Some(id) = vocab.id(name) {
-                eog.push(id);
-            }
-        }
-        for name in EOG_NAMES {
-            if let Some(id) = mark_control(&mut vocab, name) {
-                eog.push(id);
-            }
-        }
-        for (id, text) in vocab.texts.iter().enumerate() {
-            if vocab.attrs[id] & ATTR_CONTROL != 0 && text.contains("unused") {
-                vocab.attrs[id] |= ATTR_UNUSED;
-            }
-        }
-        for name in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-            if let Some(id) = vocab.id(name) {
-                vocab.attrs[id as usize] = ATTR_USER_DEFINED;
-            }
-        }
-        eog.extend([eos, eot, eom].into_iter().flatten());
-        eog.sort_unstable();
-        eog.dedup();
-        harmony_end_is_not_eog(&mut vocab, &mut eog);
-
-        let mut specials: Vec<u32> = (0..n_vocab as u32)
-            .filter(|&id| vocab.attr(id) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
-            .collect();
-        specials.sort_by_key(|&id| std::cmp::Reverse(vocab.texts[id as usize].len()));
-        let special_finder = if specials.is_empty() {
-            None
-        } else {
-            let patterns = specials.iter().map(|&id| vocab.texts[id as usize].as_str());
-            Some(aho_corasick::AhoCorasick::new(patterns).map_err(|e| TokenizerError::Matcher(e.to_string()))?)
+        let defaults = SpecialIds {
+            bos,
+            eos,
+            eot: None,
+            eom: None,
+            unk,
+            add_bos,
+            add_eos: false,
         };
-
+        let mut ids = SpecialIds::read(file, defaults, vocab.texts.len())?;
+        vocab.unk = ids.unk;
+        let eog = end_of_generation(&mut vocab, &mut ids);
+        let (specials, special_finder) = special_matcher(&vocab)?;
         Ok(Self {
             vocab,
             kind,
-            bos,
-            eos,
-            add_bos,
-            add_eos,
+            bos: ids.bos,
+            eos: ids.eos,
+            add_bos: ids.add_bos,
+            add_eos: ids.add_eos,
             eog,
             specials,
             special_finder,
@@ -775,6 +605,228 @@ impl<'a> StreamDecoder<'a> {
         self.pending.clear();
         text
     }
+}
+
+/// The special ids and BOS/EOS flags: a family's defaults, then the file's keys.
+struct SpecialIds {
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    eom: Option<u32>,
+    unk: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+}
+
+impl SpecialIds {
+    /// `defaults` (those past the vocabulary's `n_vocab` tokens dropped), overridden by the
+    /// file's keys; an id the file sets past the vocabulary is an error.
+    fn read(file: &GgufFile, defaults: SpecialIds, n_vocab: usize) -> Result<Self, TokenizerError> {
+        let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n_vocab);
+        let mut s = SpecialIds {
+            bos: in_range(defaults.bos),
+            eos: in_range(defaults.eos),
+            unk: in_range(defaults.unk),
+            ..defaults
+        };
+        for (key, slot) in [
+            ("tokenizer.ggml.bos_token_id", &mut s.bos),
+            ("tokenizer.ggml.eos_token_id", &mut s.eos),
+            ("tokenizer.ggml.eot_token_id", &mut s.eot),
+            ("tokenizer.ggml.eom_token_id", &mut s.eom),
+            ("tokenizer.ggml.unknown_token_id", &mut s.unk),
+        ] {
+            if let Some(v) = file.get(key) {
+                let id = value_as_u64(v)
+                    .ok_or_else(|| TokenizerError::Other(format!("{key} is not an unsigned integer")))?;
+                if id >= n_vocab as u64 {
+                    return Err(TokenizerError::SpecialOutOfRange {
+                        key,
+                        id,
+                        vocab_size: n_vocab,
+                    });
+                }
+                *slot = Some(id as u32);
+            }
+        }
+        for (key, slot) in [
+            ("tokenizer.ggml.add_bos_token", &mut s.add_bos),
+            ("tokenizer.ggml.add_eos_token", &mut s.add_eos),
+        ] {
+            if let Some(v) = file
+                .opt(key, GgufFile::get_bool)
+                .map_err(|error| TokenizerError::Gguf { key, error })?
+            {
+                *slot = v;
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// The vocabulary of `file`: token texts (an empty one named `[EMPTY_i]`), scores, attributes
+/// from the token types, the text-to-id table and the byte tokens.
+fn read_vocab(file: &GgufFile) -> Result<Vocab, TokenizerError> {
+    const K_TOKENS: &str = "tokenizer.ggml.tokens";
+    const K_SCORES: &str = "tokenizer.ggml.scores";
+    const K_TYPES: &str = "tokenizer.ggml.token_type";
+
+    let texts_raw = file.get_str_array(K_TOKENS).map_err(gguf_err(K_TOKENS))?;
+    let n = texts_raw.len();
+    if u32::try_from(n).is_err() {
+        return Err(TokenizerError::Other(format!(
+            "{K_TOKENS} has {n} entries, more than a u32 id can name"
+        )));
+    }
+
+    // Any numeric element type: llama.cpp accepts f32 and i32 scores.
+    let scores = match numeric_array(file, K_SCORES, GgufFile::get_f32_array)? {
+        Some(s) if s.len() < n => {
+            return Err(TokenizerError::LengthMismatch {
+                key: K_SCORES,
+                got: s.len(),
+                expected: n,
+            })
+        }
+        Some(mut s) => {
+            s.truncate(n);
+            s
+        }
+        None => vec![0.0; n],
+    };
+    let types = numeric_array(file, K_TYPES, GgufFile::get_i64_array)?;
+    if let Some(t) = &types {
+        if t.len() < n {
+            return Err(TokenizerError::LengthMismatch {
+                key: K_TYPES,
+                got: t.len(),
+                expected: n,
+            });
+        }
+    }
+
+    let mut texts = Vec::with_capacity(n);
+    let mut attrs = Vec::with_capacity(n);
+    let mut ids = FxHashMap::default();
+    ids.reserve(n);
+    for (i, raw) in texts_raw.iter().enumerate() {
+        let text = if raw.is_empty() {
+            format!("[EMPTY_{i}]")
+        } else {
+            raw.to_string()
+        };
+        let attr = match types.as_ref().map(|t| t[i]) {
+            None | Some(1) => ATTR_NORMAL,
+            Some(0) => 0,
+            Some(2) => ATTR_UNKNOWN,
+            Some(3) => ATTR_CONTROL,
+            Some(4) => ATTR_USER_DEFINED,
+            Some(5) => ATTR_UNUSED,
+            Some(6) => ATTR_BYTE,
+            Some(value) => {
+                return Err(TokenizerError::BadTokenType {
+                    key: K_TYPES,
+                    index: i,
+                    value,
+                })
+            }
+        };
+        ids.insert(text.clone(), i as u32);
+        texts.push(text);
+        attrs.push(attr);
+    }
+
+    let mut byte_tokens = [None; 256];
+    for (id, (text, &attr)) in texts.iter().zip(&attrs).enumerate() {
+        if attr & ATTR_BYTE != 0 {
+            let b = parse_byte_token(text).ok_or_else(|| TokenizerError::BadByteToken {
+                id: id as u32,
+                text: text.clone(),
+            })?;
+            byte_tokens[b as usize].get_or_insert(id as u32);
+        }
+    }
+
+    Ok(Vocab {
+        texts,
+        scores,
+        attrs,
+        ids,
+        byte_tokens,
+        unk: None,
+    })
+}
+
+/// The end-of-generation tokens, as llama.cpp's loader finds them: the tokens it recognises
+/// by name become control tokens (EOT and EOM where the file names none, the FIM tokens, the
+/// end-of-generation names), besides EOS, EOT and EOM themselves; control tokens named
+/// "unused" are unused, and harmony's channel tokens are user-defined.
+fn end_of_generation(vocab: &mut Vocab, ids: &mut SpecialIds) -> Vec<u32> {
+    // Tokens that llama.cpp recognises by name become control tokens and end-of-generation markers.
+    let mut eog = Vec::new();
+    fn mark_control(vocab: &mut Vocab, name: &str) -> Option<u32> {
+        let id = vocab.id(name)?;
+        vocab.attrs[id as usize] |= ATTR_CONTROL;
+        Some(id)
+    }
+    if ids.eot.is_none() {
+        ids.eot = EOT_NAMES.iter().find_map(|n| vocab.id(n));
+    }
+    if let Some(id) = ids.eot {
+        vocab.attrs[id as usize] |= ATTR_CONTROL;
+    }
+    if ids.eom.is_none() {
+        ids.eom = vocab.id("<|eom_id|>");
+    }
+    if let Some(id) = ids.eom {
+        vocab.attrs[id as usize] |= ATTR_CONTROL;
+    }
+    for name in FIM_NAMES {
+        mark_control(vocab, name);
+    }
+    for name in FIM_EOG_NAMES {
+        if let Some(id) = vocab.id(name) {
+            eog.push(id);
+        }
+    }
+    for name in EOG_NAMES {
+        if let Some(id) = mark_control(vocab, name) {
+            eog.push(id);
+        }
+    }
+    for (id, text) in vocab.texts.iter().enumerate() {
+        if vocab.attrs[id] & ATTR_CONTROL != 0 && text.contains("unused") {
+            vocab.attrs[id] |= ATTR_UNUSED;
+        }
+    }
+    for name in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(id) = vocab.id(name) {
+            vocab.attrs[id as usize] = ATTR_USER_DEFINED;
+        }
+    }
+    eog.extend([ids.eos, ids.eot, ids.eom].into_iter().flatten());
+    eog.sort_unstable();
+    eog.dedup();
+    harmony_end_is_not_eog(vocab, &mut eog);
+    eog
+}
+
+/// The special tokens (control, user-defined, unknown), longest first, and a matcher that
+/// finds them in text (`None` where there are none).
+#[allow(clippy::type_complexity)]
+fn special_matcher(vocab: &Vocab) -> Result<(Vec<u32>, Option<aho_corasick::AhoCorasick>), TokenizerError> {
+    let mut specials: Vec<u32> = (0..vocab.texts.len() as u32)
+        .filter(|&id| vocab.attr(id) & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
+        .collect();
+    specials.sort_by_key(|&id| std::cmp::Reverse(vocab.texts[id as usize].len()));
+    let special_finder = if specials.is_empty() {
+        None
+    } else {
+        let patterns = specials.iter().map(|&id| vocab.texts[id as usize].as_str());
+        Some(aho_corasick::AhoCorasick::new(patterns).map_err(|e| TokenizerError::Matcher(e.to_string()))?)
+    };
+
+    Ok((specials, special_finder))
 }
 
 #[cfg(test)]
