@@ -22,38 +22,137 @@ pub const X_WIDTHS: [u8; 2] = [1, 4];
 /// 16 where GPUs have tensor cores or WMMA, 8 where Mesa lavapipe emulates them.
 pub const COOP_SIZES: [u8; 2] = [8, 16];
 
-/// Kernels without a weight format, by name (their template is `shaders/NAME.wgsl`, except
-/// the elementwise ops, the in-place and gated rmsnorms and the expert ops (moe.wgsl), which
-/// share one, and the attention variants: attention.wgsl over an f16 or (`_q8_0`) a q8_0 cache,
-/// the wide ones with registers for the widest heads).
-pub const PLAIN: [&str; 28] = [
-    "add",
-    "add_bias",
-    "scale",
-    "swiglu",
-    "geglu",
-    "sigmoid_mul",
-    "rmsnorm",
-    "rmsnorm_inplace",
-    "hadamard",
-    "rope",
+/// One variant of the backend's `Kernel` enum, declared once: the build script emits the enum,
+/// the plain kernels' modules, entry points and list from this table (`OUT_DIR/kernel_table.rs`,
+/// included by `kernels.rs`) and composes each plain kernel's module from its template. Adding
+/// a plain kernel is one row here (and its shader and op); the others are named by
+/// `Kernel::variant` in `kernels.rs`.
+pub struct KernelDecl {
+    /// The variant's doc comment.
+    pub doc: &'static str,
+    /// The variant as Rust writes it: its name, with its fields where it has any.
+    pub variant: &'static str,
+    /// A plain kernel (no weight format, no parameters): its generated module, its template in
+    /// `shaders/`, and its entry point there.
+    pub plain: Option<(&'static str, &'static str, &'static str)>,
+}
+
+/// A plain kernel's row.
+const fn plain(
+    doc: &'static str,
+    variant: &'static str,
+    module: &'static str,
+    template: &'static str,
+    entry: &'static str,
+) -> KernelDecl {
+    KernelDecl {
+        doc,
+        variant,
+        plain: Some((module, template, entry)),
+    }
+}
+
+/// Another kernel's row.
+const fn other(doc: &'static str, variant: &'static str) -> KernelDecl {
+    KernelDecl {
+        doc,
+        variant,
+        plain: None,
+    }
+}
+
+/// The backend's kernels (one compute pipeline per kernel, entry point and quant type).
+pub const KERNELS: &[KernelDecl] = &[
+    other(
+        "Quantized matmul/matvec over raw GGUF blocks, a workgroup per weight row (GPUs).",
+        "Matmul {
+        ty: GgmlType,
+        /// Activation values per load: 1, or 4 for rows of a multiple of 4 values.
+        width: u8,
+        /// Sums reduced with subgroup operations (else in workgroup memory).
+        subgroup: bool,
+        /// Products in f16 (width 4 only; devices with shader-f16).
+        f16: bool,
+    }",
+    ),
+    other(
+        "The same with one invocation per weight row and no workgroup memory.",
+        "MatmulRows(GgmlType)",
+    ),
+    other(
+        "The routed matmul over a stack of matrices, one invocation per (pair, weight row).",
+        "MatmulId(GgmlType)",
+    ),
+    other(
+        "One invocation per weight row, weights in a texture and activations in a uniform buffer (CPU adapters).",
+        "MatmulTex {
+        ty: GgmlType,
+        /// Activation rows each decoded chunk meets: 1, 2, 4 or 8.
+        rows: u8,
+        /// The subgroup shares the activation loads (x_subgroup.wgsl).
+        subgroup: bool,
+    }",
+    ),
+    other("Embedding row lookup from raw GGUF blocks.", "Embed(GgmlType)"),
+    other("The same from weights kept in a texture.", "EmbedTex(GgmlType)"),
+    plain("`x += y`.", "Add", "add", "elementwise.wgsl", "add"),
+    plain("`x += bias`, row by row.", "AddBias", "add_bias", "elementwise.wgsl", "add_bias"),
+    plain("`x *= s`.", "Scale", "scale", "elementwise.wgsl", "scale"),
+    plain("`gate = silu(gate) · up`.", "Swiglu", "swiglu", "elementwise.wgsl", "swiglu"),
+    plain("`gate = gelu(gate) · up`.", "Geglu", "geglu", "elementwise.wgsl", "geglu"),
+    plain("`x · sigmoid(gate)`.", "SigmoidMul", "sigmoid_mul", "elementwise.wgsl", "sigmoid_mul"),
+    plain("RMS norm times a weight, into another buffer.", "RmsNorm", "rmsnorm", "rmsnorm.wgsl", "main"),
+    plain("RMS norm times a weight, in place.", "RmsNormInplace", "rmsnorm_inplace", "rmsnorm.wgsl", "inplace"),
+    plain("Walsh-Hadamard rotation of groups in place.", "Hadamard", "hadamard", "hadamard.wgsl", "main"),
+    plain("Rotary position embedding in place.", "Rope", "rope", "rope.wgsl", "main"),
+    other("Rows into a KV cache of the format.", "KvStore(KvType)"),
+    other(
+        "A pass of attention, for heads of up to 256 values or (`.1`) up to [`crate::backend::attn::MAX_HEAD_DIM`] (registers sized for the widest heads slow down the common ones), over a KV cache of the format `.2`.",
+        "Attention(AttnPass, bool, KvType)",
+    ),
+    plain("Each row's largest value's index.", "Argmax", "argmax", "argmax.wgsl", "main"),
+    plain("A sampler's candidates: top k and gathered values.", "Select", "select", "select.wgsl", "main"),
+    plain("A mixture-of-experts router: ids and weights of each row's chosen experts.", "Route", "route", "route.wgsl", "main"),
+    plain("The weighted sum of each row's expert outputs.", "MoeCombine", "moe_combine", "moe.wgsl", "combine"),
+    plain("gpt-oss's clamped SwiGLU.", "SwigluOai", "swiglu_oai", "moe.wgsl", "swiglu_oai"),
+    plain("The causal conv1d of gated-delta-net layers, with its state.", "SsmConv", "ssm_conv", "ssm_conv.wgsl", "main"),
+    plain("A gated delta net's log-decays and betas.", "DeltaGates", "delta_gates", "delta_gates.wgsl", "main"),
+    plain("The gated delta rule, token by token.", "DeltaNet", "delta_net", "delta_net.wgsl", "main"),
+    plain("RMS norm in place times SiLU of a gate.", "RmsNormGated", "rmsnorm_gated", "rmsnorm.wgsl", "gated"),
+    plain(
+        "Activations rounded as the CPU hands them to a matmul over a weight format ([`super::plan::act_rounding`]).",
+        "QuantizeAct",
+        "quantize_act",
+        "quantize_act.wgsl",
+        "main",
+    ),
+    plain(
+        "Activations quantized to packed Q8_0 blocks for [`Kernel::MatmulDot`].",
+        "QuantizeQ8Packed",
+        "quantize_q8_packed",
+        "quantize_q8_packed.wgsl",
+        "main",
+    ),
+    other(
+        "Matmul with integer dot products over int8 blocks (matmul_dot.wgsl; Q8_0 weights only, a workgroup per weight row): the Vulkan backend's path where the device has VK_KHR_shader_integer_dot_product.",
+        "MatmulDot(GgmlType)",
+    ),
+    other(
+        "Matmul with cooperative matrices of `size` x `size` f16 values summed in f32 (matmul_coop.wgsl; a workgroup per 32 activation rows by 64 weight rows): the Vulkan backend's prefill path where the device has VK_KHR_cooperative_matrix. Not for F32 weights (routers and other small matrices a model keeps in f32 for their precision: they stay in f32 arithmetic, as on the CPU). Not built for the browser.",
+        "MatmulCoop { ty: GgmlType, size: u8 }",
+    ),
+];
+
+/// The modules without a weight format besides the plain kernels': the KV store over an f16
+/// or (`_q8_0`) a q8_0 cache, attention.wgsl over each (the wide ones with registers for the
+/// widest heads), and the integer-dot matmul's one format.
+pub const OTHER_MODULES: [&str; 7] = [
     "kv_store",
     "kv_store_q8_0",
     "attention",
     "attention_wide",
     "attention_q8_0",
     "attention_wide_q8_0",
-    "argmax",
-    "select",
-    "route",
-    "moe_combine",
-    "swiglu_oai",
-    "ssm_conv",
-    "delta_gates",
-    "delta_net",
-    "rmsnorm_gated",
-    "quantize_act",
-    "quantize_q8_packed",
     "matmul_dot_q8_0",
 ];
 
@@ -103,7 +202,8 @@ pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String,
             ));
         }
     }
-    for kind in PLAIN {
+    let plain = KERNELS.iter().filter_map(|k| k.plain.map(|(module, ..)| module));
+    for kind in plain.chain(OTHER_MODULES) {
         out.push((kind.to_string(), compose(read, kind, "", 0, false, false)));
     }
     out
@@ -113,10 +213,11 @@ pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String,
 fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, subgroup: bool, tex: bool) -> String {
     let f16 = kind == "matmul_f16";
     let kind = if f16 { "matmul" } else { kind };
+    let declared = KERNELS
+        .iter()
+        .find_map(|k| k.plain.filter(|(module, ..)| *module == kind).map(|(_, t, _)| t));
     let template = match kind {
-        "add" | "add_bias" | "scale" | "swiglu" | "geglu" | "sigmoid_mul" => "elementwise.wgsl".to_string(),
-        "rmsnorm_inplace" | "rmsnorm_gated" => "rmsnorm.wgsl".to_string(),
-        "moe_combine" | "swiglu_oai" => "moe.wgsl".to_string(),
+        _ if declared.is_some() => declared.unwrap_or_default().to_string(),
         "attention_wide" | "attention_q8_0" | "attention_wide_q8_0" => "attention.wgsl".to_string(),
         "embed_tex" => "embed.wgsl".to_string(),
         "matmul_dot_q8_0" => "matmul_dot.wgsl".to_string(),

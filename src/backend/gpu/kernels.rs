@@ -18,92 +18,7 @@ pub enum AttnPass {
     Merge,
 }
 
-/// The kernels of the backend (one compute pipeline per kernel, entry point and quant type).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    /// Quantized matmul/matvec over raw GGUF blocks, a workgroup per weight row (GPUs).
-    Matmul {
-        ty: GgmlType,
-        /// Activation values per load: 1, or 4 for rows of a multiple of 4 values.
-        width: u8,
-        /// Sums reduced with subgroup operations (else in workgroup memory).
-        subgroup: bool,
-        /// Products in f16 (width 4 only; devices with shader-f16).
-        f16: bool,
-    },
-    /// The same with one invocation per weight row and no workgroup memory.
-    MatmulRows(GgmlType),
-    /// The routed matmul over a stack of matrices, one invocation per (pair, weight row).
-    MatmulId(GgmlType),
-    /// One invocation per weight row, weights in a texture and activations in a uniform buffer
-    /// (CPU adapters).
-    MatmulTex {
-        ty: GgmlType,
-        /// Activation rows each decoded chunk meets: 1, 2, 4 or 8.
-        rows: u8,
-        /// The subgroup shares the activation loads (x_subgroup.wgsl).
-        subgroup: bool,
-    },
-    /// Embedding row lookup from raw GGUF blocks.
-    Embed(GgmlType),
-    /// The same from weights kept in a texture.
-    EmbedTex(GgmlType),
-    Add,
-    AddBias,
-    Scale,
-    Swiglu,
-    Geglu,
-    /// `x · sigmoid(gate)`.
-    SigmoidMul,
-    RmsNorm,
-    RmsNormInplace,
-    /// Walsh-Hadamard rotation of groups in place (hadamard.wgsl).
-    Hadamard,
-    Rope,
-    /// Rows into a KV cache of the format.
-    KvStore(KvType),
-    /// A pass of attention, for heads of up to 256 values or (`.1`) up to
-    /// [`crate::backend::attn::MAX_HEAD_DIM`] (registers sized for the widest heads slow down the
-    /// common ones), over a KV cache of the format `.2`.
-    Attention(AttnPass, bool, KvType),
-    Argmax,
-    /// A sampler's candidates: top k and gathered values (select.wgsl).
-    Select,
-    /// A mixture-of-experts router: ids and weights of each row's chosen experts.
-    Route,
-    /// The weighted sum of each row's expert outputs.
-    MoeCombine,
-    /// gpt-oss's clamped SwiGLU.
-    SwigluOai,
-    /// The causal conv1d of gated-delta-net layers, with its state (ssm_conv.wgsl).
-    SsmConv,
-    /// A gated delta net's log-decays and betas (delta_gates.wgsl).
-    DeltaGates,
-    /// The gated delta rule, token by token (delta_net.wgsl).
-    DeltaNet,
-    /// RMS norm in place times SiLU of a gate (rmsnorm.wgsl's `gated`).
-    RmsNormGated,
-    /// Activations rounded as the CPU hands them to a matmul over a weight format
-    /// (quantize_act.wgsl; [`super::plan::act_rounding`]).
-    QuantizeAct,
-    /// Activations quantized to packed Q8_0 blocks for [`Kernel::MatmulDot`]
-    /// (quantize_q8_packed.wgsl).
-    QuantizeQ8Packed,
-    /// Matmul with integer dot products over int8 blocks (matmul_dot.wgsl; Q8_0 weights only,
-    /// a workgroup per weight row): the Vulkan backend's path where the device has
-    /// VK_KHR_shader_integer_dot_product.
-    MatmulDot(GgmlType),
-    /// Matmul with cooperative matrices of `size` x `size` f16 values summed in f32
-    /// (matmul_coop.wgsl; a workgroup per 32 activation rows by 64 weight rows): the Vulkan
-    /// backend's prefill path where the device has VK_KHR_cooperative_matrix. Not for F32
-    /// weights (routers and other small matrices a model keeps in f32 for their precision:
-    /// they stay in f32 arithmetic, as on the CPU). Not built for the browser.
-    MatmulCoop {
-        ty: GgmlType,
-        size: u8,
-    },
-}
-
+include!(concat!(env!("OUT_DIR"), "/kernel_table.rs"));
 include!(concat!(env!("OUT_DIR"), "/wgsl_variants.rs"));
 
 /// Activation rows per invocation of the [`Kernel::MatmulTex`] variants.
@@ -136,20 +51,10 @@ impl Kernel {
     /// The entry point of the kernel in its module.
     pub fn entry(self) -> &'static str {
         match self {
-            Kernel::Add => "add",
-            Kernel::AddBias => "add_bias",
-            Kernel::Scale => "scale",
-            Kernel::Swiglu => "swiglu",
-            Kernel::Geglu => "geglu",
-            Kernel::SigmoidMul => "sigmoid_mul",
-            Kernel::RmsNormInplace => "inplace",
-            Kernel::MoeCombine => "combine",
-            Kernel::SwigluOai => "swiglu_oai",
-            Kernel::RmsNormGated => "gated",
             Kernel::Attention(AttnPass::Stats, ..) => "stats",
             Kernel::Attention(AttnPass::Weigh, ..) => "weigh",
             Kernel::Attention(AttnPass::Merge, ..) => "merge",
-            _ => "main",
+            k => k.plain().map_or("main", |(_, entry)| entry),
         }
     }
 
@@ -198,16 +103,6 @@ impl Kernel {
             Kernel::MatmulTex { ty, rows, subgroup } => compose::name("matmul_tex", &q(ty), rows, subgroup),
             Kernel::Embed(t) => compose::name("embed", &q(t), 0, false),
             Kernel::EmbedTex(t) => compose::name("embed_tex", &q(t), 0, false),
-            Kernel::Add => "add".into(),
-            Kernel::AddBias => "add_bias".into(),
-            Kernel::Scale => "scale".into(),
-            Kernel::Swiglu => "swiglu".into(),
-            Kernel::Geglu => "geglu".into(),
-            Kernel::SigmoidMul => "sigmoid_mul".into(),
-            Kernel::RmsNorm => "rmsnorm".into(),
-            Kernel::RmsNormInplace => "rmsnorm_inplace".into(),
-            Kernel::Hadamard => "hadamard".into(),
-            Kernel::Rope => "rope".into(),
             Kernel::KvStore(KvType::F16) => "kv_store".into(),
             Kernel::KvStore(KvType::Q8_0) => "kv_store_q8_0".into(),
             Kernel::Attention(_, wide, kv) => format!(
@@ -218,19 +113,11 @@ impl Kernel {
                     KvType::Q8_0 => "_q8_0",
                 }
             ),
-            Kernel::Argmax => "argmax".into(),
-            Kernel::Select => "select".into(),
-            Kernel::Route => "route".into(),
-            Kernel::MoeCombine => "moe_combine".into(),
-            Kernel::SwigluOai => "swiglu_oai".into(),
-            Kernel::SsmConv => "ssm_conv".into(),
-            Kernel::DeltaGates => "delta_gates".into(),
-            Kernel::DeltaNet => "delta_net".into(),
-            Kernel::RmsNormGated => "rmsnorm_gated".into(),
-            Kernel::QuantizeAct => "quantize_act".into(),
-            Kernel::QuantizeQ8Packed => "quantize_q8_packed".into(),
             Kernel::MatmulDot(t) => compose::name("matmul_dot", &q(t), 0, false),
             Kernel::MatmulCoop { ty, size } => compose::name("matmul_coop", &q(ty), size, false),
+            // The plain kernels: their declared module (`compose::KERNELS`). A kernel with
+            // parameters that is not named above has none, and so no source.
+            k => k.plain().map_or_else(String::new, |(module, _)| module.into()),
         }
     }
 }
@@ -267,30 +154,8 @@ pub fn all_variants() -> Vec<Kernel> {
             )
         })
         .collect();
-    v.extend([
-        Kernel::Add,
-        Kernel::AddBias,
-        Kernel::Scale,
-        Kernel::Swiglu,
-        Kernel::Geglu,
-        Kernel::SigmoidMul,
-        Kernel::RmsNorm,
-        Kernel::RmsNormInplace,
-        Kernel::Hadamard,
-        Kernel::Rope,
-        Kernel::Argmax,
-        Kernel::Select,
-        Kernel::Route,
-        Kernel::MoeCombine,
-        Kernel::SwigluOai,
-        Kernel::SsmConv,
-        Kernel::DeltaGates,
-        Kernel::DeltaNet,
-        Kernel::RmsNormGated,
-        Kernel::QuantizeAct,
-        Kernel::QuantizeQ8Packed,
-        Kernel::MatmulDot(GgmlType::Q8_0),
-    ]);
+    v.extend(PLAIN_KERNELS);
+    v.push(Kernel::MatmulDot(GgmlType::Q8_0));
     #[cfg(not(target_arch = "wasm32"))]
     v.extend(
         quant_types()

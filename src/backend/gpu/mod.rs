@@ -15,7 +15,9 @@
 //!
 //! A device layer binds its buffers to a dispatch's bindings (numbered as in the kernel's
 //! WGSL) and records it. Adding a GPU backend means one device layer and one `AnyBackend`
-//! variant; adding an op, the trait, `any`, `cpu`, [`GpuBackend`] and a shader.
+//! variant; adding an op, the trait, `any`, `cpu`, [`GpuBackend`], a shader and (for a kernel
+//! without a weight format or parameters) one row of [`compose::KERNELS`], from which the
+//! build script emits the [`Kernel`] enum, the kernels' names and entry points.
 
 pub mod backend;
 pub mod buffers;
