@@ -107,7 +107,7 @@ pub const KERNELS: &[KernelDecl] = &[
     plain("Rotary position embedding in place.", "Rope", "rope", "rope.wgsl", "main"),
     other("Rows into a KV cache of the format.", "KvStore(KvType)"),
     other(
-        "A pass of attention, for heads of up to 256 values or (`.1`) up to [`crate::backend::attn::MAX_HEAD_DIM`] (registers sized for the widest heads slow down the common ones), over a KV cache of the format `.2`.",
+        "A pass of attention, for heads of up to 256 values or (`.1`) up to `attn::MAX_HEAD_DIM` (registers sized for the widest heads slow down the common ones), over a KV cache of the format `.2`.",
         "Attention(AttnPass, bool, KvType)",
     ),
     plain("Each row's largest value's index.", "Argmax", "argmax", "argmax.wgsl", "main"),
@@ -120,7 +120,7 @@ pub const KERNELS: &[KernelDecl] = &[
     plain("The gated delta rule, token by token.", "DeltaNet", "delta_net", "delta_net.wgsl", "main"),
     plain("RMS norm in place times SiLU of a gate.", "RmsNormGated", "rmsnorm_gated", "rmsnorm.wgsl", "gated"),
     plain(
-        "Activations rounded as the CPU hands them to a matmul over a weight format ([`super::plan::act_rounding`]).",
+        "Activations rounded as the CPU hands them to a matmul over a weight format (quantize_act.wgsl; `plan::act_rounding`).",
         "QuantizeAct",
         "quantize_act",
         "quantize_act.wgsl",
