@@ -385,28 +385,16 @@ struct Report<'a> {
 
 impl Report<'_> {
     fn json(&self) -> serde_json::Value {
-        let Report {
-            a,
-            plan,
-            results,
-            times,
-            constrained,
-            bound,
-            opened,
-            pipelines,
-            startup,
-            profile,
-            ..
-        } = self;
-        let (deep, decode, reps) = (plan.deep, plan.decode, plan.reps);
-        let (backend, kernels, cache_types) = (self.backend, &self.kernels, &plan.cache_types);
+        let (deep, decode, reps) = (self.plan.deep, self.plan.decode, self.plan.reps);
+        let (backend, kernels, cache_types) = (self.backend, &self.kernels, &self.plan.cache_types);
         let loaded_threads = self.threads;
-        let rows: Vec<_> = results
+        let rows: Vec<_> = self
+            .results
             .iter()
             .map(|r| {
                 json!({
                     "prompt_tokens": r.prompt_tokens,
-                    "decode_position": a.decode_position,
+                    "decode_position": self.a.decode_position,
                     "cache_type": r.cache_type.name(),
                     "kv_bytes_per_token": r.kv_bytes_per_token,
                     "decode_tokens": decode,
@@ -418,30 +406,30 @@ impl Report<'_> {
                     "submissions_per_token": r.per_token.map(|p| p.submissions),
                     "readbacks_per_token": r.per_token.map(|p| p.readbacks),
                     "bind_groups_per_token": r.per_token.map(|p| p.bind_groups),
-                    "decode_bound_fraction": bound.map(|b| r.decode_tok_s / b.tok_s()),
+                    "decode_bound_fraction": self.bound.map(|b| r.decode_tok_s / b.tok_s()),
                 })
             })
             .collect();
         let j = json!({
-            "model": a.model.model(),
+            "model": self.a.model.model(),
             "threads": loaded_threads,
             "backend": backend,
             "kernels": kernels,
             "repetitions": reps,
             "cache_types": cache_types.iter().map(|t| t.name()).collect::<Vec<_>>(),
-            "read_gb_s": bound.map(|b| b.read_bytes_s / 1e9),
-            "weight_bytes_per_token": bound.map(|b| b.weight_bytes),
-            "decode_bound_tok_s": bound.map(|b| b.tok_s()),
+            "read_gb_s": self.bound.map(|b| b.read_bytes_s / 1e9),
+            "weight_bytes_per_token": self.bound.map(|b| b.weight_bytes),
+            "decode_bound_tok_s": self.bound.map(|b| b.tok_s()),
             "results": rows,
-            "chunk_size": a.chunk_size,
+            "chunk_size": self.a.chunk_size,
             "startup": {
-                "model_fetch_s": times.fetch_s,
-                "load_s": times.load_s,
-                "warmup_s": times.warmup_s,
-                "first_token_s": times.first_token_s,
+                "model_fetch_s": self.times.fetch_s,
+                "load_s": self.times.load_s,
+                "warmup_s": self.times.warmup_s,
+                "first_token_s": self.times.first_token_s,
             },
-            "json_schema": constrained.map(|c| json!({
-                "schema": a.json_schema,
+            "json_schema": self.constrained.map(|c| json!({
+                "schema": self.a.json_schema,
                 "free_decode_tok_s": c.free_tok_s,
                 "constrained_decode_tok_s": c.json_tok_s,
                 "slowdown": 1.0 - c.json_tok_s / c.free_tok_s.max(1e-9),
@@ -449,10 +437,10 @@ impl Report<'_> {
                 "constrained_steps": c.json_steps,
                 "mask_ms_per_token": c.mask_ms,
             })),
-            "vulkan_startup": opened.map(startup_json),
-            "vulkan_pipelines": pipelines.map(|(count, seconds)| json!({"count": count, "seconds": seconds})),
-            "vulkan_cold_and_warm_starts": startup.as_ref().map(|pairs| pairs.iter().map(StartPair::json).collect::<Vec<_>>()),
-            "profile": profile.iter().map(|k| json!({"kernel": k.label, "calls": k.calls, "ms": k.ns / 1e6})).collect::<Vec<_>>(),
+            "vulkan_startup": self.opened.map(startup_json),
+            "vulkan_pipelines": self.pipelines.map(|(count, seconds)| json!({"count": count, "seconds": seconds})),
+            "vulkan_cold_and_warm_starts": self.startup.as_ref().map(|pairs| pairs.iter().map(StartPair::json).collect::<Vec<_>>()),
+            "profile": self.profile.iter().map(|k| json!({"kernel": k.label, "calls": k.calls, "ms": k.ns / 1e6})).collect::<Vec<_>>(),
         });
         j
     }
