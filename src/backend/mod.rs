@@ -31,6 +31,7 @@ pub mod readback;
 pub mod recurrent;
 pub mod rope;
 pub mod rotation;
+pub mod sync;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod vulkan;
 #[cfg(tinyllm_webgpu)]

@@ -58,7 +58,7 @@ impl<B: Backend> Placed<B> {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Result<B::Weight, BackendError>>> {
         // A panic while holding the map cannot leave it half-changed (one insert or remove).
-        self.weights.lock().unwrap_or_else(|e| e.into_inner())
+        crate::backend::sync::lock(&self.weights)
     }
 }
 

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use web_time::Instant;
 
+use crate::backend::sync::lock;
+
 static ON: AtomicBool = AtomicBool::new(false);
 
 /// Seconds by call site, and the passes' totals.
@@ -48,7 +50,7 @@ thread_local! {
 }
 
 fn book<R>(f: impl FnOnce(&mut Book) -> R) -> R {
-    let mut guard = BOOK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = lock(&BOOK);
     f(guard.get_or_insert_with(Book::default))
 }
 

@@ -16,7 +16,7 @@
 //! format (quantize_act), so the backends multiply the same values. Work is recorded into one
 //! pass per forward pass and submitted when a result must come back.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use super::buffers::{GpuBuffer, GpuKv, GpuWeight, Store};
 use super::device::{Bind, Caps, Device};
@@ -39,6 +39,7 @@ use crate::backend::readback::Readback;
 use crate::backend::recurrent::{self, MAX_CONV_KERNEL};
 use crate::backend::recurrent::{Conv, DeltaNet, Form, SeqRows};
 use crate::backend::rope::Rope;
+use crate::backend::sync::lock;
 use crate::gguf::{GgufFile, TensorInfo, TensorView};
 use crate::quant::GgmlType;
 use crate::sample::Candidates;
@@ -137,11 +138,6 @@ impl<D: Device> std::fmt::Debug for GpuBackend<D> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one leaves nothing half-updated that matters: keep going.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl<D: Device> GpuBackend<D> {
     /// The backend over `dev`, its kernel paths chosen from the device's caps and `opts`.
     pub fn over(dev: D, opts: &GpuOptions) -> Self {
@@ -176,14 +172,14 @@ impl<D: Device> GpuBackend<D> {
         self.inner.paths.cooperative_matrix.filter(|_| ty != GgmlType::F32)
     }
 
-    fn dev(&self) -> &D {
-        &self.inner.dev
-    }
-
-    /// Record `d` with storage buffers `binds`.
-    fn record(&self, op: &'static str, d: &Dispatch, binds: &[(u32, &D::Buf)]) -> Result<(), BackendError> {
-        let binds: Vec<(u32, Bind<'_, D>)> = binds.iter().map(|&(i, b)| (i, Bind::Buffer(b))).collect();
-        self.dev().record(op, d, &binds)
+    /// Record `d` with storage buffers `binds` (an array: a dispatch allocates nothing here).
+    fn record<const N: usize>(
+        &self,
+        op: &'static str,
+        d: &Dispatch,
+        binds: [(u32, &D::Buf); N],
+    ) -> Result<(), BackendError> {
+        self.layer().record(op, d, &binds.map(|(i, b)| (i, Bind::Buffer(b))))
     }
 
     /// `slot`'s buffer if it holds at least `bytes`, else a new one of twice that.
@@ -196,7 +192,7 @@ impl<D: Device> GpuBackend<D> {
         if slot.as_ref().is_none_or(|b| D::size(b) < bytes) {
             // The old buffer goes first: a device may keep it until recorded work is done.
             *slot = None;
-            *slot = Some(self.dev().alloc(op, (2 * bytes).max(64))?);
+            *slot = Some(self.layer().alloc(op, (2 * bytes).max(64))?);
         }
         Ok(slot.as_ref().expect("just set"))
     }
@@ -213,8 +209,8 @@ impl<D: Device> GpuBackend<D> {
     ) -> Result<Readback<Vec<u8>>, BackendError> {
         let mut slot = lock(slot);
         let buf = self.grown(op, &mut slot, bytes)?;
-        self.record(op, d, &[(1, x), (out, buf)])?;
-        self.dev().read(op, buf, bytes)
+        self.record(op, d, [(1, x), (out, buf)])?;
+        self.layer().read(op, buf, bytes)
     }
 
     /// Run `f` with the activations a matmul over weights of type `ty` multiplies: the first
@@ -234,7 +230,7 @@ impl<D: Device> GpuBackend<D> {
         let Some(d) = d else { return f(&x.buf) };
         let mut slot = lock(&self.inner.activations);
         let buf = self.grown("quantize_act", &mut slot, (len * 4) as u64)?;
-        self.record("quantize_act", &d, &[(1, &x.buf), (2, buf)])?;
+        self.record("quantize_act", &d, [(1, &x.buf), (2, buf)])?;
         f(buf)
     }
 
@@ -249,10 +245,10 @@ impl<D: Device> GpuBackend<D> {
         rows: usize,
         out: &D::Buf,
     ) -> Result<(), BackendError> {
-        let window = self.dev().window();
+        let window = self.layer().window();
         for (r0, n) in plan::tex_tiles(w.n_in, rows) {
             let bytes = (n * w.n_in * 4) as u64;
-            self.dev()
+            self.layer()
                 .copy("matmul", (x, (r0 * w.n_in * 4) as u64), (window, 0), bytes)?;
             for (part, store) in &w.parts {
                 let Store::Image(img) = store else {
@@ -264,7 +260,7 @@ impl<D: Device> GpuBackend<D> {
                     (2, Bind::Uniform(window, X_WINDOW_BYTES as u64)),
                     (3, Bind::Buffer(out)),
                 ];
-                self.dev().record("matmul", &d, &binds)?;
+                self.layer().record("matmul", &d, &binds)?;
             }
         }
         Ok(())
@@ -284,13 +280,13 @@ impl<D: Device> GpuBackend<D> {
         let q = plan::quantize_q8_packed(len)?;
         let mut slot = lock(&self.inner.activations);
         let packed = self.grown("quantize_act", &mut slot, (plan::packed_q8_words(len) * 4) as u64)?;
-        self.record("quantize_act", &q, &[(1, &x.buf), (2, packed)])?;
+        self.record("quantize_act", &q, [(1, &x.buf), (2, packed)])?;
         for (part, store) in &w.parts {
             let d = plan::matmul_dot(m, *part, rows, w.row_bytes)?;
             self.record(
                 "matmul",
                 &d,
-                &[(1, w.buffer("matmul", store)?), (2, packed), (3, &out.buf)],
+                [(1, w.buffer("matmul", store)?), (2, packed), (3, &out.buf)],
             )?;
         }
         Ok(())
@@ -311,9 +307,9 @@ impl<D: Device> GpuBackend<D> {
             return Ok(());
         };
         let (kc, vc) = (&k.buf.buf, &v.buf.buf);
-        let sinks = sinks.unwrap_or(self.dev().dummy());
+        let sinks = sinks.unwrap_or(self.layer().dummy());
         match p {
-            AttnPlan::Whole(d) => self.record("attention", &d, &[(1, q), (2, kc), (3, vc), (4, out), (6, sinks)]),
+            AttnPlan::Whole(d) => self.record("attention", &d, [(1, q), (2, kc), (3, vc), (4, out), (6, sinks)]),
             AttnPlan::Split {
                 stats,
                 weigh,
@@ -322,9 +318,9 @@ impl<D: Device> GpuBackend<D> {
             } => {
                 let mut slot = lock(&self.inner.partials);
                 let part = self.grown("attention", &mut slot, partial_floats as u64 * 4)?;
-                self.record("attention", &stats, &[(1, q), (2, kc), (5, part)])?;
-                self.record("attention", &weigh, &[(1, q), (2, kc), (3, vc), (5, part), (6, sinks)])?;
-                self.record("attention", &merge, &[(4, out), (5, part)])
+                self.record("attention", &stats, [(1, q), (2, kc), (5, part)])?;
+                self.record("attention", &weigh, [(1, q), (2, kc), (3, vc), (5, part), (6, sinks)])?;
+                self.record("attention", &merge, [(4, out), (5, part)])
             }
         }
     }
@@ -414,19 +410,19 @@ impl<D: Device> GpuBackend<D> {
             self.inner.paths.max_binding,
             image,
         )?;
-        self.dev()
+        self.layer()
             .prepare("load_weight", &self.weight_kernels(ty, n_in, w.mats > 1, textured))?;
         let mut row0 = 0;
         while row0 < n_out {
             let rows = rows_per_part.min(n_out - row0);
             let store = if textured {
                 let bytes = (rows * w.stride) as u64;
-                Store::Image(self.dev().weight_image(
+                Store::Image(self.layer().weight_image(
                     &w.name,
                     bytes.div_ceil(crate::backend::gpu::sizes::TEX_ROW_BYTES).max(1),
                 )?)
             } else {
-                Store::Buffer(self.dev().weight_buffer(&w.name, (rows * w.row_bytes) as u64)?)
+                Store::Buffer(self.layer().weight_buffer(&w.name, (rows * w.row_bytes) as u64)?)
             };
             w.parts.push((plan::PartRows { row0, rows }, store));
             row0 += rows;
@@ -447,7 +443,7 @@ impl<D: Device> GpuBackend<D> {
     ) -> Result<(), BackendError> {
         checks::elementwise(op, x.len, Some((name, y.len)), len)?;
         if let Some(d) = plan::elementwise(op, kernel, len, 1, 0.0)? {
-            self.record(op, &d, &[(1, &x.buf), (2, &y.buf)])?;
+            self.record(op, &d, [(1, &x.buf), (2, &y.buf)])?;
         }
         Ok(())
     }
@@ -477,7 +473,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let mut w = Self::skeleton(info, n_in, n_out);
         if checks::is_vector(info) {
             let v = view.to_f32()?;
-            w.dense = Some(self.dev().upload("load_weight", bytemuck::cast_slice(&v))?);
+            w.dense = Some(self.layer().upload("load_weight", bytemuck::cast_slice(&v))?);
             return Ok(w);
         }
         // A conv kernel (`[kernel, channels]`) is read as plain values by ssm_conv.wgsl. Rows
@@ -486,10 +482,10 @@ impl<D: Device> Backend for GpuBackend<D> {
         let short_bytes = (n_in * n_out) as u64 * 4;
         if n_in <= MAX_CONV_KERNEL && short_bytes <= self.inner.paths.max_binding {
             let v = view.to_f32()?;
-            w.short_rows = Some(self.dev().upload("load_weight", bytemuck::cast_slice(&v))?);
+            w.short_rows = Some(self.layer().upload("load_weight", bytemuck::cast_slice(&v))?);
         }
         let mut writer = self.weight_writer_for(w)?;
-        writer.rows(self.dev(), 0, view.data)?;
+        writer.rows(self.layer(), 0, view.data)?;
         writer.finish()
     }
 
@@ -503,7 +499,7 @@ impl<D: Device> Backend for GpuBackend<D> {
             ));
         }
         Ok(GpuBuffer {
-            buf: self.dev().alloc("alloc", bytes)?,
+            buf: self.layer().alloc("alloc", bytes)?,
             len,
         })
     }
@@ -511,7 +507,7 @@ impl<D: Device> Backend for GpuBackend<D> {
     fn alloc_kv(&self, len: usize, ty: KvType) -> Result<GpuKv<D>, BackendError> {
         checks::alloc_kv(len, ty)?;
         // The first cache of this format: its store and attention pipelines, made together.
-        self.dev().prepare("alloc_kv", &kernels::kv_kernels(ty))?;
+        self.layer().prepare("alloc_kv", &kernels::kv_kernels(ty))?;
         let (words, scales) = plan::kv_words(len, ty);
         Ok(GpuKv {
             buf: self.alloc(words)?,
@@ -526,7 +522,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         if src.is_empty() {
             return Ok(());
         }
-        self.dev().write(&dst.buf, bytemuck::cast_slice(src))
+        self.layer().write(&dst.buf, bytemuck::cast_slice(src))
     }
 
     fn read(&self, src: &GpuBuffer<D>, len: usize) -> Result<Readback<Vec<f32>>, BackendError> {
@@ -535,7 +531,7 @@ impl<D: Device> Backend for GpuBackend<D> {
             return Ok(Readback::ready(Vec::new()));
         }
         Ok(self
-            .dev()
+            .layer()
             .read("read", &src.buf, len as u64 * 4)?
             .map(|bytes| bytemuck::pod_collect_to_vec(&bytes)))
     }
@@ -558,7 +554,7 @@ impl<D: Device> Backend for GpuBackend<D> {
                 Store::Image(i) => (Kernel::EmbedTex(table.ty), table.stride, Bind::Image(i)),
             };
             let d = plan::embed(kernel, table.n_in, row_bytes, tokens, *rows, scale)?;
-            self.dev()
+            self.layer()
                 .record("embed", &d, &[(1, weights), (3, Bind::Buffer(&out.buf))])?;
         }
         Ok(())
@@ -590,7 +586,7 @@ impl<D: Device> Backend for GpuBackend<D> {
                     Some(size) => plan::matmul_coop(m, *part, rows, w.row_bytes, size)?,
                     None => plan::matmul(&self.inner.paths.strategy, m, *part, rows, w.row_bytes)?,
                 };
-                self.record("matmul", &d, &[(1, w.buffer("matmul", store)?), (2, x), (3, &out.buf)])?;
+                self.record("matmul", &d, [(1, w.buffer("matmul", store)?), (2, x), (3, &out.buf)])?;
             }
             Ok(())
         })
@@ -601,7 +597,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let len = rows * n;
         checks::elementwise("add_bias", x.len, None, len)?;
         if let Some(d) = plan::elementwise("add_bias", Kernel::AddBias, len, n, 0.0)? {
-            self.record("add_bias", &d, &[(1, &x.buf), (2, b)])?;
+            self.record("add_bias", &d, [(1, &x.buf), (2, b)])?;
         }
         Ok(())
     }
@@ -613,7 +609,7 @@ impl<D: Device> Backend for GpuBackend<D> {
     fn scale(&self, x: &mut Self::Buffer, len: usize, s: f32) -> Result<(), BackendError> {
         checks::elementwise("scale", x.len, None, len)?;
         if let Some(d) = plan::elementwise("scale", Kernel::Scale, len, 1, s)? {
-            self.record("scale", &d, &[(1, &x.buf)])?;
+            self.record("scale", &d, [(1, &x.buf)])?;
         }
         Ok(())
     }
@@ -621,7 +617,7 @@ impl<D: Device> Backend for GpuBackend<D> {
     fn hadamard(&self, x: &mut Self::Buffer, groups: usize, n: usize) -> Result<(), BackendError> {
         crate::backend::rotation::check(x.len, groups, n)?;
         if let Some(d) = plan::hadamard(groups, n)? {
-            self.record("hadamard", &d, &[(1, &x.buf)])?;
+            self.record("hadamard", &d, [(1, &x.buf)])?;
         }
         Ok(())
     }
@@ -637,7 +633,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let wb = w.dense("rmsnorm")?;
         checks::norm(Some(x.len), out.len, groups, w.n_in)?;
         if let Some(d) = plan::norm(Kernel::RmsNorm, w.n_in, groups, eps)? {
-            self.record("rmsnorm", &d, &[(1, &x.buf), (2, wb), (3, &out.buf)])?;
+            self.record("rmsnorm", &d, [(1, &x.buf), (2, wb), (3, &out.buf)])?;
         }
         Ok(())
     }
@@ -652,7 +648,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let wb = w.dense("rmsnorm")?;
         checks::norm(None, x.len, groups, w.n_in)?;
         if let Some(d) = plan::norm(Kernel::RmsNormInplace, w.n_in, groups, eps)? {
-            self.record("rmsnorm", &d, &[(2, wb), (4, &x.buf)])?;
+            self.record("rmsnorm", &d, [(2, wb), (4, &x.buf)])?;
         }
         Ok(())
     }
@@ -669,7 +665,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let f = factors.map(|w| w.dense("rope")).transpose()?;
         checks::rope(x.len, n_head, head_dim, positions, rope, factors.map(|w| w.n_in))?;
         if let Some(d) = plan::rope(n_head, head_dim, positions, rope, f.is_some())? {
-            self.record("rope", &d, &[(1, &x.buf), (2, f.unwrap_or(self.dev().dummy()))])?;
+            self.record("rope", &d, [(1, &x.buf), (2, f.unwrap_or(self.layer().dummy()))])?;
         }
         Ok(())
     }
@@ -684,7 +680,7 @@ impl<D: Device> Backend for GpuBackend<D> {
     ) -> Result<(), BackendError> {
         checks::kv_store((cache.len, cache.ty), src.len, row0, width, positions)?;
         if let Some(d) = plan::kv_store(row0, width, positions, cache.ty, cache.scales)? {
-            self.record("kv_store", &d, &[(1, &src.buf), (3, &cache.buf.buf)])?;
+            self.record("kv_store", &d, [(1, &src.buf), (3, &cache.buf.buf)])?;
         }
         Ok(())
     }
@@ -732,7 +728,7 @@ impl<D: Device> Backend for GpuBackend<D> {
     ) -> Result<(), BackendError> {
         checks::elementwise("swiglu_oai", gate.len, Some(("up", up.len)), len)?;
         if let Some(d) = plan::moe_elementwise("swiglu_oai", Kernel::SwigluOai, len, 1, 0, alpha, limit)? {
-            self.record("swiglu_oai", &d, &[(1, &gate.buf), (2, &up.buf)])?;
+            self.record("swiglu_oai", &d, [(1, &gate.buf), (2, &up.buf)])?;
         }
         Ok(())
     }
@@ -750,9 +746,9 @@ impl<D: Device> Backend for GpuBackend<D> {
         let bias_len = bias.map(|w| w.n_in * w.n_out);
         route.check_call(rows, logits.len, bias_len, ids.len, weights.len)?;
         if let Some(d) = plan::route(rows, route, b.is_some())? {
-            let b = b.unwrap_or(self.dev().dummy());
+            let b = b.unwrap_or(self.layer().dummy());
             let binds = [(1, &logits.buf), (2, b), (3, &ids.buf), (4, &weights.buf)];
-            self.record("route_experts", &d, &binds)?;
+            self.record("route_experts", &d, binds)?;
         }
         Ok(())
     }
@@ -779,9 +775,9 @@ impl<D: Device> Backend for GpuBackend<D> {
             for (part, store) in &w.parts {
                 let buf = w.buffer("matmul_id", store)?;
                 if let Some(d) = plan::matmul_id(mat, n_mat, *part, w.row_bytes, m, b.is_some())? {
-                    let bias = b.unwrap_or(self.dev().dummy());
+                    let bias = b.unwrap_or(self.layer().dummy());
                     let binds = [(1, buf), (2, x), (3, &out.buf), (4, &ids.buf), (5, bias)];
-                    self.record("matmul_id", &d, &binds)?;
+                    self.record("matmul_id", &d, binds)?;
                 }
             }
             Ok(())
@@ -800,11 +796,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         crate::backend::moe::check_combine(rows, slots, width, experts.len, weights.len, out.len)?;
         let len = rows * width;
         if let Some(d) = plan::moe_elementwise("moe_combine", Kernel::MoeCombine, len, width, slots, 0.0, 0.0)? {
-            self.record(
-                "moe_combine",
-                &d,
-                &[(1, &out.buf), (2, &experts.buf), (3, &weights.buf)],
-            )?;
+            self.record("moe_combine", &d, [(1, &out.buf), (2, &experts.buf), (3, &weights.buf)])?;
         }
         Ok(())
     }
@@ -821,7 +813,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let (wb, w_len) = w.values("ssm_conv")?;
         p.check(seq, x.len, w_len, state.len, out.len)?;
         if let Some(d) = plan::ssm_conv(p, seq)? {
-            self.record("ssm_conv", &d, &[(1, &x.buf), (2, wb), (3, &state.buf), (4, &out.buf)])?;
+            self.record("ssm_conv", &d, [(1, &x.buf), (2, wb), (3, &state.buf), (4, &out.buf)])?;
         }
         Ok(())
     }
@@ -838,7 +830,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let (av, a_len) = a.values("delta_gates")?;
         recurrent::check_gates(rows, n_head, alpha.len, beta.len, n_head, a_len)?;
         if let Some(d) = plan::delta_gates(rows, n_head)? {
-            self.record("delta_gates", &d, &[(1, &alpha.buf), (2, &beta.buf), (3, dt), (4, av)])?;
+            self.record("delta_gates", &d, [(1, &alpha.buf), (2, &beta.buf), (3, dt), (4, av)])?;
         }
         Ok(())
     }
@@ -865,7 +857,7 @@ impl<D: Device> Backend for GpuBackend<D> {
                 (4, &state.buf),
                 (5, &out.buf),
             ];
-            self.record("delta_net", &d, &binds)?;
+            self.record("delta_net", &d, binds)?;
         }
         Ok(())
     }
@@ -881,7 +873,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         let wb = w.dense("rmsnorm_gated")?;
         recurrent::check_gated_norm(groups, w.n_in, x.len, z.len)?;
         if let Some(d) = plan::norm(Kernel::RmsNormGated, w.n_in, groups, eps)? {
-            self.record("rmsnorm_gated", &d, &[(1, &z.buf), (2, wb), (4, &x.buf)])?;
+            self.record("rmsnorm_gated", &d, [(1, &z.buf), (2, wb), (4, &x.buf)])?;
         }
         Ok(())
     }
@@ -894,7 +886,7 @@ impl<D: Device> Backend for GpuBackend<D> {
         for i in 0..c.count {
             let (s, d) = (c.src_off + i * c.src_stride, c.dst_off + i * c.dst_stride);
             let at = |v: usize| (v * 4) as u64;
-            self.dev()
+            self.layer()
                 .copy("copy_strided", (&src.buf, at(s)), (&dst.buf, at(d)), at(c.width))?;
         }
         Ok(())
@@ -913,7 +905,7 @@ impl<D: Device> Backend for GpuBackend<D> {
             return Ok(());
         }
         let (off, len) = ((row0 * width * 4) as u64, (rows * width * 4) as u64);
-        self.dev().copy("copy_rows", (&src.buf, off), (&dst.buf, 0), len)
+        self.layer().copy("copy_rows", (&src.buf, off), (&dst.buf, 0), len)
     }
 
     fn paste_rows(
@@ -929,7 +921,7 @@ impl<D: Device> Backend for GpuBackend<D> {
             return Ok(());
         }
         let (off, len) = ((row0 * width * 4) as u64, (rows * width * 4) as u64);
-        self.dev().copy("paste_rows", (&src.buf, 0), (&dst.buf, off), len)
+        self.layer().copy("paste_rows", (&src.buf, 0), (&dst.buf, off), len)
     }
 
     fn argmax(&self, x: &GpuBuffer<D>, rows: usize, width: usize) -> Result<Readback<Vec<u32>>, BackendError> {

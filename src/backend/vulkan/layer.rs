@@ -4,7 +4,7 @@
 //! kernel each op takes is the shared layer's choice, from the [`Caps`] reported here
 //! (subgroups, f16, integer dot products, cooperative matrices, a CPU device).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
@@ -23,6 +23,7 @@ use crate::backend::gpu::kernels::Kernel;
 use crate::backend::gpu::options::GpuOptions;
 use crate::backend::gpu::sizes::{TEX_ROW_BYTES, X_WINDOW_BYTES};
 use crate::backend::readback::Readback;
+use crate::backend::sync::lock;
 use crate::backend::vulkan::error::VulkanError;
 
 /// The Vulkan backend: the shared GPU backend over ash.
@@ -112,11 +113,6 @@ impl std::fmt::Debug for Vulkan {
             .field("device", &self.device.info().name)
             .finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one leaves nothing half-updated that matters: keep going.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn failed(op: &'static str) -> impl Fn(VulkanError) -> BackendError {
@@ -261,11 +257,17 @@ impl gpu::Device for Vulkan {
     fn upload(&self, op: &'static str, data: &[u8]) -> Result<Owned, BackendError> {
         let owned = self.buffer(op, data.len() as u64)?;
         let size = owned.get().size as usize;
-        let mut padded = data.to_vec();
-        padded.resize(size, 0);
+        // Copied only where the words need padding.
+        let bytes: std::borrow::Cow<'_, [u8]> = if data.len() == size {
+            data.into()
+        } else {
+            let mut padded = data.to_vec();
+            padded.resize(size, 0);
+            padded.into()
+        };
         let mut rec = lock(&self.rec);
         let before = rec.stats().staged_bytes;
-        rec.upload(owned.get(), 0, &padded).map_err(failed(op))?;
+        rec.upload(owned.get(), 0, &bytes).map_err(failed(op))?;
         if rec.stats().staged_bytes != before {
             rec.submit().map_err(failed(op))?;
         }

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use ash::vk;
 
 use super::device::Device;
+use crate::backend::sync::lock;
 use crate::backend::vulkan::error::VulkanError;
 
 /// The default block size: large enough that a small model's weights take a few blocks.
@@ -378,7 +379,7 @@ impl Memory {
     ) -> Result<(usize, u64, vk::DeviceMemory, Option<*mut u8>), VulkanError> {
         let type_index = self.memory_type(req.memory_type_bits, location)?;
         let align = req.alignment.max(1);
-        let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut blocks = lock(&self.blocks);
         let found = blocks.iter_mut().enumerate().find_map(|(i, b)| {
             let b = b
                 .as_mut()
@@ -406,7 +407,7 @@ impl Memory {
 
     /// Give a range back (an emptied block goes back to the driver).
     fn release(&self, block: usize, offset: u64, span: u64) {
-        let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut blocks = lock(&self.blocks);
         let emptied = match blocks.get_mut(block).and_then(Option::as_mut) {
             Some(b) => {
                 b.give_back(offset, span);
@@ -497,23 +498,17 @@ impl Memory {
     /// of a pass may be named by a recorded command, which must not meet a destroyed buffer
     /// (nor its range handed to another one). [`Memory::free_retired`] frees it.
     pub fn retire(&self, buffer: Buffer) {
-        self.retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Retired::Buffer(buffer));
+        lock(&self.retired).push(Retired::Buffer(buffer));
     }
 
     /// [`Memory::retire`] for an image.
     pub fn retire_image(&self, image: Image) {
-        self.retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Retired::Image(image));
+        lock(&self.retired).push(Retired::Image(image));
     }
 
     /// Free the [`Memory::retire`]d buffers; called when every submitted pass has finished.
     pub fn free_retired(&self) {
-        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        let retired = std::mem::take(&mut *lock(&self.retired));
         for r in retired {
             match r {
                 Retired::Buffer(b) => self.free(b),
@@ -523,7 +518,7 @@ impl Memory {
     }
 
     pub fn stats(&self) -> MemoryStats {
-        let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        let blocks = lock(&self.blocks);
         let mut s = MemoryStats::default();
         for b in blocks.iter().flatten() {
             s.blocks += 1;

@@ -17,6 +17,7 @@ use crate::backend::gpu::kernels::{self, Kernel};
 use crate::backend::gpu::options::GpuOptions;
 use crate::backend::gpu::sizes::{TEX_ROW_BYTES, X_WINDOW_BYTES};
 use crate::backend::readback::Readback;
+use crate::backend::sync::lock;
 
 /// The WebGPU backend: the shared GPU backend over wgpu.
 pub type WebGpuBackend = GpuBackend<WebGpu>;
@@ -60,11 +61,6 @@ fn device(op: &'static str, problem: String) -> BackendError {
     BackendError::Device { op, problem }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one leaves nothing half-updated that matters: keep going.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl WebGpuBackend {
     /// Open the preferred adapter (native: blocks until the device is there).
     #[cfg(not(target_arch = "wasm32"))]
@@ -83,18 +79,15 @@ impl WebGpuBackend {
     pub async fn open(opts: WebGpuOptions) -> Result<Self, WebGpuError> {
         let ctx = Context::open(opts.device, opts.no_f16).await?;
         let rec = Arc::new(Mutex::new(Recorder::new(&ctx.device, &ctx.limits)));
-        let buffer = |label, size, usage| WgpuBuf {
-            buf: ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage,
-                mapped_at_creation: false,
-            }),
-            cache: Arc::downgrade(&rec),
-        };
-        let dummy = buffer("dummy", 16, wgpu::BufferUsages::STORAGE);
+        let dummy = new_buffer(&ctx.device, &rec, "dummy", 16, wgpu::BufferUsages::STORAGE);
         let window_usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
-        let window = buffer("activation window", X_WINDOW_BYTES as u64, window_usage);
+        let window = new_buffer(
+            &ctx.device,
+            &rec,
+            "activation window",
+            X_WINDOW_BYTES as u64,
+            window_usage,
+        );
         let dev = WebGpu {
             ctx,
             pipes: Mutex::default(),
@@ -201,15 +194,27 @@ impl WebGpu {
     }
 
     fn buffer(&self, label: &str, bytes: u64, usage: wgpu::BufferUsages) -> WgpuBuf {
-        WgpuBuf {
-            buf: self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: bytes.max(16).div_ceil(4) * 4,
-                usage,
-                mapped_at_creation: false,
-            }),
-            cache: Arc::downgrade(&self.rec),
-        }
+        new_buffer(&self.ctx.device, &self.rec, label, bytes, usage)
+    }
+}
+
+/// A buffer of `bytes` (rounded up to whole words, at least 16) whose cached bind groups leave
+/// `rec`'s cache with it.
+fn new_buffer(
+    device: &wgpu::Device,
+    rec: &Arc<Mutex<Recorder>>,
+    label: &str,
+    bytes: u64,
+    usage: wgpu::BufferUsages,
+) -> WgpuBuf {
+    WgpuBuf {
+        buf: device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(16).div_ceil(4) * 4,
+            usage,
+            mapped_at_creation: false,
+        }),
+        cache: Arc::downgrade(rec),
     }
 }
 

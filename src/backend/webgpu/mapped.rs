@@ -9,6 +9,7 @@ use std::task::{Context, Poll, Waker};
 
 use crate::backend::error::BackendError;
 use crate::backend::readback::Pending;
+use crate::backend::sync::lock;
 
 /// Where the mapping callback leaves its outcome.
 #[derive(Default)]
@@ -30,10 +31,6 @@ pub struct MappedRead {
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     device: wgpu::Device,
     pool: StagingPool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl MappedRead {

@@ -18,6 +18,7 @@ use std::num::NonZeroU64;
 use std::sync::{Mutex, Weak};
 
 use crate::backend::gpu;
+use crate::backend::sync::lock;
 
 /// A device layer whose buffers and images are wgpu's.
 pub trait WgpuLayer: gpu::Device<Buf = WgpuBuf, Image = WgpuImage> {}
@@ -275,6 +276,6 @@ impl Drop for WgpuImage {
 /// Drop the bind groups of `cache` that bind any of `bufs` or `views`.
 fn forget(cache: &Weak<Mutex<Recorder>>, bufs: &[&wgpu::Buffer], views: &[&wgpu::TextureView]) {
     if let Some(rec) = cache.upgrade() {
-        rec.lock().unwrap_or_else(|e| e.into_inner()).forget(bufs, views);
+        lock(&rec).forget(bufs, views);
     }
 }
