@@ -600,7 +600,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn val(i: usize, off: f32) -> f32 {
@@ -620,7 +620,13 @@ mod tests {
         (q, k, v)
     }
 
-    fn params(rows: usize, pos0: usize, n_head: usize, n_head_kv: usize, hd: (usize, usize)) -> AttnParams {
+    pub(crate) fn params(
+        rows: usize,
+        pos0: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        hd: (usize, usize),
+    ) -> AttnParams {
         AttnParams {
             rows,
             pos0,
@@ -635,43 +641,39 @@ mod tests {
         }
     }
 
-    /// The straightforward reference: every product in f64, no skipping, no f16 rounding of
-    /// the probabilities.
-    fn reference(
-        q: &[f32],
-        k: &[f16],
-        v: &[f16],
+    /// The straightforward reference for one query head `q` (rounded as the kernel rounds
+    /// it) at position `pos` over caches decoded to f64 (`k`: `[pos][n_head_kv][head_dim_k]`,
+    /// `v` in [`AttnParams::v_layout`]): every product in f64, no skipping, no rounding of the
+    /// probabilities. The Q8_0 cache's tests share it.
+    pub(crate) fn reference(
+        q: &[f64],
+        k: &[f64],
+        v: &[f64],
         kvh: usize,
         pos: usize,
         p: &AttnParams,
-        sink: Option<f32>,
-    ) -> Vec<f32> {
+        sink: Option<f64>,
+    ) -> Vec<f64> {
         let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
-        let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let q16: Vec<f64> = q.iter().map(|&x| f64::from(f16::from_f32(x).to_f32())).collect();
+        let (v_row, v_head) = p.v_layout();
+        let first = first_visible(pos, p.window);
         let s: Vec<f64> = (first..=pos)
             .map(|j| {
                 let kr = &k[j * p.n_head_kv * hdk + kvh * hdk..][..hdk];
-                let d: f64 = q16.iter().zip(kr).map(|(a, b)| a * f64::from(b.to_f32())).sum();
+                let d: f64 = q.iter().zip(kr).map(|(a, b)| a * b).sum();
                 let d = p.softcap.map_or(d, |c| f64::from(c) * (d / f64::from(c)).tanh());
                 d * f64::from(p.scale)
             })
             .collect();
-        let max = s
-            .iter()
-            .copied()
-            .chain(sink.map(f64::from))
-            .fold(f64::NEG_INFINITY, f64::max);
+        let max = s.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
-        let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |k| (f64::from(k) - max).exp());
+        let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |k| (k - max).exp());
         let mut out = vec![0f64; hdv];
         for (idx, w) in e.iter().enumerate() {
-            let vr = &v[(first + idx) * p.n_head_kv * hdv + kvh * hdv..][..hdv];
-            for (o, b) in out.iter_mut().zip(vr) {
-                *o += w / sum * f64::from(b.to_f32());
-            }
+            let vr = &v[(first + idx) * v_row + kvh * v_head..][..hdv];
+            out.iter_mut().zip(vr).for_each(|(o, x)| *o += w / sum * x);
         }
-        out.into_iter().map(|x| x as f32).collect()
+        out
     }
 
     /// `exp` against f64's over its whole range (every 1/1024 from -110 to 95, plus random
@@ -752,8 +754,11 @@ mod tests {
                     let q: Vec<f32> = (0..hd.0).map(|i| val(i, 3.0)).collect();
                     let mut out = vec![0f32; hd.1];
                     attend_head(&q, &k, &v, kvh, pos, &p, sink, &mut Vec::new(), &mut out);
-                    let want = reference(&q, &k, &v, kvh, pos, &p, sink);
-                    for (a, b) in out.iter().zip(&want) {
+                    let wide = |x: &[f16]| x.iter().map(|x| f64::from(x.to_f32())).collect::<Vec<_>>();
+                    let q16: Vec<f16> = q.iter().map(|&x| f16::from_f32(x)).collect();
+                    let want = reference(&wide(&q16), &wide(&k), &wide(&v), kvh, pos, &p, sink.map(f64::from));
+                    for (&a, &b) in out.iter().zip(&want) {
+                        let (a, b) = (f64::from(a), b);
                         // Probabilities are rounded to f16 (relative 2^-11) before weighting V.
                         assert!(
                             (a - b).abs() <= 2e-3 * (1.0 + b.abs()),
@@ -765,13 +770,18 @@ mod tests {
         }
     }
 
-    /// All rows and heads through [`Plan`] and [`attend_block`], tasks in order (as the pool
-    /// runs them, minus the threads).
-    fn blocked(q: &[f32], k: &[f16], v: &[f16], p: &AttnParams, sinks: Sinks<'_>, threads: usize) -> Vec<f32> {
+    /// All rows and heads of `p` through [`Plan`], each task's block through `run` (a build of
+    /// an `attend_block`), in order (as the pool runs them, minus the threads), scattered into
+    /// place. The Q8_0 cache's tests share it.
+    pub(crate) fn blocked(
+        p: &AttnParams,
+        threads: usize,
+        run: impl Fn(&Block, &mut [f32]),
+    ) -> Vec<f32> {
         let plan = Plan::new(p, threads);
         let mut scratch = vec![0f32; plan.tasks() * plan.chunk()];
         for (t, c) in scratch.chunks_mut(plan.chunk()).enumerate() {
-            attend_block(q, k, v, p, sinks, &plan.block(t, p.rows), c);
+            run(&plan.block(t, p.rows), c);
         }
         let mut out = vec![f32::NAN; p.rows * p.out_dim()];
         plan.scatter(&scratch, plan.chunk(), p.rows, &mut out);
@@ -817,7 +827,7 @@ mod tests {
                         attend_head(qh, &k, &v, h / ratio, pos0 + r, &p, sink, &mut Vec::new(), o);
                     }
                     for threads in [1, 2, 3, 16] {
-                        let got = blocked(&q, &k, &v, &p, sinks, threads);
+                        let got = blocked(&p, threads, |b, o| attend_block(&q, &k, &v, &p, sinks, b, o));
                         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                             assert_eq!(
                                 a.to_bits(),

@@ -437,7 +437,7 @@ unsafe fn weigh_tile_avx2<const N: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::attention::Plan;
+    use super::super::attention::tests::{blocked, params, reference};
     use super::*;
     use half::f16;
 
@@ -469,84 +469,29 @@ mod tests {
         b
     }
 
-    fn params(rows: usize, pos0: usize, n_head: usize, n_head_kv: usize, hd: (usize, usize)) -> AttnParams {
-        AttnParams {
-            rows,
-            pos0,
-            n_head,
-            n_head_kv,
-            head_dim_k: hd.0,
-            head_dim_v: hd.1,
-            scale: 1.0 / (hd.0 as f32).sqrt(),
-            window: None,
-            softcap: None,
-            v_in_k: false,
-        }
-    }
-
-    /// One of the two builds of [`attend_block`].
-    type Build = fn(&[f32], &[BlockQ8_0], &[BlockQ8_0], &AttnParams, Sinks<'_>, &Block, &mut [f32]);
-
-    /// Every task of `p`'s plan through `run` (one of the two builds), scattered into place.
-    fn blocked(
-        q: &[f32],
-        k: &[BlockQ8_0],
-        v: &[BlockQ8_0],
-        p: &AttnParams,
-        sinks: Sinks<'_>,
-        threads: usize,
-        run: Build,
-    ) -> Vec<f32> {
-        let plan = Plan::new(p, threads);
-        let mut scratch = vec![0f32; plan.tasks() * plan.chunk()];
-        for (t, c) in scratch.chunks_mut(plan.chunk()).enumerate() {
-            run(q, k, v, p, sinks, &plan.block(t, p.rows), c);
-        }
-        let mut out = vec![f32::NAN; p.rows * p.out_dim()];
-        plan.scatter(&scratch, plan.chunk(), p.rows, &mut out);
-        out
-    }
-
-    fn portable(q: &[f32], k: &[BlockQ8_0], v: &[BlockQ8_0], p: &AttnParams, s: Sinks<'_>, b: &Block, o: &mut [f32]) {
-        attend_block_generic::<false>(q, k, v, p, s, b, o);
-    }
-
     /// The f64 attention of the dequantized cache with q quantized as the kernel quantizes it:
     /// what the kernel computes, less its f32 rounding.
-    fn reference(q: &[f32], k: &[BlockQ8_0], v: &[BlockQ8_0], p: &AttnParams, sinks: Sinks<'_>) -> Vec<f64> {
+    fn reference_all(q: &[f32], k: &[BlockQ8_0], v: &[BlockQ8_0], p: &AttnParams, sinks: Sinks<'_>) -> Vec<f64> {
         let deq = |b: &[BlockQ8_0]| -> Vec<f64> {
             b.iter()
                 .flat_map(|b| b.qs.map(|x| f64::from(x) * f64::from(b.d.to_f32())))
                 .collect()
         };
         let (kf, vf) = (deq(k), deq(v));
-        let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
-        let (v_row, v_head) = p.v_layout();
         let mut out = Vec::new();
         for r in 0..p.rows {
-            let pos = p.pos0 + r;
-            let first = first_visible(pos, p.window);
             for h in 0..p.n_head {
-                let kvh = h / (p.n_head / p.n_head_kv);
-                let qh = deq(&quantized(&q[(r * p.n_head + h) * hdk..][..hdk]));
-                let s: Vec<f64> = (first..=pos)
-                    .map(|j| {
-                        let kr = &kf[j * p.n_head_kv * hdk + kvh * hdk..][..hdk];
-                        let d: f64 = qh.iter().zip(kr).map(|(a, b)| a * b).sum();
-                        let d = p.softcap.map_or(d, |c| f64::from(c) * (d / f64::from(c)).tanh());
-                        d * f64::from(p.scale)
-                    })
-                    .collect();
+                let qh = deq(&quantized(&q[(r * p.n_head + h) * p.head_dim_k..][..p.head_dim_k]));
                 let sink = sinks.map(|s| f64::from(s[h]));
-                let max = s.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
-                let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |k| (k - max).exp());
-                let mut o = vec![0f64; hdv];
-                for (idx, w) in e.iter().enumerate() {
-                    let vr = &vf[(first + idx) * v_row + kvh * v_head..][..hdv];
-                    o.iter_mut().zip(vr).for_each(|(o, x)| *o += w / sum * x);
-                }
-                out.extend(o);
+                out.extend(reference(
+                    &qh,
+                    &kf,
+                    &vf,
+                    h / (p.n_head / p.n_head_kv),
+                    p.pos0 + r,
+                    p,
+                    sink,
+                ));
             }
         }
         out
@@ -571,6 +516,7 @@ mod tests {
                         window,
                         softcap,
                         v_in_k,
+                        scale: 1.0 / (hd.0 as f32).sqrt(),
                         ..params(rows, pos0, nh, nkv, hd)
                     };
                     v.push((p, sinks));
@@ -598,8 +544,8 @@ mod tests {
             let (q, k, v, sinks) = inputs(&mut rng, &p);
             let sinks = with_sinks.then_some(sinks.as_slice());
             let (k, v) = (&k, if p.v_in_k { &k } else { &v });
-            let got = blocked(&q, k, v, &p, sinks, 2, portable);
-            let want = reference(&q, k, v, &p, sinks);
+            let got = blocked(&p, 2, |b, o| attend_block_generic::<false>(&q, k, v, &p, sinks, b, o));
+            let want = reference_all(&q, k, v, &p, sinks);
             let err: f64 = got.iter().zip(&want).map(|(a, b)| (f64::from(*a) - b).powi(2)).sum();
             let norm: f64 = want.iter().map(|b| b * b).sum();
             assert!(err / norm < 1e-11, "NMSE {:e} for {p:?}", err / norm);
@@ -613,18 +559,17 @@ mod tests {
         if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")) {
             return;
         }
-        fn avx2(q: &[f32], k: &[BlockQ8_0], v: &[BlockQ8_0], p: &AttnParams, s: Sinks<'_>, b: &Block, o: &mut [f32]) {
-            // SAFETY: the features were detected by the test.
-            unsafe { attend_block_avx2(q, k, v, p, s, b, o) }
-        }
         let mut rng = Rng(42);
         for (p, with_sinks) in cases() {
             let (q, k, v, sinks) = inputs(&mut rng, &p);
             let sinks = with_sinks.then_some(sinks.as_slice());
             let (k, v) = (&k, if p.v_in_k { &k } else { &v });
-            let want = blocked(&q, k, v, &p, sinks, 1, portable);
+            let want = blocked(&p, 1, |b, o| attend_block_generic::<false>(&q, k, v, &p, sinks, b, o));
             for threads in [1, 2, 5] {
-                let got = blocked(&q, k, v, &p, sinks, threads, avx2);
+                // SAFETY: the features were detected above.
+                let got = blocked(&p, threads, |b, o| unsafe {
+                    attend_block_avx2(&q, k, v, &p, sinks, b, o)
+                });
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(
                         a.to_bits(),

@@ -8,7 +8,6 @@
 
 mod attention;
 mod attention_q8;
-mod experts;
 pub mod interleave;
 pub mod kernels;
 mod ops;
@@ -22,30 +21,35 @@ mod team;
 pub mod tile;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub mod wasm;
+mod weight;
 
 use std::sync::Arc;
 
 use half::f16;
 
-use super::checks::{self, shape, weight_matrix};
+use super::checks::{self, shape};
 use super::readback::MaybeSend;
 use super::rotation;
 use crate::backend::attn::SeqAttn;
 use crate::backend::error::BackendError;
 use crate::backend::interface::Backend;
 use crate::backend::kv::KvType;
-use crate::backend::moe::{MatId, Route, Strided};
+use crate::backend::moe::{self, expert_id, MatId, Route, Strided};
 use crate::backend::readback::Readback;
-use crate::backend::recurrent::{Conv, DeltaNet, Form, SeqRows};
+use crate::backend::recurrent::{self as rule, check_gated_norm, Conv, DeltaNet, Form, SeqRows};
 use crate::backend::rope::Rope;
-use crate::gguf::{GgufFile, TensorInfo, TensorView};
+use crate::gguf::{GgufFile, TensorView};
+use crate::quant;
 use crate::quant::legacy::{quantize_q8_0_blocks, BlockQ8_0, QK};
-use crate::quant::{self, GgmlType};
 use crate::sample::Candidates;
 use kernels::Kernels;
 use pool::Pool;
 use tile::{Layout, TileOut};
+pub use weight::CpuWeight;
+use weight::WeightData;
 
+/// Output rows per task of the conv.
+const CONV_ROWS: usize = 16;
 /// Output rows per matmul task (rows of `W`): whole interleaved tiles.
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
 /// Values per task of element-wise ops.
@@ -134,140 +138,6 @@ impl CpuBackend {
     }
 }
 
-impl CpuBackend {
-    /// Attention for the rows of every sequence of `seqs` (`q`: the batch's
-    /// `[rows][n_head * head_dim_k]`, `out`: `[rows][n_head * head_dim_v]`) in one dispatch:
-    /// the tasks of each sequence's [`attention::Plan`] (query row blocks × KV heads × head
-    /// groups) go into a scratch of equal slots (the largest task's size), then are scattered
-    /// into place per sequence.
-    fn attend(
-        &self,
-        q: &[f32],
-        seqs: &[SeqAttn<'_, CpuKv>],
-        sinks: attention::Sinks<'_>,
-        out: &mut [f32],
-    ) -> Result<(), BackendError> {
-        checks::attention(q.len(), out.len(), seqs, CpuKv::shape, sinks.map(<[f32]>::len))?;
-        let mut plans = Vec::with_capacity(seqs.len());
-        let (mut tasks, mut slot) = (0, 0);
-        for s in seqs {
-            let plan = attention::Plan::new(&s.p, self.pool.threads());
-            plans.push((tasks, plan));
-            tasks += plan.tasks();
-            slot = slot.max(plan.chunk());
-        }
-        if tasks == 0 || slot == 0 {
-            return Ok(());
-        }
-        // The rows of sequence `s` in `q` (`[rows][q_dim]`) and `out` (`[rows][out_dim]`).
-        let q_span = |s: &SeqAttn<'_, CpuKv>| s.row0 * s.p.q_dim()..(s.row0 + s.p.rows) * s.p.q_dim();
-        let out_span = |s: &SeqAttn<'_, CpuKv>| s.row0 * s.p.out_dim()..(s.row0 + s.p.rows) * s.p.out_dim();
-        // The sequence owning task `t` of the dispatch: the last whose first task is `<= t`.
-        let owner = |t: usize| plans.partition_point(|(first, _)| *first <= t) - 1;
-        attention::with_out_scratch(tasks * slot, |scratch| {
-            self.pool.for_chunks(scratch, slot, |t, o| {
-                let i = owner(t);
-                let ((first, plan), s) = (&plans[i], &seqs[i]);
-                let b = plan.block(t - first, s.p.rows);
-                let (q, o) = (&q[q_span(s)], &mut o[..plan.chunk()]);
-                match (&s.k_cache.0, &s.v_cache.0) {
-                    (KvData::F16(k), KvData::F16(v)) => attention::attend_block(q, k, v, &s.p, sinks, &b, o),
-                    (KvData::Q8_0(k), KvData::Q8_0(v)) => attention_q8::attend_block(q, k, v, &s.p, sinks, &b, o),
-                    // `checks::attention` refused caches of two formats.
-                    _ => {}
-                }
-            });
-            for ((first, plan), s) in plans.iter().zip(seqs) {
-                plan.scatter(&scratch[first * slot..], slot, s.p.rows, &mut out[out_span(s)]);
-            }
-        });
-        Ok(())
-    }
-
-    /// A weight from a tensor's bytes: 1-D decoded to f32, 2-D interleaved where the kernels
-    /// want it (`release` lets go of the source's pages as they are copied), otherwise kept as
-    /// `rows` makes them (in the file mapping, or a copy).
-    fn weight(
-        &self,
-        view: TensorView<'_>,
-        release: impl Fn(std::ops::Range<usize>) + Sync,
-        rows: impl FnOnce() -> WeightData,
-    ) -> Result<CpuWeight, BackendError> {
-        let info = view.info;
-        let (n_in, n_out) = weight_matrix(&info.name, info, view.data.len(), quant::has_vec_dot, "cpu")?;
-        // A stack of matrices (experts) is interleaved only where each matrix is whole tiles,
-        // so a matmul can start at any matrix.
-        let mats = checks::stacked_matrices(info);
-        let whole_tiles = (n_out / mats).is_multiple_of(interleave::TILE_ROWS);
-        let vector = checks::is_vector(info);
-        let interleaved = (!vector && (mats == 1 || whole_tiles) && (self.kernels.interleaves)(info.ty))
-            .then(|| self.interleave(info, n_in, view.data, &release))
-            .flatten();
-        let data = if vector {
-            WeightData::Dense(view.to_f32()?)
-        } else if let Some(tiles) = interleaved {
-            WeightData::Interleaved(tiles)
-        } else {
-            rows()
-        };
-        Ok(CpuWeight {
-            name: info.name.clone(),
-            ty: info.ty,
-            n_in,
-            n_out,
-            mats,
-            data,
-        })
-    }
-
-    /// The interleaved copy of a tensor's `rows` (`k` values each), made in parallel. Each
-    /// part's source pages are released once copied, so the tensor is never resident twice.
-    fn interleave(
-        &self,
-        info: &TensorInfo,
-        k: usize,
-        rows: &[u8],
-        release: &(impl Fn(std::ops::Range<usize>) + Sync),
-    ) -> Option<Vec<u8>> {
-        /// Tiles per task.
-        const TILES: usize = 64;
-        let n = interleave::row_count(info.ty, k, rows)?;
-        let mut tiles = vec![0u8; interleave::len(info.ty, k, n)];
-        prefer_huge_pages(&mut tiles);
-        let tb = interleave::tile_bytes(info.ty, k);
-        let rb = rows.len() / n.max(1);
-        self.pool.for_chunks(&mut tiles, TILES * tb, |c, dst| {
-            interleave::interleave_tiles(info.ty, k, rows, c * TILES, dst);
-            let r0 = c * TILES * interleave::TILE_ROWS;
-            let r1 = (r0 + dst.len() / tb * interleave::TILE_ROWS).min(n);
-            release(r0 * rb..r1 * rb);
-        });
-        // Once more as a whole: a part's page faults may have mapped a few pages of a
-        // neighbouring part that was already released.
-        release(0..rows.len());
-        Some(tiles)
-    }
-}
-
-/// Ask for transparent huge pages under `buf` before it is first written: a fresh large
-/// allocation is untouched zero pages, and 2 MiB pages make filling it at load cheaper (far
-/// fewer faults) and streaming it per token too (fewer TLB misses). Only a hint.
-fn prefer_huge_pages(buf: &mut [u8]) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = (buf.as_mut_ptr() as usize).next_multiple_of(HUGE);
-        let end = (buf.as_mut_ptr() as usize + buf.len()) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: the range lies inside `buf`, which we own; MADV_HUGEPAGE changes how
-            // pages are backed, never their contents.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = buf;
-}
-
 /// An f32 activation buffer.
 #[derive(Debug, Clone)]
 pub struct CpuBuffer(Vec<f32>);
@@ -301,70 +171,9 @@ impl CpuKv {
     }
 }
 
-/// A weight on the CPU.
-#[derive(Debug)]
-pub struct CpuWeight {
-    name: String,
-    ty: GgmlType,
-    /// Values per row (GGUF `shape[0]`).
-    n_in: usize,
-    /// Rows (product of the other dimensions).
-    n_out: usize,
-    /// Matrices stacked along the third and later dimensions (experts), `n_out / mats` rows
-    /// each.
-    mats: usize,
-    data: WeightData,
-}
-
-#[derive(Debug)]
-enum WeightData {
-    /// 2-D tensors stay in the file mapping; rows are read in place.
-    Mapped { file: Arc<GgufFile>, info: TensorInfo },
-    /// 2-D tensors placed from bytes the caller did not keep (a streamed file): a copy.
-    Owned(Vec<u8>),
-    /// 2-D tensors of the types the kernels interleave, copied into that layout at load
-    /// (`[ceil(n_out / 8)]` tiles of [`interleave::tile_bytes`]).
-    Interleaved(Vec<u8>),
-    /// 1-D tensors (norms, biases, rope factors) are small: decoded to f32 once.
-    Dense(Vec<f32>),
-}
-
-impl CpuWeight {
-    fn bytes(&self) -> &[u8] {
-        match &self.data {
-            WeightData::Mapped { file, info } => file.view(info).data,
-            WeightData::Owned(v) | WeightData::Interleaved(v) => v,
-            WeightData::Dense(_) => &[],
-        }
-    }
-
-    fn layout(&self) -> Layout {
-        match self.data {
-            WeightData::Interleaved(_) => Layout::Interleaved,
-            _ => Layout::Rows,
-        }
-    }
-
-    /// The bytes holding rows `r0..r0 + n` (`r0` a multiple of the tile for interleaved
-    /// weights), in [`Self::layout`].
-    fn rows(&self, r0: usize, n: usize) -> &[u8] {
-        let range = match self.layout() {
-            Layout::Rows => r0 * self.row_bytes()..(r0 + n) * self.row_bytes(),
-            Layout::Interleaved => interleave::span(self.ty, self.n_in, r0, n),
-        };
-        &self.bytes()[range]
-    }
-
-    fn dense(&self, op: &'static str) -> Result<&[f32], BackendError> {
-        match &self.data {
-            WeightData::Dense(v) => Ok(v),
-            _ => Err(shape(op, format!("'{}' is a matrix, expected a vector", self.name))),
-        }
-    }
-
-    fn row_bytes(&self) -> usize {
-        self.n_in / self.ty.block_size() * self.ty.block_bytes()
-    }
+/// The ids of `n` pairs from an ids buffer, each checked against `n_mat`.
+fn read_ids(ids: &[f32], n: usize, n_mat: usize) -> Result<Vec<usize>, BackendError> {
+    ids[..n].iter().map(|&v| expert_id(v, n_mat)).collect()
 }
 
 impl Backend for CpuBackend {
@@ -382,7 +191,9 @@ impl Backend for CpuBackend {
 
     fn load_weight(&self, file: &Arc<GgufFile>, name: &str) -> Result<CpuWeight, BackendError> {
         let view = file.tensor(name)?;
-        self.weight(
+        CpuWeight::new(
+            &self.pool,
+            self.kernels.interleaves,
             view,
             |r| file.release(view.info, r),
             || WeightData::Mapped {
@@ -393,7 +204,8 @@ impl Backend for CpuBackend {
     }
 
     fn place_weight(&self, tensor: TensorView<'_>) -> Result<CpuWeight, BackendError> {
-        self.weight(tensor, |_| {}, || WeightData::Owned(tensor.data.to_vec()))
+        let rows = || WeightData::Owned(tensor.data.to_vec());
+        CpuWeight::new(&self.pool, self.kernels.interleaves, tensor, |_| {}, rows)
     }
 
     fn alloc(&self, len: usize) -> Result<CpuBuffer, BackendError> {
@@ -593,6 +405,11 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    /// Attention for the rows of every sequence of `seqs` (`q`: the batch's
+    /// `[rows][n_head * head_dim_k]`, `out`: `[rows][n_head * head_dim_v]`) in one dispatch:
+    /// the tasks of each sequence's [`attention::Plan`] (query row blocks × KV heads × head
+    /// groups) go into a scratch of equal slots (the largest task's size), then are scattered
+    /// into place per sequence.
     fn attention(
         &self,
         q: &CpuBuffer,
@@ -601,7 +418,42 @@ impl Backend for CpuBackend {
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
         let sinks = sinks.map(|w| w.dense("attention")).transpose()?;
-        self.attend(&q.0, seqs, sinks, &mut out.0)
+        let (q, out) = (&q.0, &mut out.0);
+        checks::attention(q.len(), out.len(), seqs, CpuKv::shape, sinks.map(<[f32]>::len))?;
+        let mut plans = Vec::with_capacity(seqs.len());
+        let (mut tasks, mut slot) = (0, 0);
+        for s in seqs {
+            let plan = attention::Plan::new(&s.p, self.pool.threads());
+            plans.push((tasks, plan));
+            tasks += plan.tasks();
+            slot = slot.max(plan.chunk());
+        }
+        if tasks == 0 || slot == 0 {
+            return Ok(());
+        }
+        // The rows of sequence `s` in `q` (`[rows][q_dim]`) and `out` (`[rows][out_dim]`).
+        let q_span = |s: &SeqAttn<'_, CpuKv>| s.row0 * s.p.q_dim()..(s.row0 + s.p.rows) * s.p.q_dim();
+        let out_span = |s: &SeqAttn<'_, CpuKv>| s.row0 * s.p.out_dim()..(s.row0 + s.p.rows) * s.p.out_dim();
+        // The sequence owning task `t` of the dispatch: the last whose first task is `<= t`.
+        let owner = |t: usize| plans.partition_point(|(first, _)| *first <= t) - 1;
+        attention::with_out_scratch(tasks * slot, |scratch| {
+            self.pool.for_chunks(scratch, slot, |t, o| {
+                let i = owner(t);
+                let ((first, plan), s) = (&plans[i], &seqs[i]);
+                let b = plan.block(t - first, s.p.rows);
+                let (q, o) = (&q[q_span(s)], &mut o[..plan.chunk()]);
+                match (&s.k_cache.0, &s.v_cache.0) {
+                    (KvData::F16(k), KvData::F16(v)) => attention::attend_block(q, k, v, &s.p, sinks, &b, o),
+                    (KvData::Q8_0(k), KvData::Q8_0(v)) => attention_q8::attend_block(q, k, v, &s.p, sinks, &b, o),
+                    // `checks::attention` refused caches of two formats.
+                    _ => {}
+                }
+            });
+            for ((first, plan), s) in plans.iter().zip(seqs) {
+                plan.scatter(&scratch[first * slot..], slot, s.p.rows, &mut out[out_span(s)]);
+            }
+        });
+        Ok(())
     }
 
     fn swiglu(&self, gate: &mut CpuBuffer, up: &CpuBuffer, len: usize) -> Result<(), BackendError> {
@@ -616,9 +468,7 @@ impl Backend for CpuBackend {
 
     fn sigmoid_mul(&self, x: &mut CpuBuffer, gate: &CpuBuffer, len: usize) -> Result<(), BackendError> {
         self.gated("sigmoid_mul", x, gate, len, |x: &mut [f32], g: &[f32]| {
-            x.iter_mut()
-                .zip(g)
-                .for_each(|(x, &g)| *x *= crate::backend::recurrent::sigmoid(g));
+            x.iter_mut().zip(g).for_each(|(x, &g)| *x *= rule::sigmoid(g));
         })
     }
 
@@ -630,7 +480,11 @@ impl Backend for CpuBackend {
         alpha: f32,
         limit: f32,
     ) -> Result<(), BackendError> {
-        self.oai_glu(gate, up, len, alpha, limit)
+        self.gated("swiglu_oai", gate, up, len, move |g: &mut [f32], u: &[f32]| {
+            g.iter_mut()
+                .zip(u)
+                .for_each(|(g, &u)| *g = moe::swiglu_oai(*g, u, alpha, limit));
+        })
     }
 
     fn route_experts(
@@ -642,7 +496,24 @@ impl Backend for CpuBackend {
         ids: &mut CpuBuffer,
         weights: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        self.route(logits, rows, route, bias, ids, weights)
+        let bias = bias.map(CpuWeight::values).transpose()?;
+        route.check_call(
+            rows,
+            logits.0.len(),
+            bias.as_ref().map(|b| b.len()),
+            ids.0.len(),
+            weights.0.len(),
+        )?;
+        let (n, k) = (route.n_expert, route.k);
+        for r in 0..rows {
+            route.row(
+                &logits.0[r * n..(r + 1) * n],
+                bias.as_deref(),
+                &mut ids.0[r * k..(r + 1) * k],
+                &mut weights.0[r * k..(r + 1) * k],
+            );
+        }
+        Ok(())
     }
 
     fn matmul_id(
@@ -654,7 +525,71 @@ impl Backend for CpuBackend {
         m: MatId,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        self.grouped_matmul(w, bias, x, ids, m, out)
+        let (k, n, n_mat) = (w.n_in, w.mat_rows(), w.mats);
+        if matches!(w.data, WeightData::Dense(_)) {
+            return Err(shape(
+                "matmul_id",
+                format!("'{}' is a vector, expected matrices", w.name),
+            ));
+        }
+        let bias_len = bias.map(|b| b.n_in * b.n_out.max(1));
+        m.check(k, n, n_mat, bias_len, x.0.len(), ids.0.len(), out.0.len())?;
+        let pairs = m.pairs();
+        let ids = read_ids(&ids.0, pairs, n_mat)?;
+        // Pairs in expert order (stable: by pair within an expert), and each expert's run.
+        let mut order: Vec<usize> = (0..pairs).collect();
+        order.sort_by_key(|&p| ids[p]);
+        let mut groups: Vec<(usize, usize, usize)> = Vec::new(); // (expert, first, count)
+        for (i, &p) in order.iter().enumerate() {
+            match groups.last_mut() {
+                Some((e, _, c)) if *e == ids[p] => *c += 1,
+                _ => groups.push((ids[p], i, 1)),
+            }
+        }
+        // xg: [pairs, k] inputs in expert order; og: [pairs, n] outputs in the same order.
+        let mut xg = vec![0f32; pairs * k];
+        for (dst, &p) in xg.chunks_exact_mut(k).zip(&order) {
+            let r = m.input_of(p);
+            dst.copy_from_slice(&x.0[r * k..(r + 1) * k]);
+        }
+        let acts = groups
+            .iter()
+            .map(|&(_, first, count)| (self.kernels.prepare)(w.ty, &xg[first * k..(first + count) * k], k))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut og = vec![0f32; pairs * n];
+        let tiles = n.div_ceil(MATMUL_TILE);
+        let cols: Vec<Columns> = {
+            let mut rest = og.as_mut_slice();
+            let mut cols = Vec::with_capacity(groups.len());
+            for &(_, _, count) in &groups {
+                let (head, tail) = rest.split_at_mut(count * n);
+                cols.push(Columns::new(head, count, n));
+                rest = tail;
+            }
+            cols
+        };
+        let (tile_fn, ty, layout) = (self.kernels.tile, w.ty, w.layout());
+        self.pool.for_each_index(groups.len() * tiles, |t| {
+            let (g, tile) = (t / tiles, t % tiles);
+            let e = groups[g].0;
+            let r0 = tile * MATMUL_TILE;
+            let nw = MATMUL_TILE.min(n - r0);
+            // SAFETY: task `t` alone handles rows `r0..r0 + nw` of expert group `g`, so it alone
+            // touches those columns of the group's part of `og`, and `r0 + nw <= n`.
+            let mut out_tile = unsafe { cols[g].tile(r0, nw) };
+            tile_fn(ty, layout, k, w.rows(e * n + r0, nw), &acts[g], &mut out_tile);
+        });
+        drop(cols);
+        let bias = bias.map(CpuWeight::values).transpose()?;
+        for (src, &p) in og.chunks_exact(n).zip(&order) {
+            let dst = &mut out.0[p * n..(p + 1) * n];
+            dst.copy_from_slice(src);
+            if let Some(b) = &bias {
+                let e = ids[p];
+                dst.iter_mut().zip(&b[e * n..(e + 1) * n]).for_each(|(d, &v)| *d += v);
+            }
+        }
+        Ok(())
     }
 
     fn moe_combine(
@@ -666,7 +601,19 @@ impl Backend for CpuBackend {
         width: usize,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        self.combine(experts, weights, rows, slots, width, out)
+        moe::check_combine(rows, slots, width, experts.0.len(), weights.0.len(), out.0.len())?;
+        for r in 0..rows {
+            let o = &mut out.0[r * width..(r + 1) * width];
+            o.fill(0.0);
+            for j in 0..slots {
+                let p = r * slots + j;
+                let wgt = weights.0[p];
+                o.iter_mut()
+                    .zip(&experts.0[p * width..(p + 1) * width])
+                    .for_each(|(o, &e)| *o += wgt * e);
+            }
+        }
+        Ok(())
     }
 
     fn ssm_conv(
@@ -678,7 +625,37 @@ impl Backend for CpuBackend {
         state: &mut CpuBuffer,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        self.conv(x, w, p, seq, state, out)
+        let wv = w.values()?;
+        p.check(seq, x.0.len(), wv.len(), state.0.len(), out.0.len())?;
+        let (ch, kk, rows) = (p.channels, p.kernel, seq.rows);
+        let hist = kk - 1;
+        let span = seq.row0 * ch..(seq.row0 + rows) * ch;
+        // x: [rows][ch] this sequence's inputs; st: [ch][hist] the inputs before them.
+        let (x, st, wv, silu) = (&x.0[span.clone()], &state.0[..ch * hist], &*wv, p.silu);
+        // Input `u` of channel `c` in the sequence "state, then x".
+        let input = |u: usize, c: usize| {
+            if u < hist {
+                st[c * hist + u]
+            } else {
+                x[(u - hist) * ch + c]
+            }
+        };
+        self.pool.for_chunks(&mut out.0[span], CONV_ROWS * ch, |i, o| {
+            for (r, orow) in o.chunks_exact_mut(ch).enumerate() {
+                // Output row t's taps are inputs t..t + kernel of "state, then x".
+                let t = i * CONV_ROWS + r;
+                for (c, ov) in orow.iter_mut().enumerate() {
+                    *ov = rule::conv_value((t..t + kk).map(|u| input(u, c)), &wv[c * kk..(c + 1) * kk], silu);
+                }
+            }
+        });
+        // The new state: the last `hist` inputs of "state, then x".
+        let new: Vec<f32> = (0..ch)
+            .flat_map(|c| (rows..rows + hist).map(move |u| (u, c)))
+            .map(|(u, c)| input(u, c))
+            .collect();
+        state.0[..ch * hist].copy_from_slice(&new);
+        Ok(())
     }
 
     fn delta_gates(
@@ -689,7 +666,16 @@ impl Backend for CpuBackend {
         dt_bias: &CpuWeight,
         a: &CpuWeight,
     ) -> Result<(), BackendError> {
-        self.gates(alpha, beta, rows, dt_bias, a)
+        let (dt, av) = (dt_bias.values()?, a.values()?);
+        let n = dt.len();
+        rule::check_gates(rows, n, alpha.0.len(), beta.0.len(), n, av.len())?;
+        let alpha = alpha.0[..rows * n].chunks_exact_mut(n);
+        for (ar, br) in alpha.zip(beta.0[..rows * n].chunks_exact_mut(n)) {
+            for (h, (al, be)) in ar.iter_mut().zip(br.iter_mut()).enumerate() {
+                (*al, *be) = rule::gates(*al, *be, dt[h], av[h]);
+            }
+        }
+        Ok(())
     }
 
     fn delta_net(
@@ -703,7 +689,68 @@ impl Backend for CpuBackend {
         state: &mut CpuBuffer,
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
-        self.delta(p, form, seq, qkv, gate, beta, state, out)
+        p.check(
+            seq,
+            form,
+            qkv.0.len(),
+            gate.0.len(),
+            beta.0.len(),
+            state.0.len(),
+            out.0.len(),
+        )?;
+        let (rows, row0) = (seq.rows, seq.row0);
+        if rows == 0 {
+            return Ok(());
+        }
+        let (hk, hv, dk, dv, qkv_dim) = (p.n_k_heads, p.n_v_heads, p.d_k, p.d_v, p.qkv_dim());
+        let kw = hk * dk;
+        // src: [rows][qkv_dim] this sequence's rows.
+        let src = &qkv.0[row0 * qkv_dim..(row0 + rows) * qkv_dim];
+        // qk: [rows][2][hk][dk] q and k of each key head, normed once (several value heads may
+        // read one key head), q scaled.
+        let mut qk = vec![0f32; rows * 2 * kw];
+        let scale = p.q_scale();
+        self.pool.for_chunks(&mut qk, 2 * kw, |t, dst| {
+            dst.copy_from_slice(&src[t * qkv_dim..t * qkv_dim + 2 * kw]);
+            for (i, head) in dst.chunks_exact_mut(dk).enumerate() {
+                let s = if i < hk { scale } else { 1.0 };
+                match p.l2_eps {
+                    Some(eps) => rule::l2_normalize(head, eps, s),
+                    None => head.iter_mut().for_each(|v| *v *= s),
+                }
+            }
+        });
+        let (gate, beta) = (
+            &gate.0[row0 * hv..(row0 + rows) * hv],
+            &beta.0[row0 * hv..(row0 + rows) * hv],
+        );
+        // heads: [hv][rows][dv] each head's outputs, scattered into `out` afterwards.
+        let mut heads = vec![0f32; hv * rows * dv];
+        let mut work: Vec<(&mut [f32], &mut [f32])> = state.0[..p.state_len()]
+            .chunks_exact_mut(dk * dv)
+            .zip(heads.chunks_exact_mut(rows * dv))
+            .collect();
+        let qk = &qk;
+        self.pool.for_chunks(&mut work, 1, |h, w| {
+            let (s, o) = &mut w[0];
+            let inp = recurrent::HeadInputs {
+                qk,
+                qkv: src,
+                gate,
+                beta,
+                p: *p,
+                h,
+                kh: p.key_head(h),
+            };
+            recurrent::run_head(&inp, form, rows, s, o);
+        });
+        let out = &mut out.0[row0 * hv * dv..(row0 + rows) * hv * dv];
+        for (h, head) in heads.chunks_exact(rows * dv).enumerate() {
+            for (t, ot) in head.chunks_exact(dv).enumerate() {
+                out[(t * hv + h) * dv..][..dv].copy_from_slice(ot);
+            }
+        }
+        Ok(())
     }
 
     fn rmsnorm_gated(
@@ -714,11 +761,28 @@ impl Backend for CpuBackend {
         groups: usize,
         eps: f32,
     ) -> Result<(), BackendError> {
-        self.gated_norm(x, z, w, groups, eps)
+        let wv = w.dense("rmsnorm_gated")?;
+        let g = wv.len();
+        check_gated_norm(groups, g, x.0.len(), z.0.len())?;
+        let z = &z.0[..groups * g];
+        let per_task = norm_task_values(g);
+        self.pool.for_chunks(&mut x.0[..groups * g], per_task, |i, xs| {
+            let zs = &z[i * per_task..i * per_task + xs.len()];
+            for (xg, zg) in xs.chunks_exact_mut(g).zip(zs.chunks_exact(g)) {
+                ops::rmsnorm_inplace(xg, wv, eps);
+                xg.iter_mut().zip(zg).for_each(|(v, &zv)| *v *= rule::silu(zv));
+            }
+        });
+        Ok(())
     }
 
     fn copy_strided(&self, src: &CpuBuffer, dst: &mut CpuBuffer, c: &Strided) -> Result<(), BackendError> {
-        self.strided(src, dst, c)
+        c.check(src.0.len(), dst.0.len())?;
+        for i in 0..c.count {
+            let (s, d) = (c.src_off + i * c.src_stride, c.dst_off + i * c.dst_stride);
+            dst.0[d..d + c.width].copy_from_slice(&src.0[s..s + c.width]);
+        }
+        Ok(())
     }
 
     fn copy_rows(

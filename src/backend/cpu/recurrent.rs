@@ -1,33 +1,25 @@
-//! The CPU's recurrent-layer ops of gated-delta-net layers ([`crate::backend::recurrent`]):
-//! the causal conv with its state, the gates, the delta rule in its recurrent and chunked
-//! forms, and the gated RMS norm.
+//! The delta rule of gated-delta-net layers ([`crate::backend::recurrent`]) on one value head,
+//! in its recurrent and chunked forms: the task body of the CPU's `delta_net` (the backend
+//! splits the work across the pool by value head).
 //!
-//! Plain loops, correctness first: the work is split across the pool by value head (delta
-//! rule) or by rows (conv, norm), each task running the scalar rule of the shared module, so the
+//! Plain loops, correctness first: each task runs the scalar rule of the shared module, so the
 //! CPU is the reference a GPU backend is compared with.
 
-use super::{norm_task_values, ops, CpuBackend, CpuBuffer, CpuWeight};
-use crate::backend::error::BackendError;
-use crate::backend::recurrent::{
-    self, check_gated_norm, conv_value, delta_token, dot, gates, l2_normalize, Conv, DeltaNet, Form, SeqRows,
-};
-
-/// Output rows per task of the conv.
-const CONV_ROWS: usize = 16;
+use crate::backend::recurrent::{delta_token, dot, DeltaNet, Form};
 
 /// Where one value head finds its inputs among a call's rows.
-struct HeadInputs<'a> {
+pub(super) struct HeadInputs<'a> {
     /// `[rows][q | k]`: every key head's q (normed, scaled) and k (normed).
-    qk: &'a [f32],
+    pub(super) qk: &'a [f32],
     /// The call's rows of `qkv` (`[rows][qkv_dim]`), for v.
-    qkv: &'a [f32],
+    pub(super) qkv: &'a [f32],
     /// `[rows][n_v_heads]` log-decays and betas.
-    gate: &'a [f32],
-    beta: &'a [f32],
-    p: DeltaNet,
+    pub(super) gate: &'a [f32],
+    pub(super) beta: &'a [f32],
+    pub(super) p: DeltaNet,
     /// This value head and the key head it reads.
-    h: usize,
-    kh: usize,
+    pub(super) h: usize,
+    pub(super) kh: usize,
 }
 
 impl HeadInputs<'_> {
@@ -52,6 +44,14 @@ impl HeadInputs<'_> {
 
     fn b(&self, t: usize) -> f32 {
         self.beta[t * self.p.n_v_heads + self.h]
+    }
+}
+
+/// One head's `rows` tokens in `form`: `s`, the head's state `[d_v][d_k]`; `o`: `[rows][d_v]`.
+pub(super) fn run_head(inp: &HeadInputs<'_>, form: Form, rows: usize, s: &mut [f32], o: &mut [f32]) {
+    match form {
+        Form::Recurrent => recurrent_head(inp, rows, s, o),
+        Form::Chunked(c) => chunked_head(inp, rows, c, s, o),
     }
 }
 
@@ -128,171 +128,5 @@ fn chunked_head(inp: &HeadInputs<'_>, rows: usize, c: usize, s: &mut [f32], o: &
                 srow.iter_mut().zip(kj).for_each(|(sv, &kv)| *sv += a * kv);
             }
         }
-    }
-}
-
-impl CpuBackend {
-    pub(super) fn conv(
-        &self,
-        x: &CpuBuffer,
-        w: &CpuWeight,
-        p: &Conv,
-        seq: SeqRows,
-        state: &mut CpuBuffer,
-        out: &mut CpuBuffer,
-    ) -> Result<(), BackendError> {
-        let wv = w.values()?;
-        p.check(seq, x.0.len(), wv.len(), state.0.len(), out.0.len())?;
-        let (ch, kk, rows) = (p.channels, p.kernel, seq.rows);
-        let hist = kk - 1;
-        let span = seq.row0 * ch..(seq.row0 + rows) * ch;
-        // x: [rows][ch] this sequence's inputs; st: [ch][hist] the inputs before them.
-        let (x, st, wv, silu) = (&x.0[span.clone()], &state.0[..ch * hist], &*wv, p.silu);
-        // Input `u` of channel `c` in the sequence "state, then x".
-        let input = |u: usize, c: usize| {
-            if u < hist {
-                st[c * hist + u]
-            } else {
-                x[(u - hist) * ch + c]
-            }
-        };
-        self.pool.for_chunks(&mut out.0[span], CONV_ROWS * ch, |i, o| {
-            for (r, orow) in o.chunks_exact_mut(ch).enumerate() {
-                // Output row t's taps are inputs t..t + kernel of "state, then x".
-                let t = i * CONV_ROWS + r;
-                for (c, ov) in orow.iter_mut().enumerate() {
-                    *ov = conv_value((t..t + kk).map(|u| input(u, c)), &wv[c * kk..(c + 1) * kk], silu);
-                }
-            }
-        });
-        // The new state: the last `hist` inputs of "state, then x".
-        let new: Vec<f32> = (0..ch)
-            .flat_map(|c| (rows..rows + hist).map(move |u| (u, c)))
-            .map(|(u, c)| input(u, c))
-            .collect();
-        state.0[..ch * hist].copy_from_slice(&new);
-        Ok(())
-    }
-
-    pub(super) fn gates(
-        &self,
-        alpha: &mut CpuBuffer,
-        beta: &mut CpuBuffer,
-        rows: usize,
-        dt_bias: &CpuWeight,
-        a: &CpuWeight,
-    ) -> Result<(), BackendError> {
-        let (dt, av) = (dt_bias.values()?, a.values()?);
-        let n = dt.len();
-        recurrent::check_gates(rows, n, alpha.0.len(), beta.0.len(), n, av.len())?;
-        let alpha = alpha.0[..rows * n].chunks_exact_mut(n);
-        for (ar, br) in alpha.zip(beta.0[..rows * n].chunks_exact_mut(n)) {
-            for (h, (al, be)) in ar.iter_mut().zip(br.iter_mut()).enumerate() {
-                (*al, *be) = gates(*al, *be, dt[h], av[h]);
-            }
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn delta(
-        &self,
-        p: &DeltaNet,
-        form: Form,
-        seq: SeqRows,
-        qkv: &CpuBuffer,
-        gate: &CpuBuffer,
-        beta: &CpuBuffer,
-        state: &mut CpuBuffer,
-        out: &mut CpuBuffer,
-    ) -> Result<(), BackendError> {
-        p.check(
-            seq,
-            form,
-            qkv.0.len(),
-            gate.0.len(),
-            beta.0.len(),
-            state.0.len(),
-            out.0.len(),
-        )?;
-        let (rows, row0) = (seq.rows, seq.row0);
-        if rows == 0 {
-            return Ok(());
-        }
-        let (hk, hv, dk, dv, qkv_dim) = (p.n_k_heads, p.n_v_heads, p.d_k, p.d_v, p.qkv_dim());
-        let kw = hk * dk;
-        // src: [rows][qkv_dim] this sequence's rows.
-        let src = &qkv.0[row0 * qkv_dim..(row0 + rows) * qkv_dim];
-        // qk: [rows][2][hk][dk] q and k of each key head, normed once (several value heads may
-        // read one key head), q scaled.
-        let mut qk = vec![0f32; rows * 2 * kw];
-        let scale = p.q_scale();
-        self.pool.for_chunks(&mut qk, 2 * kw, |t, dst| {
-            dst.copy_from_slice(&src[t * qkv_dim..t * qkv_dim + 2 * kw]);
-            for (i, head) in dst.chunks_exact_mut(dk).enumerate() {
-                let s = if i < hk { scale } else { 1.0 };
-                match p.l2_eps {
-                    Some(eps) => l2_normalize(head, eps, s),
-                    None => head.iter_mut().for_each(|v| *v *= s),
-                }
-            }
-        });
-        let (gate, beta) = (
-            &gate.0[row0 * hv..(row0 + rows) * hv],
-            &beta.0[row0 * hv..(row0 + rows) * hv],
-        );
-        // heads: [hv][rows][dv] each head's outputs, scattered into `out` afterwards.
-        let mut heads = vec![0f32; hv * rows * dv];
-        let mut work: Vec<(&mut [f32], &mut [f32])> = state.0[..p.state_len()]
-            .chunks_exact_mut(dk * dv)
-            .zip(heads.chunks_exact_mut(rows * dv))
-            .collect();
-        let qk = &qk;
-        self.pool.for_chunks(&mut work, 1, |h, w| {
-            let (s, o) = &mut w[0];
-            let inp = HeadInputs {
-                qk,
-                qkv: src,
-                gate,
-                beta,
-                p: *p,
-                h,
-                kh: p.key_head(h),
-            };
-            match form {
-                Form::Recurrent => recurrent_head(&inp, rows, s, o),
-                Form::Chunked(c) => chunked_head(&inp, rows, c, s, o),
-            }
-        });
-        let out = &mut out.0[row0 * hv * dv..(row0 + rows) * hv * dv];
-        for (h, head) in heads.chunks_exact(rows * dv).enumerate() {
-            for (t, ot) in head.chunks_exact(dv).enumerate() {
-                out[(t * hv + h) * dv..][..dv].copy_from_slice(ot);
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) fn gated_norm(
-        &self,
-        x: &mut CpuBuffer,
-        z: &CpuBuffer,
-        w: &CpuWeight,
-        groups: usize,
-        eps: f32,
-    ) -> Result<(), BackendError> {
-        let wv = w.dense("rmsnorm_gated")?;
-        let g = wv.len();
-        check_gated_norm(groups, g, x.0.len(), z.0.len())?;
-        let z = &z.0[..groups * g];
-        let per_task = norm_task_values(g);
-        self.pool.for_chunks(&mut x.0[..groups * g], per_task, |i, xs| {
-            let zs = &z[i * per_task..i * per_task + xs.len()];
-            for (xg, zg) in xs.chunks_exact_mut(g).zip(zs.chunks_exact(g)) {
-                ops::rmsnorm_inplace(xg, wv, eps);
-                xg.iter_mut().zip(zg).for_each(|(v, &zv)| *v *= recurrent::silu(zv));
-            }
-        });
-        Ok(())
     }
 }
