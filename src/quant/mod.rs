@@ -8,7 +8,7 @@
 //!
 //! Family files: `float.rs` (F32, F16, BF16), `legacy.rs` (Q4_0..Q8_1), `kquant.rs`
 //! (Q2_K..Q8_K), `iquant.rs` + `iquant_grids.rs` (IQ*), `fp4.rs` (MXFP4, NVFP4),
-//! `ternary.rs` (TQ1_0, TQ2_0).
+//! `ternary.rs` (TQ1_0, TQ2_0), `sign.rs` (Q1_0).
 
 pub mod float;
 pub mod fp4;
@@ -20,6 +20,7 @@ mod iquant_grids;
 pub(crate) use iquant_grids::{KVALUES_FP4, KVALUES_IQ4NL};
 pub mod kquant;
 pub mod legacy;
+pub mod sign;
 pub mod support;
 pub mod ternary;
 
@@ -120,6 +121,7 @@ ggml_types! {
     TQ2_0 = 35, "TQ2_0", 256, 66;
     MXFP4 = 39, "MXFP4", 32, 17;
     NVFP4 = 40, "NVFP4", 64, 36;
+    Q1_0 = 41, "Q1_0", 128, 18;
 }
 
 impl fmt::Display for GgmlType {
@@ -170,7 +172,7 @@ impl GgmlType {
     pub fn vec_dot_type(self) -> GgmlType {
         use GgmlType::*;
         match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 | NVFP4 => Q8_0,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 | NVFP4 | Q1_0 => Q8_0,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M
             | IQ4_XS | TQ1_0 | TQ2_0 => Q8_K,
             _ => F32,
@@ -191,6 +193,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         }
         MXFP4 | NVFP4 => fp4::dequantize(ty, src, dst),
         TQ1_0 | TQ2_0 => ternary::dequantize(ty, src, dst),
+        Q1_0 => sign::dequantize(ty, src, dst),
     }
 }
 
@@ -226,6 +229,7 @@ pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, Quan
         IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | IQ4_NL | IQ4_XS => Ok(iquant::vec_dot(ty, w, act)),
         MXFP4 | NVFP4 => Ok(fp4::vec_dot(ty, w, act)),
         TQ1_0 | TQ2_0 => Ok(ternary::vec_dot(ty, w, act)),
+        Q1_0 => Ok(sign::vec_dot(ty, w, act)),
         Q8_1 | Q8_K | F64 | I8 | I16 | I32 | I64 => Err(QuantError::Unsupported { ty, op: "vec_dot" }),
     }
 }

@@ -620,13 +620,7 @@ pub(super) mod tests {
         (q, k, v)
     }
 
-    pub(crate) fn params(
-        rows: usize,
-        pos0: usize,
-        n_head: usize,
-        n_head_kv: usize,
-        hd: (usize, usize),
-    ) -> AttnParams {
+    pub(crate) fn params(rows: usize, pos0: usize, n_head: usize, n_head_kv: usize, hd: (usize, usize)) -> AttnParams {
         AttnParams {
             rows,
             pos0,
@@ -773,11 +767,7 @@ pub(super) mod tests {
     /// All rows and heads of `p` through [`Plan`], each task's block through `run` (a build of
     /// an `attend_block`), in order (as the pool runs them, minus the threads), scattered into
     /// place. The Q8_0 cache's tests share it.
-    pub(crate) fn blocked(
-        p: &AttnParams,
-        threads: usize,
-        run: impl Fn(&Block, &mut [f32]),
-    ) -> Vec<f32> {
+    pub(crate) fn blocked(p: &AttnParams, threads: usize, run: impl Fn(&Block, &mut [f32])) -> Vec<f32> {
         let plan = Plan::new(p, threads);
         let mut scratch = vec![0f32; plan.tasks() * plan.chunk()];
         for (t, c) in scratch.chunks_mut(plan.chunk()).enumerate() {
