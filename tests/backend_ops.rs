@@ -71,7 +71,7 @@ fn widen(v: &[f32]) -> Vec<f64> {
 fn scale_fields(ty: GgmlType) -> &'static [usize] {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS | Q1_0 => &[0],
         Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
         Q6_K => &[208],
         _ => &[],
@@ -1248,13 +1248,14 @@ fn f16_matmul_never_overflows() {
 }
 
 /// The formats expert stacks are stored in, for the matmul_id tests.
-const EXPERT_TYPES: [GgmlType; 6] = [
+const EXPERT_TYPES: [GgmlType; 7] = [
     GgmlType::F16,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q5_0,
     GgmlType::Q6_K,
     GgmlType::MXFP4,
+    GgmlType::Q1_0,
 ];
 
 /// Expert ids of 5 rows x 3 slots over 6 experts: experts 2 and 5 unused; 0 and 3 shared by

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::generation::{
     argmax, fixture_clear_gap, fixture_golden, fixture_tolerance, greedy_miss, load_cases, load_on, quantile, session,
-    session_with, softmax, teacher_forced, Case, Spread,
+    session_with, softmax, teacher_forced, Case, Spread, LOWBIT_QUANTS,
 };
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::KvType;
@@ -165,6 +165,17 @@ fn check_fixture_arch_with(arch: &str, quants: &[&str], cache: KvType) {
 #[test]
 fn llama_fixtures_match_llama_cpp() {
     check_fixture_arch("llama", &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS"]);
+}
+
+/// The 1- to 3-bit formats real MoE checkpoints ship in, on the dense family and on qwen3moe,
+/// quantized by llama.cpp from the F16 fixtures with an importance matrix
+/// (`scripts/lowbit-goldens.py`), each within llama.cpp's own measured spread on that file
+/// ([`common::generation::lowbit_spread`]). qwen3moe has no Q1_0 file: its experts are 32
+/// values wide, and llama-quantize has no fallback for Q1_0's 128-value blocks.
+#[test]
+fn lowbit_fixtures_match_llama_cpp() {
+    check_fixture_arch("llama", &LOWBIT_QUANTS);
+    check_fixture_arch("qwen3moe", &LOWBIT_QUANTS[..5]);
 }
 
 #[test]

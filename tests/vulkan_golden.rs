@@ -19,7 +19,10 @@ use common::gpu_golden::check_fixtures_with;
 
 /// Every golden fixture: architecture and formats.
 const FIXTURES: [(&str, &[&str]); 9] = [
-    ("llama", &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS"]),
+    (
+        "llama",
+        &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0"],
+    ),
     ("qwen2", &["F16", "Q8_0", "Q4_K_M"]),
     ("qwen3", &["F16", "Q8_0", "Q4_K_M"]),
     ("gemma3", &["F16", "Q8_0", "Q4_K_M"]),

@@ -37,7 +37,10 @@ fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
 
 #[test]
 fn llama_fixtures_match_llama_cpp_on_webgpu() {
-    check_fixtures("llama", &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS"]);
+    check_fixtures(
+        "llama",
+        &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0"],
+    );
 }
 
 #[test]

@@ -34,7 +34,7 @@ const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl
 }
 
 /// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture).
-pub const SUPPORT: [Support; 14] = [
+pub const SUPPORT: [Support; 15] = [
     s("f32", true, true, true, false),
     s("f16", true, true, true, false),
     s("bf16", true, true, true, false),
@@ -49,4 +49,5 @@ pub const SUPPORT: [Support; 14] = [
     s("iq4_nl", true, true, true, false),
     s("iq4_xs", true, true, true, false),
     s("mxfp4", true, true, true, false),
+    s("q1_0", true, false, true, false),
 ];

@@ -22,7 +22,8 @@
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
 //! against Q8_0), `dot_ktile.rs` (interleaved Q4_K/Q6_K against Q8_K), `dot_kquant.rs` (Q5_K,
-//! IQ4_XS against Q8_K), `dot_float.rs` (F32/F16/BF16 rows).
+//! IQ4_XS against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs` (F32/F16/BF16
+//! rows).
 
 // Register tiles are `[[acc; C]; R]` arrays indexed by (weight row, activation row) in nested
 // loops that the compiler unrolls; iterators would hide that shape.
@@ -145,6 +146,7 @@ mod dot_float;
 mod dot_kquant;
 mod dot_ktile;
 mod dot_legacy;
+mod dot_sign;
 mod lanes;
 pub(super) mod q8;
 #[cfg(test)]
@@ -167,7 +169,7 @@ pub fn supports(ty: GgmlType) -> bool {
 }
 
 /// Whether [`tile`] reads weights of type `ty` interleaved ([`super::interleave`]): the formats
-/// of the tile kernels. The others (floats, Q5_K, IQ4_XS) are read as file rows.
+/// of the tile kernels. The others (floats, Q5_K, IQ4_XS, Q1_0) are read as file rows.
 pub fn interleaves(ty: GgmlType) -> bool {
     dot_ktile::kernel(ty, Isa::Avx2).is_some() || dot_legacy::kernel(ty, Isa::Avx2).is_some()
 }
@@ -232,6 +234,10 @@ pub unsafe fn tile(
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
         GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
+        GgmlType::Q1_0 => {
+            dot_sign::tile(k, weights, act, out);
+            true
+        }
         _ => {
             let Some(run) = dot_ktile::kernel(ty, isa).or_else(|| dot_legacy::kernel(ty, isa)) else {
                 return false;
