@@ -34,7 +34,7 @@ const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl
 }
 
 /// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture).
-pub const SUPPORT: [Support; 15] = [
+pub const SUPPORT: [Support; 17] = [
     s("f32", true, true, true, false),
     s("f16", true, true, true, false),
     s("bf16", true, true, true, false),
@@ -50,4 +50,6 @@ pub const SUPPORT: [Support; 15] = [
     s("iq4_xs", true, true, true, false),
     s("mxfp4", true, true, true, false),
     s("q1_0", true, false, true, false),
+    s("q2_k", true, false, false, false),
+    s("q3_k", true, false, false, false),
 ];

@@ -22,7 +22,7 @@
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
 //! against Q8_0), `dot_ktile.rs` (interleaved Q4_K/Q6_K against Q8_K), `dot_kquant.rs` (Q5_K,
-//! IQ4_XS against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs` (F32/F16/BF16
+//! IQ4_XS against Q8_K), `dot_lowk.rs` (Q2_K, Q3_K rows against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs` (F32/F16/BF16
 //! rows).
 
 // Register tiles are `[[acc; C]; R]` arrays indexed by (weight row, activation row) in nested
@@ -146,6 +146,7 @@ mod dot_float;
 mod dot_kquant;
 mod dot_ktile;
 mod dot_legacy;
+mod dot_lowk;
 mod dot_sign;
 mod lanes;
 pub(super) mod q8;
@@ -169,7 +170,7 @@ pub fn supports(ty: GgmlType) -> bool {
 }
 
 /// Whether [`tile`] reads weights of type `ty` interleaved ([`super::interleave`]): the formats
-/// of the tile kernels. The others (floats, Q5_K, IQ4_XS, Q1_0) are read as file rows.
+/// of the tile kernels. The others (floats, Q2_K, Q3_K, Q5_K, IQ4_XS, Q1_0) are read as file rows.
 pub fn interleaves(ty: GgmlType) -> bool {
     dot_ktile::kernel(ty, Isa::Avx2).is_some() || dot_legacy::kernel(ty, Isa::Avx2).is_some()
 }
@@ -234,6 +235,7 @@ pub unsafe fn tile(
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
         GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
+        GgmlType::Q2_K | GgmlType::Q3_K => dot_lowk::tile(ty, k, weights, act, out),
         GgmlType::Q1_0 => {
             dot_sign::tile(k, weights, act, out);
             true

@@ -89,6 +89,8 @@ fn weights(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8>
     for b in w.chunks_exact_mut(bb) {
         let (d_at, min_at) = match ty {
             GgmlType::Q6_K => (208, None),
+            GgmlType::Q3_K => (108, None),
+            GgmlType::Q2_K => (80, Some(82)),
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => (0, Some(2)),
             _ => (0, None),
         };
@@ -101,7 +103,7 @@ fn weights(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8>
             };
             continue;
         }
-        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K);
+        let k_quant = matches!(ty, GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K);
         b[d_at..d_at + 2].copy_from_slice(&scale(rng, k_quant));
         if let Some(m) = min_at {
             b[m..m + 2].copy_from_slice(&scale(rng, k_quant));
@@ -118,6 +120,7 @@ fn min_part(ty: GgmlType, w: &[u8], k: usize) -> Vec<f32> {
         GgmlType::Q5_1 => 4..24,
         GgmlType::Q4_K => 16..144,
         GgmlType::Q5_K => 16..176,
+        GgmlType::Q2_K => 16..80,
         _ => return vec![0.0; w.len() / ty.block_bytes() * ty.block_size()],
     };
     let mut z = w.to_vec();
@@ -468,4 +471,22 @@ fn swiglu_matches_the_scalar_gate() {
     let mut g = vec![f32::NAN; 9];
     (kern.swiglu)(&mut g, &[1.0; 9]);
     assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN: {g:?}");
+}
+
+/// Q2_K and Q3_K sum in the oracle's order (exact integer sums per super-block, then its f32
+/// steps), so they give its bits, not just values within the reordering bound.
+#[test]
+fn low_bit_k_quants_give_the_oracles_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    for ty in [GgmlType::Q2_K, GgmlType::Q3_K] {
+        let (k, nw, rows) = (1024, 5, 6);
+        let w = weights(&mut rng, ty, k, nw);
+        let x = activations(&mut rng, k * rows);
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(run(avx2(), ty, k, &w, &x)),
+            bits(run(Kernels::oracle(), ty, k, &w, &x)),
+            "{ty}"
+        );
+    }
 }

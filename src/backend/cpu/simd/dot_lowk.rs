@@ -1,0 +1,168 @@
+//! The 2- and 3-bit K-quants (Q2_K, Q3_K), the experts' formats of the low-bit "dynamic"
+//! quantizations of MoE checkpoints, in the file layout against Q8_K activations.
+//!
+//! A weight super-block is unpacked once per row (its 256 2-bit fields as eight vectors of 32
+//! bytes, value `32g + l` in byte `l` of vector `g`; Q3_K's cleared high bits as 4s to take
+//! off; the sixteen sub-block scales as i16 pairs) and then meets each activation row: per 32
+//! values one `maddubs` (Q3_K: two, the second for the 4s), one `madd` with the two sub-blocks'
+//! scales, summed in i32 lanes, so the super-block's `Σ sc·Σ q·q8` is exact. Q2_K's minimum
+//! comes from the activations' 16-value sums in one `madd`. Then `(d_w·d_a)·isum` (and
+//! `-(dmin_w·d_a)·msum`) in f32, in the oracle's order ([`crate::quant::vec_dot`]), so results
+//! are the oracle's to the bit.
+
+use std::arch::x86_64::*;
+
+use super::lanes::{for_tiles, load_f16};
+use crate::backend::cpu::tile::{Activations, TileOut};
+use crate::quant::GgmlType;
+
+const Q2_K: u8 = 0;
+const Q3_K: u8 = 1;
+
+/// Bytes of one Q8_K block: f32 scale, 256 values, 16 i16 sums.
+const ACT_BLOCK: usize = 292;
+const ACT_BSUMS: usize = 260;
+/// Activation rows per tile (a weight row's unpacked super-block meets up to this many).
+const C: usize = 4;
+
+const fn block_bytes(kind: u8) -> usize {
+    if kind == Q2_K {
+        84
+    } else {
+        110
+    }
+}
+
+/// A weight super-block, unpacked.
+struct Unpacked {
+    /// The 2-bit fields, value `32g + l` in byte `l` of `q[g]`.
+    q: [__m256i; 8],
+    /// Q3_K: 4 where value's high bit is clear (it is `q - 4`), else 0.
+    minus4: [__m256i; 8],
+    /// Sub-block scales as i16: lanes 0..8 the scale of sub-block `2g`, lanes 8..16 of `2g + 1`.
+    scales: [__m256i; 8],
+    /// Q2_K: the sixteen sub-block minimums as i16.
+    mins: __m256i,
+    d: f32,
+    dmin: f32,
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
+    let three = _mm256_set1_epi8(3);
+    let one = _mm256_set1_epi8(1);
+    let qs = p.add(if K == Q2_K { 16 } else { 32 });
+    let mut q = [_mm256_setzero_si256(); 8];
+    for n in 0..2 {
+        let v = _mm256_loadu_si256(qs.add(32 * n) as *const __m256i);
+        for j in 0..4 {
+            // Shifting 16-bit lanes moves each byte's bits 2j..2j+2 to its bottom: both bytes'.
+            q[4 * n + j] = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), three);
+        }
+    }
+    let mut sc = [0i16; 16];
+    let mut minus4 = [_mm256_setzero_si256(); 8];
+    let (d, dmin, mins);
+    if K == Q2_K {
+        let mut m = [0i16; 16];
+        for (j, (s, m)) in sc.iter_mut().zip(&mut m).enumerate() {
+            let b = *p.add(j);
+            (*s, *m) = (i16::from(b & 0xf), i16::from(b >> 4));
+        }
+        mins = _mm256_loadu_si256(m.as_ptr() as *const __m256i);
+        (d, dmin) = (load_f16(p.add(80)), load_f16(p.add(82)));
+    } else {
+        let s = std::slice::from_raw_parts(p.add(96), 12);
+        for (j, v) in sc.iter_mut().enumerate() {
+            let low = (s[j % 8] >> (4 * (j / 8))) & 0xf;
+            let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+            *v = i16::from(low | (high << 4)) - 32;
+        }
+        let h = _mm256_loadu_si256(p as *const __m256i);
+        for (g, m) in minus4.iter_mut().enumerate() {
+            let bit = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(g as i32)), one);
+            *m = _mm256_slli_epi16(_mm256_xor_si256(bit, one), 2);
+        }
+        mins = _mm256_setzero_si256();
+        (d, dmin) = (load_f16(p.add(108)), 0.0);
+    }
+    let scales = std::array::from_fn(|g| _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g])));
+    Unpacked {
+        q,
+        minus4,
+        scales,
+        mins,
+        d,
+        dmin,
+    }
+}
+
+/// Sum of the eight i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Output `(a0..a0 + CC) × w`: weight row `w` (`nb` super-blocks) against `CC` activation rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kernel<const K: u8, const CC: usize>(
+    nb: usize,
+    weights: &[u8],
+    act: &Activations,
+    w: usize,
+    a0: usize,
+    out: &mut TileOut<'_>,
+) {
+    let row = weights.as_ptr().add(w * nb * block_bytes(K));
+    let mut sum = [0f32; CC];
+    for b in 0..nb {
+        let x = unpack::<K>(row.add(b * block_bytes(K)));
+        for (c, s) in sum.iter_mut().enumerate() {
+            let y = act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK);
+            let mut acc = _mm256_setzero_si256();
+            for g in 0..8 {
+                let q8 = _mm256_loadu_si256(y.add(4 + 32 * g) as *const __m256i);
+                let mut p = _mm256_maddubs_epi16(x.q[g], q8);
+                if K == Q3_K {
+                    p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(x.minus4[g], q8));
+                }
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[g]));
+            }
+            let yd = std::ptr::read_unaligned(y as *const f32);
+            *s += x.d * yd * hsum_epi32(acc) as f32;
+            if K == Q2_K {
+                let bsums = _mm256_loadu_si256(y.add(ACT_BSUMS) as *const __m256i);
+                *s -= x.dmin * yd * hsum_epi32(_mm256_madd_epi16(bsums, x.mins)) as f32;
+            }
+        }
+    }
+    for (c, &s) in sum.iter().enumerate() {
+        out.set(a0 + c, w, s);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let nb = k / 256;
+    for_tiles::<1, C>(out.nw(), act.rows, |w, a0, _, c| match c {
+        C => kernel::<K, C>(nb, weights, act, w, a0, out),
+        _ => kernel::<K, 1>(nb, weights, act, w, a0, out),
+    });
+}
+
+/// See [`super::tile`]; lengths were checked there.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+    match ty {
+        GgmlType::Q2_K => run::<Q2_K>(k, weights, act, out),
+        GgmlType::Q3_K => run::<Q3_K>(k, weights, act, out),
+        _ => return false,
+    }
+    true
+}
