@@ -34,7 +34,7 @@ const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl
 }
 
 /// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture).
-pub const SUPPORT: [Support; 19] = [
+pub const SUPPORT: [Support; 22] = [
     s("f32", true, true, true, false),
     s("f16", true, true, true, false),
     s("bf16", true, true, true, false),
@@ -53,5 +53,8 @@ pub const SUPPORT: [Support; 19] = [
     s("q2_k", true, false, false, false),
     s("q3_k", true, false, false, false),
     s("iq2_xxs", true, false, false, false),
+    s("iq2_xs", true, false, false, false),
+    s("iq2_s", true, false, false, false),
     s("iq3_xxs", true, false, false, false),
+    s("iq3_s", true, false, false, false),
 ];

@@ -473,12 +473,13 @@ fn swiglu_matches_the_scalar_gate() {
     assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN: {g:?}");
 }
 
-/// Q2_K, Q3_K, IQ2_XXS and IQ3_XXS sum in the oracle's order (exact integer sums per super-block, then its f32
+/// Q2_K, Q3_K and the IQ2/IQ3 formats sum in the oracle's order (exact integer sums per super-block, then its f32
 /// steps), so they give its bits, not just values within the reordering bound.
 #[test]
 fn low_bit_kernels_give_the_oracles_bits() {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
-    for ty in [GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ2_XXS, GgmlType::IQ3_XXS] {
+    use GgmlType::*;
+    for ty in [Q2_K, Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S] {
         let (k, nw, rows) = (1024, 5, 6);
         let w = weights(&mut rng, ty, k, nw);
         let x = activations(&mut rng, k * rows);
