@@ -103,6 +103,14 @@ fn weights(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8>
             };
             continue;
         }
+        if ty == GgmlType::IQ1_M {
+            // The f16 scale is spread over the top nibbles of the four scale words (bytes 48..56).
+            let d = u16::from_le_bytes(scale(rng, false));
+            for k in 0..4 {
+                b[49 + 2 * k] = (b[49 + 2 * k] & 0x0f) | ((((d >> (4 * k)) & 0xf) as u8) << 4);
+            }
+            continue;
+        }
         let k_quant = matches!(ty, GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K);
         b[d_at..d_at + 2].copy_from_slice(&scale(rng, k_quant));
         if let Some(m) = min_at {
@@ -473,13 +481,13 @@ fn swiglu_matches_the_scalar_gate() {
     assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN: {g:?}");
 }
 
-/// Q2_K, Q3_K and the IQ2/IQ3 formats sum in the oracle's order (exact integer sums per super-block, then its f32
+/// Q2_K, Q3_K and the IQ1-IQ3 formats sum in the oracle's order (exact integer sums per super-block, then its f32
 /// steps), so they give its bits, not just values within the reordering bound.
 #[test]
 fn low_bit_kernels_give_the_oracles_bits() {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     use GgmlType::*;
-    for ty in [Q2_K, Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S] {
+    for ty in [Q2_K, Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M] {
         let (k, nw, rows) = (1024, 5, 6);
         let w = weights(&mut rng, ty, k, nw);
         let x = activations(&mut rng, k * rows);
