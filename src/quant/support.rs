@@ -34,7 +34,7 @@ const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl
 }
 
 /// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture).
-pub const SUPPORT: [Support; 24] = [
+pub const SUPPORT: [Support; 26] = [
     s("f32", true, true, true, false),
     s("f16", true, true, true, false),
     s("bf16", true, true, true, false),
@@ -59,4 +59,6 @@ pub const SUPPORT: [Support; 24] = [
     s("iq3_s", true, false, false, false),
     s("iq1_s", true, false, false, false),
     s("iq1_m", true, false, false, false),
+    s("tq1_0", true, false, false, false),
+    s("tq2_0", true, false, false, false),
 ];

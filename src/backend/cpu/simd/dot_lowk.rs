@@ -1,10 +1,12 @@
 //! The 2- and 3-bit K-quants (Q2_K, Q3_K), the experts' formats of the low-bit "dynamic"
-//! quantizations of MoE checkpoints, in the file layout against Q8_K activations.
+//! quantizations of MoE checkpoints, and the ternary formats (TQ1_0, TQ2_0), in the file layout
+//! against Q8_K activations.
 //!
-//! A weight super-block is unpacked once per row (its 256 2-bit fields as eight vectors of 32
-//! bytes, value `32g + l` in byte `l` of vector `g`; Q3_K's cleared high bits as 4s to take
-//! off; the sixteen sub-block scales as i16 pairs) and then meets each activation row: per 32
-//! values one `maddubs` (Q3_K: two, the second for the 4s), one `madd` with the two sub-blocks'
+//! A weight super-block is unpacked once per row (its 256 small unsigned codes as eight vectors
+//! of 32 bytes, value `32g + l` in byte `l` of vector `g`; what each value takes off its code:
+//! Q3_K's 4 where its high bit is clear, the ternary formats' 1; the sixteen sub-block scales
+//! as i16 pairs, 1 for the ternary formats) and then meets each activation row: per 32 values
+//! one `maddubs` for the codes (and one for the offsets), one `madd` with the two sub-blocks'
 //! scales, summed in i32 lanes, so the super-block's `Σ sc·Σ q·q8` is exact. Q2_K's minimum
 //! comes from the activations' 16-value sums in one `madd`. Then `(d_w·d_a)·isum` (and
 //! `-(dmin_w·d_a)·msum`) in f32, in the oracle's order ([`crate::quant::vec_dot`]), so results
@@ -18,6 +20,8 @@ use crate::quant::GgmlType;
 
 const Q2_K: u8 = 0;
 const Q3_K: u8 = 1;
+const TQ1_0: u8 = 2;
+const TQ2_0: u8 = 3;
 
 /// Bytes of one Q8_K block: f32 scale, 256 values, 16 i16 sums.
 const ACT_BLOCK: usize = 292;
@@ -26,19 +30,45 @@ const ACT_BSUMS: usize = 260;
 const C: usize = 4;
 
 const fn block_bytes(kind: u8) -> usize {
-    if kind == Q2_K {
-        84
-    } else {
-        110
+    match kind {
+        Q2_K => 84,
+        Q3_K => 110,
+        TQ1_0 => 54,
+        _ => 66,
     }
+}
+
+/// The 256 trits (0, 1, 2) of a TQ1_0 block at `p`, in element order (`quant::ternary`'s rule:
+/// digit `n` of a byte is `((byte · 3^n) mod 256 · 3) >> 8`; bytes 0..32 hold elements
+/// `32n + m`, bytes 32..48 elements `160 + 16n + m`, the 4 `qh` bytes `240 + 4n + j`).
+unsafe fn tq1_trits(p: *const u8) -> [u8; 256] {
+    const POW3: [u8; 5] = [1, 3, 9, 27, 81];
+    let trit = |byte: u8, n: usize| ((u16::from(byte.wrapping_mul(POW3[n])) * 3) >> 8) as u8;
+    let b = std::slice::from_raw_parts(p, 52);
+    let mut t = [0u8; 256];
+    for n in 0..5 {
+        for m in 0..32 {
+            t[32 * n + m] = trit(b[m], n);
+        }
+        for m in 0..16 {
+            t[160 + 16 * n + m] = trit(b[32 + m], n);
+        }
+    }
+    for n in 0..4 {
+        for j in 0..4 {
+            t[240 + 4 * n + j] = trit(b[48 + j], n);
+        }
+    }
+    t
 }
 
 /// A weight super-block, unpacked.
 struct Unpacked {
     /// The 2-bit fields, value `32g + l` in byte `l` of `q[g]`.
     q: [__m256i; 8],
-    /// Q3_K: 4 where value's high bit is clear (it is `q - 4`), else 0.
-    minus4: [__m256i; 8],
+    /// What each value takes off its code: Q3_K 4 where its high bit is clear, else 0; the
+    /// ternary formats 1; Q2_K nothing (unused).
+    minus: [__m256i; 8],
     /// Sub-block scales as i16: lanes 0..8 the scale of sub-block `2g`, lanes 8..16 of `2g + 1`.
     scales: [__m256i; 8],
     /// Q2_K: the sixteen sub-block minimums as i16.
@@ -52,6 +82,30 @@ struct Unpacked {
 unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
     let three = _mm256_set1_epi8(3);
     let one = _mm256_set1_epi8(1);
+    if K == TQ1_0 || K == TQ2_0 {
+        let mut q = [_mm256_setzero_si256(); 8];
+        if K == TQ1_0 {
+            let t = tq1_trits(p);
+            for (g, v) in q.iter_mut().enumerate() {
+                *v = _mm256_loadu_si256(t.as_ptr().add(32 * g) as *const __m256i);
+            }
+        } else {
+            for n in 0..2 {
+                let v = _mm256_loadu_si256(p.add(32 * n) as *const __m256i);
+                for j in 0..4 {
+                    q[4 * n + j] = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), three);
+                }
+            }
+        }
+        return Unpacked {
+            q,
+            minus: [one; 8],
+            scales: [_mm256_set1_epi16(1); 8],
+            mins: _mm256_setzero_si256(),
+            d: load_f16(p.add(block_bytes(K) - 2)),
+            dmin: 0.0,
+        };
+    }
     let qs = p.add(if K == Q2_K { 16 } else { 32 });
     let mut q = [_mm256_setzero_si256(); 8];
     for n in 0..2 {
@@ -62,7 +116,7 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
         }
     }
     let mut sc = [0i16; 16];
-    let mut minus4 = [_mm256_setzero_si256(); 8];
+    let mut minus = [_mm256_setzero_si256(); 8];
     let (d, dmin, mins);
     if K == Q2_K {
         let mut m = [0i16; 16];
@@ -80,7 +134,7 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
             *v = i16::from(low | (high << 4)) - 32;
         }
         let h = _mm256_loadu_si256(p as *const __m256i);
-        for (g, m) in minus4.iter_mut().enumerate() {
+        for (g, m) in minus.iter_mut().enumerate() {
             let bit = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(g as i32)), one);
             *m = _mm256_slli_epi16(_mm256_xor_si256(bit, one), 2);
         }
@@ -90,7 +144,7 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
     let scales = std::array::from_fn(|g| _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g])));
     Unpacked {
         q,
-        minus4,
+        minus,
         scales,
         mins,
         d,
@@ -129,12 +183,16 @@ unsafe fn kernel<const K: u8, const CC: usize>(
             for g in 0..8 {
                 let q8 = _mm256_loadu_si256(y.add(4 + 32 * g) as *const __m256i);
                 let mut p = _mm256_maddubs_epi16(x.q[g], q8);
-                if K == Q3_K {
-                    p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(x.minus4[g], q8));
+                if K != Q2_K {
+                    p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(x.minus[g], q8));
                 }
                 acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[g]));
             }
             let yd = std::ptr::read_unaligned(y as *const f32);
+            if K == TQ1_0 || K == TQ2_0 {
+                *s += hsum_epi32(acc) as f32 * (x.d * yd);
+                continue;
+            }
             *s += x.d * yd * hsum_epi32(acc) as f32;
             if K == Q2_K {
                 let bsums = _mm256_loadu_si256(y.add(ACT_BSUMS) as *const __m256i);
@@ -162,6 +220,8 @@ pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activati
     match ty {
         GgmlType::Q2_K => run::<Q2_K>(k, weights, act, out),
         GgmlType::Q3_K => run::<Q3_K>(k, weights, act, out),
+        GgmlType::TQ1_0 => run::<TQ1_0>(k, weights, act, out),
+        GgmlType::TQ2_0 => run::<TQ2_0>(k, weights, act, out),
         _ => return false,
     }
     true

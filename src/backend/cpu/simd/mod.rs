@@ -22,7 +22,7 @@
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
 //! against Q8_0), `dot_ktile.rs` (interleaved Q4_K/Q6_K against Q8_K), `dot_kquant.rs` (Q5_K,
-//! IQ4_XS against Q8_K), `dot_lowk.rs` (Q2_K, Q3_K rows against Q8_K), `dot_iquant.rs` (IQ2_XXS,
+//! IQ4_XS against Q8_K), `dot_lowk.rs` (Q2_K, Q3_K, TQ1_0, TQ2_0 rows against Q8_K), `dot_iquant.rs` (IQ2_XXS,
 //! IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S rows against Q8_K), `dot_iq1.rs` (IQ1_S, IQ1_M rows against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs` (F32/F16/BF16
 //! rows).
 
@@ -173,8 +173,8 @@ pub fn supports(ty: GgmlType) -> bool {
 }
 
 /// Whether [`tile`] reads weights of type `ty` interleaved ([`super::interleave`]): the formats
-/// of the tile kernels. The others (floats, Q2_K, Q3_K, Q5_K, the IQ1-IQ3 formats, IQ4_XS, Q1_0) are
-/// read as file rows.
+/// of the tile kernels. The others (floats, Q2_K, Q3_K, Q5_K, the IQ1-IQ3 and TQ formats, IQ4_XS,
+/// Q1_0) are read as file rows.
 pub fn interleaves(ty: GgmlType) -> bool {
     dot_ktile::kernel(ty, Isa::Avx2).is_some() || dot_legacy::kernel(ty, Isa::Avx2).is_some()
 }
@@ -239,7 +239,7 @@ pub unsafe fn tile(
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
         GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
-        GgmlType::Q2_K | GgmlType::Q3_K => dot_lowk::tile(ty, k, weights, act, out),
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::TQ1_0 | GgmlType::TQ2_0 => dot_lowk::tile(ty, k, weights, act, out),
         GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_XXS | GgmlType::IQ3_S => {
             dot_iquant::tile(ty, k, weights, act, out)
         }

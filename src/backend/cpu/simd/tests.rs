@@ -90,6 +90,8 @@ fn weights(rng: &mut ChaCha8Rng, ty: GgmlType, k: usize, rows: usize) -> Vec<u8>
         let (d_at, min_at) = match ty {
             GgmlType::Q6_K => (208, None),
             GgmlType::Q3_K => (108, None),
+            GgmlType::TQ1_0 => (52, None),
+            GgmlType::TQ2_0 => (64, None),
             GgmlType::Q2_K => (80, Some(82)),
             GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => (0, Some(2)),
             _ => (0, None),
@@ -481,13 +483,15 @@ fn swiglu_matches_the_scalar_gate() {
     assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN: {g:?}");
 }
 
-/// Q2_K, Q3_K and the IQ1-IQ3 formats sum in the oracle's order (exact integer sums per super-block, then its f32
+/// Q2_K, Q3_K, the IQ1-IQ3 and the TQ formats sum in the oracle's order (exact integer sums per super-block, then its f32
 /// steps), so they give its bits, not just values within the reordering bound.
 #[test]
 fn low_bit_kernels_give_the_oracles_bits() {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     use GgmlType::*;
-    for ty in [Q2_K, Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M] {
+    for ty in [
+        Q2_K, Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0,
+    ] {
         let (k, nw, rows) = (1024, 5, 6);
         let w = weights(&mut rng, ty, k, nw);
         let x = activations(&mut rng, k * rows);
