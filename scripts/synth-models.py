@@ -3,6 +3,9 @@
 
     scripts/synth-models.py FAMILY [--out DIR] [--types Q4_K_M,Q8_0] [--layers N]
 
+--types takes llama-quantize's types and the mixed recipes IQ2_mix and IQ3_mix (IQ2_XS or
+IQ3_XXS experts, Q4_K/Q6_K attention: see RECIPES).
+
 FAMILY: qwen3moe (2048 hidden, 64 experts of 768, 8 used), deepseek2 (deepseek-V2-lite-like
 MLA, with V3's low-rank q (768): kv_lora 512, rope 64, 64 experts of 1408, 6 used, 2 shared, one leading dense block),
 gpt-oss (2880 hidden, 32 experts of 2880, 4 used, sinks, MXFP4 experts via llama-quantize's
@@ -17,6 +20,7 @@ Needs `pip install numpy gguf`.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -248,6 +252,34 @@ def write(family, layers, path):
     w.close()
 
 
+# Mixed recipes like the 2- and 3-bit "dynamic" quantizations of MoE checkpoints: IQ2/IQ3
+# experts (the down projections a step up), Q4_K/Q6_K attention and embeddings. Name -> the
+# llama-quantize type and its per-tensor overrides. They need an importance matrix, made by
+# llama-imatrix on the tokenizer goldens' texts (fixed, so a rerun makes the same matrix).
+RECIPES = {
+    "IQ2_mix": ("IQ2_XS", ["ffn_down_exps=iq3_xxs"]),
+    "IQ3_mix": ("IQ3_XXS", ["ffn_down_exps=iq3_s"]),
+}
+ATTENTION = ["attn_q=q4_k", "attn_k=q4_k", "attn_v=q6_k", "attn_output=q4_k"]
+
+
+def imatrix(base):
+    """The importance matrix of `base` (written beside it once)."""
+    out = base.with_name(base.name.replace(".F16.gguf", ".imatrix.gguf"))
+    if out.exists():
+        return out
+    texts = ROOT / "tests/golden/tokenizer/qwen2.5-coder-0.5b.tokenize.jsonl"
+    calib = out.with_suffix(".txt")
+    lines = [l for l in texts.read_text().split("\n") if l.strip()]
+    calib.write_text("\n".join(json.loads(l)["text"] for l in lines))
+    tool = str(Path(quantize_tool()).with_name("llama-imatrix"))
+    subprocess.run([tool, "-m", str(base), "-f", str(calib), "-o", str(out), "-c", "128", "--chunks", "4",
+                    "-t", "2", "--no-ppl", "--output-format", "gguf"], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    calib.unlink()
+    return out
+
+
 def quantize_tool():
     if os.environ.get("LLAMA_QUANTIZE"):
         return os.environ["LLAMA_QUANTIZE"]
@@ -273,7 +305,13 @@ def main():
     for ty in a.types.split(","):
         dst = out / f"{a.family}-{a.layers}l.{ty}.gguf"
         if not dst.exists():
-            subprocess.run([quantize_tool(), str(base), str(dst), ty, "2"], check=True,
+            args = [ty]
+            if ty in RECIPES:
+                ftype, extra = RECIPES[ty]
+                args = ["--imatrix", str(imatrix(base)), "--token-embedding-type", "q4_k"]
+                args += [a for t in ATTENTION + extra for a in ("--tensor-type", t)] + [ftype]
+            *opts, ftype = args
+            subprocess.run([quantize_tool(), *opts, str(base), str(dst), ftype, "2"], check=True,
                            stdout=subprocess.DEVNULL)
         print(dst)
 
