@@ -9,17 +9,14 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::{for_tiles, load_f16};
+use super::lanes::load_f16;
+use super::superblocks::{act_group, act_scale, hsum_epi32, odd_halves, run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::{GgmlType, IQ1S_GRID};
 
 const IQ1_S: u8 = 0;
 const IQ1_M: u8 = 1;
 
-/// Bytes of one Q8_K block: f32 scale, 256 values, 16 i16 sums.
-const ACT_BLOCK: usize = 292;
-/// Activation rows per tile (a weight row's unpacked super-block meets up to this many).
-const C: usize = 4;
 /// The grid offset `± 1/8` (ggml's `IQ1S_DELTA`).
 const DELTA: f32 = 0.125;
 
@@ -56,13 +53,6 @@ unsafe fn deltas(neg: [bool; 4]) -> __m256i {
     _mm256_setr_epi64x(b[0], b[1], b[2], b[3])
 }
 
-/// Odd scales `2s + 1` of the two halves of a group as i16 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn halves(s1: u32, s2: u32) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16((2 * s2 + 1) as i16), _mm_set1_epi16((2 * s1 + 1) as i16))
-}
-
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
@@ -82,7 +72,7 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
             }));
             x.deltas[ib] = deltas([qh & 0x8000 != 0; 4]);
             let s = ((qh >> 12) & 7) as u32;
-            x.scales[ib] = halves(s, s);
+            x.scales[ib] = odd_halves(s, s);
         }
     } else {
         let sc: [u16; 4] = std::array::from_fn(|k| (byte(48 + 2 * k) | (byte(49 + 2 * k) << 8)) as u16);
@@ -94,72 +84,45 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
             x.grid[ib] = grid(std::array::from_fn(|l| byte(4 * ib + l) | ((nib(l) & 7) << 8)));
             x.deltas[ib] = deltas(std::array::from_fn(|l| nib(l) & 8 != 0));
             let w = u32::from(sc[ib / 2] >> (6 * (ib % 2)));
-            x.scales[ib] = halves(w & 7, (w >> 3) & 7);
+            x.scales[ib] = odd_halves(w & 7, (w >> 3) & 7);
         }
     }
     x
 }
 
-/// Sum of the eight i32 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-    _mm_cvtsi128_si32(s)
-}
+/// The kernels of format `K`.
+struct Iq1<const K: u8>;
 
-/// Output `(a0..a0 + CC) × w`: weight row `w` (`nb` super-blocks) against `CC` activation rows.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kernel<const K: u8, const CC: usize>(
-    nb: usize,
-    weights: &[u8],
-    act: &Activations,
-    w: usize,
-    a0: usize,
-    out: &mut TileOut<'_>,
-) {
-    let ones = _mm256_set1_epi8(1);
-    let row = weights.as_ptr().add(w * nb * block_bytes(K));
-    let mut sum = [0f32; CC];
-    for b in 0..nb {
-        let x = unpack::<K>(row.add(b * block_bytes(K)));
-        for (c, s) in sum.iter_mut().enumerate() {
-            let y = act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK);
-            let (mut acc, mut acc_delta) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-            for ib in 0..8 {
-                let q8 = _mm256_loadu_si256(y.add(4 + 32 * ib) as *const __m256i);
-                let p = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.grid[ib]));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[ib]));
-                let p = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.deltas[ib]));
-                acc_delta = _mm256_add_epi32(acc_delta, _mm256_madd_epi16(p, x.scales[ib]));
-            }
-            let yd = std::ptr::read_unaligned(y as *const f32);
-            *s += x.d * yd * (hsum_epi32(acc) as f32 + DELTA * hsum_epi32(acc_delta) as f32);
+impl<const K: u8> SuperBlocks for Iq1<K> {
+    const BYTES: usize = block_bytes(K);
+    type Unpacked = Unpacked;
+
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> Unpacked {
+        unpack::<K>(p)
+    }
+
+    #[inline(always)]
+    unsafe fn meet(x: &Unpacked, y: *const u8, s: &mut f32) {
+        let ones = _mm256_set1_epi8(1);
+        let (mut acc, mut acc_delta) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for ib in 0..8 {
+            let q8 = act_group(y, ib);
+            let p = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.grid[ib]));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[ib]));
+            let p = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.deltas[ib]));
+            acc_delta = _mm256_add_epi32(acc_delta, _mm256_madd_epi16(p, x.scales[ib]));
         }
+        *s += x.d * act_scale(y) * (hsum_epi32(acc) as f32 + DELTA * hsum_epi32(acc_delta) as f32);
     }
-    for (c, &s) in sum.iter().enumerate() {
-        out.set(a0 + c, w, s);
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
-    let nb = k / 256;
-    for_tiles::<1, C>(out.nw(), act.rows, |w, a0, _, c| match c {
-        C => kernel::<K, C>(nb, weights, act, w, a0, out),
-        _ => kernel::<K, 1>(nb, weights, act, w, a0, out),
-    });
 }
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
     match ty {
-        GgmlType::IQ1_S => run::<IQ1_S>(k, weights, act, out),
-        GgmlType::IQ1_M => run::<IQ1_M>(k, weights, act, out),
+        GgmlType::IQ1_S => run::<Iq1<IQ1_S>>(k, weights, act, out),
+        GgmlType::IQ1_M => run::<Iq1<IQ1_M>>(k, weights, act, out),
         _ => return false,
     }
     true

@@ -10,7 +10,8 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::{for_tiles, load_f16};
+use super::lanes::load_f16;
+use super::superblocks::{act_group, act_scale, hsum_epi32, odd_halves, run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::{GgmlType, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 
@@ -19,11 +20,6 @@ const IQ3_XXS: u8 = 1;
 const IQ2_XS: u8 = 2;
 const IQ2_S: u8 = 3;
 const IQ3_S: u8 = 4;
-
-/// Bytes of one Q8_K block: f32 scale, 256 values, 16 i16 sums.
-const ACT_BLOCK: usize = 292;
-/// Activation rows per tile (a weight row's unpacked super-block meets up to this many).
-const C: usize = 4;
 
 const fn block_bytes(kind: u8) -> usize {
     match kind {
@@ -58,13 +54,6 @@ fn ksigns(aux: u32) -> [u8; 4] {
     std::array::from_fn(|l| KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize])
 }
 
-/// Odd scales `2s + 1` of the two halves of a group as i16 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn halves(s1: u32, s2: u32) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16((2 * s2 + 1) as i16), _mm_set1_epi16((2 * s1 + 1) as i16))
-}
-
 /// Four sign bytes (bit `j` of byte `l`: value `8l + j` is negative) as 32 bytes of ±1.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -97,19 +86,19 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
             IQ2_XXS => {
                 let (idx, aux) = (word(2 + 8 * ib).to_le_bytes(), word(6 + 8 * ib));
                 let mags = grid8(idx.map(|i| IQ2XXS_GRID[usize::from(i)]));
-                (mags, ksigns(aux), halves(aux >> 28, aux >> 28))
+                (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
             }
             IQ3_XXS => {
                 let aux = word(66 + 4 * ib);
                 let mags = grid4(std::array::from_fn(|i| IQ3XXS_GRID[byte(2 + 8 * ib + i) as usize]));
-                (mags, ksigns(aux), halves(aux >> 28, aux >> 28))
+                (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
             }
             IQ2_XS => {
                 let q: [u32; 4] = std::array::from_fn(|l| byte(2 + 8 * ib + 2 * l) | (byte(3 + 8 * ib + 2 * l) << 8));
                 let mags = grid8(q.map(|q| IQ2XS_GRID[(q & 511) as usize]));
                 let signs = q.map(|q| KSIGNS_IQ2XS[(q >> 9) as usize]);
                 let sc = byte(66 + ib);
-                (mags, signs, halves(sc & 0xf, sc >> 4))
+                (mags, signs, odd_halves(sc & 0xf, sc >> 4))
             }
             IQ2_S => {
                 let qh = byte(66 + ib);
@@ -119,7 +108,7 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
                 });
                 let signs = std::array::from_fn(|l| *p.add(34 + 4 * ib + l));
                 let sc = byte(74 + ib);
-                (grid8(idx), signs, halves(sc & 0xf, sc >> 4))
+                (grid8(idx), signs, odd_halves(sc & 0xf, sc >> 4))
             }
             _ => {
                 let qh = byte(66 + ib);
@@ -130,7 +119,7 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
                 }));
                 let signs = std::array::from_fn(|l| *p.add(74 + 4 * ib + l));
                 let s = (byte(106 + ib / 2) >> (4 * (ib % 2))) & 0xf;
-                (mags, signs, halves(s, s))
+                (mags, signs, odd_halves(s, s))
             }
         };
         x.mags[ib] = mags;
@@ -140,67 +129,40 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
     x
 }
 
-/// Sum of the eight i32 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-    _mm_cvtsi128_si32(s)
-}
+/// The kernels of format `K`.
+struct Grid<const K: u8>;
 
-/// Output `(a0..a0 + CC) × w`: weight row `w` (`nb` super-blocks) against `CC` activation rows.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kernel<const K: u8, const CC: usize>(
-    nb: usize,
-    weights: &[u8],
-    act: &Activations,
-    w: usize,
-    a0: usize,
-    out: &mut TileOut<'_>,
-) {
-    let row = weights.as_ptr().add(w * nb * block_bytes(K));
-    let mut sum = [0f32; CC];
-    for b in 0..nb {
-        let x = unpack::<K>(row.add(b * block_bytes(K)));
-        for (c, s) in sum.iter_mut().enumerate() {
-            let y = act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK);
-            let mut acc = _mm256_setzero_si256();
-            for ib in 0..8 {
-                let q8 = _mm256_loadu_si256(y.add(4 + 32 * ib) as *const __m256i);
-                let signed = _mm256_sign_epi8(q8, x.signs[ib]);
-                let p = _mm256_maddubs_epi16(x.mags[ib], signed);
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[ib]));
-            }
-            let yd = std::ptr::read_unaligned(y as *const f32);
-            *s += x.d * yd * hsum_epi32(acc) as f32;
+impl<const K: u8> SuperBlocks for Grid<K> {
+    const BYTES: usize = block_bytes(K);
+    const FACTOR: f32 = factor(K);
+    type Unpacked = Unpacked;
+
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> Unpacked {
+        unpack::<K>(p)
+    }
+
+    #[inline(always)]
+    unsafe fn meet(x: &Unpacked, y: *const u8, s: &mut f32) {
+        let mut acc = _mm256_setzero_si256();
+        for ib in 0..8 {
+            let signed = _mm256_sign_epi8(act_group(y, ib), x.signs[ib]);
+            let p = _mm256_maddubs_epi16(x.mags[ib], signed);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[ib]));
         }
+        *s += x.d * act_scale(y) * hsum_epi32(acc) as f32;
     }
-    for (c, &s) in sum.iter().enumerate() {
-        out.set(a0 + c, w, factor(K) * s);
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
-    let nb = k / 256;
-    for_tiles::<1, C>(out.nw(), act.rows, |w, a0, _, c| match c {
-        C => kernel::<K, C>(nb, weights, act, w, a0, out),
-        _ => kernel::<K, 1>(nb, weights, act, w, a0, out),
-    });
 }
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
     match ty {
-        GgmlType::IQ2_XXS => run::<IQ2_XXS>(k, weights, act, out),
-        GgmlType::IQ3_XXS => run::<IQ3_XXS>(k, weights, act, out),
-        GgmlType::IQ2_XS => run::<IQ2_XS>(k, weights, act, out),
-        GgmlType::IQ2_S => run::<IQ2_S>(k, weights, act, out),
-        GgmlType::IQ3_S => run::<IQ3_S>(k, weights, act, out),
+        GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS>>(k, weights, act, out),
+        GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS>>(k, weights, act, out),
+        GgmlType::IQ2_XS => run::<Grid<IQ2_XS>>(k, weights, act, out),
+        GgmlType::IQ2_S => run::<Grid<IQ2_S>>(k, weights, act, out),
+        GgmlType::IQ3_S => run::<Grid<IQ3_S>>(k, weights, act, out),
         _ => return false,
     }
     true

@@ -14,7 +14,8 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::{for_tiles, load_f16};
+use super::lanes::load_f16;
+use super::superblocks::{act_group, act_scale, hsum_epi32, run, SuperBlocks, ACT_BSUMS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
@@ -22,12 +23,6 @@ const Q2_K: u8 = 0;
 const Q3_K: u8 = 1;
 const TQ1_0: u8 = 2;
 const TQ2_0: u8 = 3;
-
-/// Bytes of one Q8_K block: f32 scale, 256 values, 16 i16 sums.
-const ACT_BLOCK: usize = 292;
-const ACT_BSUMS: usize = 260;
-/// Activation rows per tile (a weight row's unpacked super-block meets up to this many).
-const C: usize = 4;
 
 const fn block_bytes(kind: u8) -> usize {
     match kind {
@@ -152,76 +147,50 @@ unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
     }
 }
 
-/// Sum of the eight i32 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-    _mm_cvtsi128_si32(s)
-}
+/// The kernels of format `K`.
+struct LowK<const K: u8>;
 
-/// Output `(a0..a0 + CC) × w`: weight row `w` (`nb` super-blocks) against `CC` activation rows.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kernel<const K: u8, const CC: usize>(
-    nb: usize,
-    weights: &[u8],
-    act: &Activations,
-    w: usize,
-    a0: usize,
-    out: &mut TileOut<'_>,
-) {
-    let row = weights.as_ptr().add(w * nb * block_bytes(K));
-    let mut sum = [0f32; CC];
-    for b in 0..nb {
-        let x = unpack::<K>(row.add(b * block_bytes(K)));
-        for (c, s) in sum.iter_mut().enumerate() {
-            let y = act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK);
-            let mut acc = _mm256_setzero_si256();
-            for g in 0..8 {
-                let q8 = _mm256_loadu_si256(y.add(4 + 32 * g) as *const __m256i);
-                let mut p = _mm256_maddubs_epi16(x.q[g], q8);
-                if K != Q2_K {
-                    p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(x.minus[g], q8));
-                }
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[g]));
+impl<const K: u8> SuperBlocks for LowK<K> {
+    const BYTES: usize = block_bytes(K);
+    type Unpacked = Unpacked;
+
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> Unpacked {
+        unpack::<K>(p)
+    }
+
+    #[inline(always)]
+    unsafe fn meet(x: &Unpacked, y: *const u8, s: &mut f32) {
+        let mut acc = _mm256_setzero_si256();
+        for g in 0..8 {
+            let q8 = act_group(y, g);
+            let mut p = _mm256_maddubs_epi16(x.q[g], q8);
+            if K != Q2_K {
+                p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(x.minus[g], q8));
             }
-            let yd = std::ptr::read_unaligned(y as *const f32);
-            if K == TQ1_0 || K == TQ2_0 {
-                *s += hsum_epi32(acc) as f32 * (x.d * yd);
-                continue;
-            }
-            *s += x.d * yd * hsum_epi32(acc) as f32;
-            if K == Q2_K {
-                let bsums = _mm256_loadu_si256(y.add(ACT_BSUMS) as *const __m256i);
-                *s -= x.dmin * yd * hsum_epi32(_mm256_madd_epi16(bsums, x.mins)) as f32;
-            }
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[g]));
+        }
+        let yd = act_scale(y);
+        if K == TQ1_0 || K == TQ2_0 {
+            *s += hsum_epi32(acc) as f32 * (x.d * yd);
+            return;
+        }
+        *s += x.d * yd * hsum_epi32(acc) as f32;
+        if K == Q2_K {
+            let bsums = _mm256_loadu_si256(y.add(ACT_BSUMS) as *const __m256i);
+            *s -= x.dmin * yd * hsum_epi32(_mm256_madd_epi16(bsums, x.mins)) as f32;
         }
     }
-    for (c, &s) in sum.iter().enumerate() {
-        out.set(a0 + c, w, s);
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const K: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
-    let nb = k / 256;
-    for_tiles::<1, C>(out.nw(), act.rows, |w, a0, _, c| match c {
-        C => kernel::<K, C>(nb, weights, act, w, a0, out),
-        _ => kernel::<K, 1>(nb, weights, act, w, a0, out),
-    });
 }
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
     match ty {
-        GgmlType::Q2_K => run::<Q2_K>(k, weights, act, out),
-        GgmlType::Q3_K => run::<Q3_K>(k, weights, act, out),
-        GgmlType::TQ1_0 => run::<TQ1_0>(k, weights, act, out),
-        GgmlType::TQ2_0 => run::<TQ2_0>(k, weights, act, out),
+        GgmlType::Q2_K => run::<LowK<Q2_K>>(k, weights, act, out),
+        GgmlType::Q3_K => run::<LowK<Q3_K>>(k, weights, act, out),
+        GgmlType::TQ1_0 => run::<LowK<TQ1_0>>(k, weights, act, out),
+        GgmlType::TQ2_0 => run::<LowK<TQ2_0>>(k, weights, act, out),
         _ => return false,
     }
     true

@@ -153,6 +153,7 @@ mod dot_lowk;
 mod dot_sign;
 mod lanes;
 pub(super) mod q8;
+mod superblocks;
 #[cfg(test)]
 mod tests;
 
