@@ -53,43 +53,6 @@ unsafe fn deltas(neg: [bool; 4]) -> __m256i {
     _mm256_setr_epi64x(b[0], b[1], b[2], b[3])
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
-    let byte = |o: usize| usize::from(*p.add(o));
-    let mut x = Unpacked {
-        grid: [_mm256_setzero_si256(); 8],
-        deltas: [_mm256_setzero_si256(); 8],
-        scales: [_mm256_setzero_si256(); 8],
-        d: 0.0,
-    };
-    if K == IQ1_S {
-        x.d = load_f16(p);
-        for ib in 0..8 {
-            let qh = byte(34 + 2 * ib) | (byte(35 + 2 * ib) << 8);
-            x.grid[ib] = grid(std::array::from_fn(|l| {
-                byte(2 + 4 * ib + l) | (((qh >> (3 * l)) & 7) << 8)
-            }));
-            x.deltas[ib] = deltas([qh & 0x8000 != 0; 4]);
-            let s = ((qh >> 12) & 7) as u32;
-            x.scales[ib] = odd_halves(s, s);
-        }
-    } else {
-        let sc: [u16; 4] = std::array::from_fn(|k| (byte(48 + 2 * k) | (byte(49 + 2 * k) << 8)) as u16);
-        let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
-        x.d = half::f16::from_bits(bits).to_f32();
-        for ib in 0..8 {
-            // Group l's nibble of qh: 3 high index bits, then the delta's sign.
-            let nib = |l: usize| (byte(32 + 2 * ib + l / 2) >> (4 * (l % 2))) & 0xf;
-            x.grid[ib] = grid(std::array::from_fn(|l| byte(4 * ib + l) | ((nib(l) & 7) << 8)));
-            x.deltas[ib] = deltas(std::array::from_fn(|l| nib(l) & 8 != 0));
-            let w = u32::from(sc[ib / 2] >> (6 * (ib % 2)));
-            x.scales[ib] = odd_halves(w & 7, (w >> 3) & 7);
-        }
-    }
-    x
-}
-
 /// The kernels of format `K`.
 struct Iq1<const K: u8>;
 
@@ -99,7 +62,38 @@ impl<const K: u8> SuperBlocks for Iq1<K> {
 
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> Unpacked {
-        unpack::<K>(p)
+        let byte = |o: usize| usize::from(*p.add(o));
+        let mut x = Unpacked {
+            grid: [_mm256_setzero_si256(); 8],
+            deltas: [_mm256_setzero_si256(); 8],
+            scales: [_mm256_setzero_si256(); 8],
+            d: 0.0,
+        };
+        if K == IQ1_S {
+            x.d = load_f16(p);
+            for ib in 0..8 {
+                let qh = byte(34 + 2 * ib) | (byte(35 + 2 * ib) << 8);
+                x.grid[ib] = grid(std::array::from_fn(|l| {
+                    byte(2 + 4 * ib + l) | (((qh >> (3 * l)) & 7) << 8)
+                }));
+                x.deltas[ib] = deltas([qh & 0x8000 != 0; 4]);
+                let s = ((qh >> 12) & 7) as u32;
+                x.scales[ib] = odd_halves(s, s);
+            }
+        } else {
+            let sc: [u16; 4] = std::array::from_fn(|k| (byte(48 + 2 * k) | (byte(49 + 2 * k) << 8)) as u16);
+            let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+            x.d = half::f16::from_bits(bits).to_f32();
+            for ib in 0..8 {
+                // Group l's nibble of qh: 3 high index bits, then the delta's sign.
+                let nib = |l: usize| (byte(32 + 2 * ib + l / 2) >> (4 * (l % 2))) & 0xf;
+                x.grid[ib] = grid(std::array::from_fn(|l| byte(4 * ib + l) | ((nib(l) & 7) << 8)));
+                x.deltas[ib] = deltas(std::array::from_fn(|l| nib(l) & 8 != 0));
+                let w = u32::from(sc[ib / 2] >> (6 * (ib % 2)));
+                x.scales[ib] = odd_halves(w & 7, (w >> 3) & 7);
+            }
+        }
+        x
     }
 
     #[inline(always)]

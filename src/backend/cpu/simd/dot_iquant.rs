@@ -68,67 +68,6 @@ unsafe fn signs(bytes: [u8; 4]) -> __m256i {
     _mm256_or_si256(_mm256_cmpeq_epi8(mine, bit), _mm256_set1_epi8(1))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
-    let word = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u32);
-    let byte = |o: usize| u32::from(*p.add(o));
-    let grid8 = |g: [u64; 4]| _mm256_setr_epi64x(g[0] as i64, g[1] as i64, g[2] as i64, g[3] as i64);
-    let grid4 = |g: [u32; 8]| _mm256_loadu_si256(g.as_ptr() as *const __m256i);
-    let mut x = Unpacked {
-        mags: [_mm256_setzero_si256(); 8],
-        signs: [_mm256_setzero_si256(); 8],
-        scales: [_mm256_setzero_si256(); 8],
-        d: load_f16(p),
-    };
-    for ib in 0..8 {
-        let (mags, sign_bytes, scales) = match K {
-            IQ2_XXS => {
-                let (idx, aux) = (word(2 + 8 * ib).to_le_bytes(), word(6 + 8 * ib));
-                let mags = grid8(idx.map(|i| IQ2XXS_GRID[usize::from(i)]));
-                (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
-            }
-            IQ3_XXS => {
-                let aux = word(66 + 4 * ib);
-                let mags = grid4(std::array::from_fn(|i| IQ3XXS_GRID[byte(2 + 8 * ib + i) as usize]));
-                (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
-            }
-            IQ2_XS => {
-                let q: [u32; 4] = std::array::from_fn(|l| byte(2 + 8 * ib + 2 * l) | (byte(3 + 8 * ib + 2 * l) << 8));
-                let mags = grid8(q.map(|q| IQ2XS_GRID[(q & 511) as usize]));
-                let signs = q.map(|q| KSIGNS_IQ2XS[(q >> 9) as usize]);
-                let sc = byte(66 + ib);
-                (mags, signs, odd_halves(sc & 0xf, sc >> 4))
-            }
-            IQ2_S => {
-                let qh = byte(66 + ib);
-                let idx: [u64; 4] = std::array::from_fn(|l| {
-                    let i = byte(2 + 4 * ib + l) | ((qh << (8 - 2 * l)) & 0x300);
-                    IQ2S_GRID[i as usize]
-                });
-                let signs = std::array::from_fn(|l| *p.add(34 + 4 * ib + l));
-                let sc = byte(74 + ib);
-                (grid8(idx), signs, odd_halves(sc & 0xf, sc >> 4))
-            }
-            _ => {
-                let qh = byte(66 + ib);
-                let mags = grid4(std::array::from_fn(|i| {
-                    let (l, second) = (i / 2, i % 2);
-                    let hi = (qh << (8 - 2 * l as u32 - second as u32)) & 256;
-                    IQ3S_GRID[(byte(2 + 8 * ib + i) | hi) as usize]
-                }));
-                let signs = std::array::from_fn(|l| *p.add(74 + 4 * ib + l));
-                let s = (byte(106 + ib / 2) >> (4 * (ib % 2))) & 0xf;
-                (mags, signs, odd_halves(s, s))
-            }
-        };
-        x.mags[ib] = mags;
-        x.signs[ib] = signs(sign_bytes);
-        x.scales[ib] = scales;
-    }
-    x
-}
-
 /// The kernels of format `K`.
 struct Grid<const K: u8>;
 
@@ -139,7 +78,63 @@ impl<const K: u8> SuperBlocks for Grid<K> {
 
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> Unpacked {
-        unpack::<K>(p)
+        let word = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u32);
+        let byte = |o: usize| u32::from(*p.add(o));
+        let grid8 = |g: [u64; 4]| _mm256_setr_epi64x(g[0] as i64, g[1] as i64, g[2] as i64, g[3] as i64);
+        let grid4 = |g: [u32; 8]| _mm256_loadu_si256(g.as_ptr() as *const __m256i);
+        let mut x = Unpacked {
+            mags: [_mm256_setzero_si256(); 8],
+            signs: [_mm256_setzero_si256(); 8],
+            scales: [_mm256_setzero_si256(); 8],
+            d: load_f16(p),
+        };
+        for ib in 0..8 {
+            let (mags, sign_bytes, scales) = match K {
+                IQ2_XXS => {
+                    let (idx, aux) = (word(2 + 8 * ib).to_le_bytes(), word(6 + 8 * ib));
+                    let mags = grid8(idx.map(|i| IQ2XXS_GRID[usize::from(i)]));
+                    (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
+                }
+                IQ3_XXS => {
+                    let aux = word(66 + 4 * ib);
+                    let mags = grid4(std::array::from_fn(|i| IQ3XXS_GRID[byte(2 + 8 * ib + i) as usize]));
+                    (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
+                }
+                IQ2_XS => {
+                    let q: [u32; 4] =
+                        std::array::from_fn(|l| byte(2 + 8 * ib + 2 * l) | (byte(3 + 8 * ib + 2 * l) << 8));
+                    let mags = grid8(q.map(|q| IQ2XS_GRID[(q & 511) as usize]));
+                    let signs = q.map(|q| KSIGNS_IQ2XS[(q >> 9) as usize]);
+                    let sc = byte(66 + ib);
+                    (mags, signs, odd_halves(sc & 0xf, sc >> 4))
+                }
+                IQ2_S => {
+                    let qh = byte(66 + ib);
+                    let idx: [u64; 4] = std::array::from_fn(|l| {
+                        let i = byte(2 + 4 * ib + l) | ((qh << (8 - 2 * l)) & 0x300);
+                        IQ2S_GRID[i as usize]
+                    });
+                    let signs = std::array::from_fn(|l| *p.add(34 + 4 * ib + l));
+                    let sc = byte(74 + ib);
+                    (grid8(idx), signs, odd_halves(sc & 0xf, sc >> 4))
+                }
+                _ => {
+                    let qh = byte(66 + ib);
+                    let mags = grid4(std::array::from_fn(|i| {
+                        let (l, second) = (i / 2, i % 2);
+                        let hi = (qh << (8 - 2 * l as u32 - second as u32)) & 256;
+                        IQ3S_GRID[(byte(2 + 8 * ib + i) | hi) as usize]
+                    }));
+                    let signs = std::array::from_fn(|l| *p.add(74 + 4 * ib + l));
+                    let s = (byte(106 + ib / 2) >> (4 * (ib % 2))) & 0xf;
+                    (mags, signs, odd_halves(s, s))
+                }
+            };
+            x.mags[ib] = mags;
+            x.signs[ib] = signs(sign_bytes);
+            x.scales[ib] = scales;
+        }
+        x
     }
 
     #[inline(always)]

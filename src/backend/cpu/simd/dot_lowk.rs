@@ -72,81 +72,6 @@ struct Unpacked {
     dmin: f32,
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack<const K: u8>(p: *const u8) -> Unpacked {
-    let three = _mm256_set1_epi8(3);
-    let one = _mm256_set1_epi8(1);
-    if K == TQ1_0 || K == TQ2_0 {
-        let mut q = [_mm256_setzero_si256(); 8];
-        if K == TQ1_0 {
-            let t = tq1_trits(p);
-            for (g, v) in q.iter_mut().enumerate() {
-                *v = _mm256_loadu_si256(t.as_ptr().add(32 * g) as *const __m256i);
-            }
-        } else {
-            for n in 0..2 {
-                let v = _mm256_loadu_si256(p.add(32 * n) as *const __m256i);
-                for j in 0..4 {
-                    q[4 * n + j] = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), three);
-                }
-            }
-        }
-        return Unpacked {
-            q,
-            minus: [one; 8],
-            scales: [_mm256_set1_epi16(1); 8],
-            mins: _mm256_setzero_si256(),
-            d: load_f16(p.add(block_bytes(K) - 2)),
-            dmin: 0.0,
-        };
-    }
-    let qs = p.add(if K == Q2_K { 16 } else { 32 });
-    let mut q = [_mm256_setzero_si256(); 8];
-    for n in 0..2 {
-        let v = _mm256_loadu_si256(qs.add(32 * n) as *const __m256i);
-        for j in 0..4 {
-            // Shifting 16-bit lanes moves each byte's bits 2j..2j+2 to its bottom: both bytes'.
-            q[4 * n + j] = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), three);
-        }
-    }
-    let mut sc = [0i16; 16];
-    let mut minus = [_mm256_setzero_si256(); 8];
-    let (d, dmin, mins);
-    if K == Q2_K {
-        let mut m = [0i16; 16];
-        for (j, (s, m)) in sc.iter_mut().zip(&mut m).enumerate() {
-            let b = *p.add(j);
-            (*s, *m) = (i16::from(b & 0xf), i16::from(b >> 4));
-        }
-        mins = _mm256_loadu_si256(m.as_ptr() as *const __m256i);
-        (d, dmin) = (load_f16(p.add(80)), load_f16(p.add(82)));
-    } else {
-        let s = std::slice::from_raw_parts(p.add(96), 12);
-        for (j, v) in sc.iter_mut().enumerate() {
-            let low = (s[j % 8] >> (4 * (j / 8))) & 0xf;
-            let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-            *v = i16::from(low | (high << 4)) - 32;
-        }
-        let h = _mm256_loadu_si256(p as *const __m256i);
-        for (g, m) in minus.iter_mut().enumerate() {
-            let bit = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(g as i32)), one);
-            *m = _mm256_slli_epi16(_mm256_xor_si256(bit, one), 2);
-        }
-        mins = _mm256_setzero_si256();
-        (d, dmin) = (load_f16(p.add(108)), 0.0);
-    }
-    let scales = std::array::from_fn(|g| _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g])));
-    Unpacked {
-        q,
-        minus,
-        scales,
-        mins,
-        d,
-        dmin,
-    }
-}
-
 /// The kernels of format `K`.
 struct LowK<const K: u8>;
 
@@ -156,7 +81,77 @@ impl<const K: u8> SuperBlocks for LowK<K> {
 
     #[inline(always)]
     unsafe fn unpack(p: *const u8) -> Unpacked {
-        unpack::<K>(p)
+        let three = _mm256_set1_epi8(3);
+        let one = _mm256_set1_epi8(1);
+        if K == TQ1_0 || K == TQ2_0 {
+            let mut q = [_mm256_setzero_si256(); 8];
+            if K == TQ1_0 {
+                let t = tq1_trits(p);
+                for (g, v) in q.iter_mut().enumerate() {
+                    *v = _mm256_loadu_si256(t.as_ptr().add(32 * g) as *const __m256i);
+                }
+            } else {
+                for n in 0..2 {
+                    let v = _mm256_loadu_si256(p.add(32 * n) as *const __m256i);
+                    for j in 0..4 {
+                        q[4 * n + j] = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), three);
+                    }
+                }
+            }
+            return Unpacked {
+                q,
+                minus: [one; 8],
+                scales: [_mm256_set1_epi16(1); 8],
+                mins: _mm256_setzero_si256(),
+                d: load_f16(p.add(block_bytes(K) - 2)),
+                dmin: 0.0,
+            };
+        }
+        let qs = p.add(if K == Q2_K { 16 } else { 32 });
+        let mut q = [_mm256_setzero_si256(); 8];
+        for n in 0..2 {
+            let v = _mm256_loadu_si256(qs.add(32 * n) as *const __m256i);
+            for j in 0..4 {
+                // Shifting 16-bit lanes moves each byte's bits 2j..2j+2 to its bottom: both bytes'.
+                q[4 * n + j] = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), three);
+            }
+        }
+        let mut sc = [0i16; 16];
+        let mut minus = [_mm256_setzero_si256(); 8];
+        let (d, dmin, mins);
+        if K == Q2_K {
+            let mut m = [0i16; 16];
+            for (j, (s, m)) in sc.iter_mut().zip(&mut m).enumerate() {
+                let b = *p.add(j);
+                (*s, *m) = (i16::from(b & 0xf), i16::from(b >> 4));
+            }
+            mins = _mm256_loadu_si256(m.as_ptr() as *const __m256i);
+            (d, dmin) = (load_f16(p.add(80)), load_f16(p.add(82)));
+        } else {
+            let s = std::slice::from_raw_parts(p.add(96), 12);
+            for (j, v) in sc.iter_mut().enumerate() {
+                let low = (s[j % 8] >> (4 * (j / 8))) & 0xf;
+                let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+                *v = i16::from(low | (high << 4)) - 32;
+            }
+            let h = _mm256_loadu_si256(p as *const __m256i);
+            for (g, m) in minus.iter_mut().enumerate() {
+                let bit = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(g as i32)), one);
+                *m = _mm256_slli_epi16(_mm256_xor_si256(bit, one), 2);
+            }
+            mins = _mm256_setzero_si256();
+            (d, dmin) = (load_f16(p.add(108)), 0.0);
+        }
+        let scales =
+            std::array::from_fn(|g| _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g])));
+        Unpacked {
+            q,
+            minus,
+            scales,
+            mins,
+            d,
+            dmin,
+        }
     }
 
     #[inline(always)]
