@@ -74,6 +74,10 @@ fn scale_fields(ty: GgmlType) -> &'static [usize] {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS | Q1_0 => &[0],
         Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
         Q6_K => &[208],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        TQ1_0 => &[52],
+        TQ2_0 => &[64],
         _ => &[],
     }
 }
@@ -1248,7 +1252,7 @@ fn f16_matmul_never_overflows() {
 }
 
 /// The formats expert stacks are stored in, for the matmul_id tests.
-const EXPERT_TYPES: [GgmlType; 7] = [
+const EXPERT_TYPES: [GgmlType; 9] = [
     GgmlType::F16,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
@@ -1256,6 +1260,8 @@ const EXPERT_TYPES: [GgmlType; 7] = [
     GgmlType::Q6_K,
     GgmlType::MXFP4,
     GgmlType::Q1_0,
+    GgmlType::Q2_K,
+    GgmlType::TQ2_0,
 ];
 
 /// Expert ids of 5 rows x 3 slots over 6 experts: experts 2 and 5 unused; 0 and 3 shared by

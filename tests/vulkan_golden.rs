@@ -21,12 +21,14 @@ use common::gpu_golden::check_fixtures_with;
 const FIXTURES: [(&str, &[&str]); 9] = [
     (
         "llama",
-        &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0"],
+        &[
+            "F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0", "Q2_K", "Q3_K_M",
+        ],
     ),
     ("qwen2", &["F16", "Q8_0", "Q4_K_M"]),
     ("qwen3", &["F16", "Q8_0", "Q4_K_M"]),
     ("gemma3", &["F16", "Q8_0", "Q4_K_M"]),
-    ("qwen3moe", &["F16", "Q8_0", "Q4_K_M"]),
+    ("qwen3moe", &["F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M"]),
     ("olmoe", &["F16", "Q8_0", "Q4_K_M"]),
     ("deepseek2", &["F16", "Q8_0", "Q4_K_M"]),
     ("qwen35", &["F16", "Q8_0", "Q4_K_M"]),

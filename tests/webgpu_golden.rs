@@ -39,7 +39,9 @@ fn check_fixtures_on(g: WebGpuBackend, arch: &str, quants: &[&str]) {
 fn llama_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures(
         "llama",
-        &["F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0"],
+        &[
+            "F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0", "Q2_K", "Q3_K_M",
+        ],
     );
 }
 
@@ -70,7 +72,7 @@ fn fixtures_with_q8_0_cache_match_llama_cpp_on_webgpu() {
 
 #[test]
 fn qwen3moe_fixtures_match_llama_cpp_on_webgpu() {
-    check_fixtures("qwen3moe", &["F16", "Q8_0", "Q4_K_M"]);
+    check_fixtures("qwen3moe", &["F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M"]);
 }
 
 #[test]
