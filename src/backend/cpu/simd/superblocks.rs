@@ -1,22 +1,19 @@
 //! The driver of the kernels that read 256-value weight super-blocks in the file layout against
-//! Q8_K activations (`dot_lowk`, `dot_iquant`, `dot_iq1`), written once: each weight row's
-//! super-blocks are unpacked once ([`SuperBlocks::unpack`]) and met by up to [`C`] activation
-//! rows ([`SuperBlocks::meet`]), each output with its own f32 sum, so a value does not depend on
-//! the tile it was computed in.
+//! Q8_K activations (`dot_lowk`, `dot_iquant`, `dot_iq1`), written once: each weight
+//! super-block is unpacked once ([`SuperBlocks::unpack`]) and met by every activation row
+//! ([`SuperBlocks::meet`]), each output with its own f32 sum, so a value does not depend on the
+//! tile it was computed in.
 
 use std::arch::x86_64::*;
 
-use super::lanes::for_tiles;
 use crate::backend::cpu::tile::{Activations, TileOut};
 
 /// Bytes of one Q8_K block: f32 scale at 0, 256 values at 4, 16 i16 sums at [`ACT_BSUMS`].
 const ACT_BLOCK: usize = 292;
 pub(super) const ACT_BSUMS: usize = 260;
-/// Activation rows per tile.
-const C: usize = 4;
 
 /// A format's two steps. Their bodies are `#[inline(always)]` with no target features of their
-/// own: they inline into [`run`]'s kernel, which has AVX2's, and so do the intrinsics they call.
+/// own: they inline into [`run`], which has AVX2's, and so do the intrinsics they call.
 pub(super) trait SuperBlocks {
     /// Bytes of one weight super-block.
     const BYTES: usize;
@@ -58,40 +55,29 @@ pub(super) unsafe fn act_group(y: *const u8, g: usize) -> __m256i {
     _mm256_loadu_si256(y.add(4 + 32 * g) as *const __m256i)
 }
 
-/// Output `(a0..a0 + CC) × w`: weight row `w` (`nb` super-blocks) against `CC` activation rows.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn kernel<F: SuperBlocks, const CC: usize>(
-    nb: usize,
-    weights: &[u8],
-    act: &Activations,
-    w: usize,
-    a0: usize,
-    out: &mut TileOut<'_>,
-) {
-    let row = weights.as_ptr().add(w * nb * F::BYTES);
-    let mut sum = [0f32; CC];
-    for b in 0..nb {
-        let x = F::unpack(row.add(b * F::BYTES));
-        for (c, s) in sum.iter_mut().enumerate() {
-            F::meet(&x, act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK), s);
-        }
-    }
-    for (c, &s) in sum.iter().enumerate() {
-        out.set(a0 + c, w, F::FACTOR * s);
-    }
-}
-
 /// All outputs of `out`: its weight rows (`k` values each, file layout) times the prepared
-/// Q8_K activation rows. The caller checked the lengths.
+/// Q8_K activation rows. The caller checked the lengths. Each weight super-block is unpacked
+/// once and met by every activation row (a prefill batch's rows share the unpacking), each
+/// output summing over the super-blocks in order whatever the batch.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn run<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let nb = k / 256;
-    for_tiles::<1, C>(out.nw(), act.rows, |w, a0, _, c| match c {
-        C => kernel::<F, C>(nb, weights, act, w, a0, out),
-        _ => kernel::<F, 1>(nb, weights, act, w, a0, out),
-    });
+    // sum: [rows] the current weight row's outputs.
+    let mut sum = vec![0f32; act.rows];
+    for w in 0..out.nw() {
+        sum.fill(0.0);
+        let row = weights.as_ptr().add(w * nb * F::BYTES);
+        for b in 0..nb {
+            let x = F::unpack(row.add(b * F::BYTES));
+            for (r, s) in sum.iter_mut().enumerate() {
+                F::meet(&x, act.bytes.as_ptr().add((r * nb + b) * ACT_BLOCK), s);
+            }
+        }
+        for (r, &s) in sum.iter().enumerate() {
+            out.set(r, w, F::FACTOR * s);
+        }
+    }
 }
