@@ -6,8 +6,8 @@ For each architecture (default: llama, the dense family, and qwen3moe) and each 
 
 1. an importance matrix of the F16 fixture, made by llama-imatrix on a calibration text (the
    detokenized prompts and golden continuations of that fixture's F16 goldens, so the text is
-   fixed by the goldens and a rerun makes the same matrix), written beside the fixtures as
-   `<arch>.imatrix.gguf`;
+   fixed by the goldens and a rerun makes the same matrix), written to
+   `tests/golden/imatrix/<arch>.imatrix.gguf`;
 2. `<arch>.<TYPE>.gguf`, quantized from the F16 fixture by llama-quantize with that matrix (the
    IQ1/IQ2 types require one; the others use it too, as the dynamic quantizations do);
 3. the goldens `<arch>.<TYPE>.golden.jsonl`: the F16 goldens' prompts through llama-server with
@@ -45,6 +45,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests/golden/fixtures"
+# Beside the fixtures, not among them: the tests take every .gguf in FIXTURES for a model.
+IMATRIX = ROOT / "tests/golden/imatrix"
 TYPES = ["Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M", "Q1_0"]
 ARCHS = ["llama", "qwen3moe"]
 # Types llama-quantize cannot make of a fixture: the qwen3moe fixture's experts are 32 wide
@@ -83,10 +85,11 @@ def calibration_text(kv, gguf, cases):
 
 
 def imatrix(kv, arch, cases):
-    out = FIXTURES / f"{arch}.imatrix.gguf"
+    out = IMATRIX / f"{arch}.imatrix.gguf"
     if out.is_file():
         return out
-    text = FIXTURES / f"{arch}.imatrix.txt"
+    IMATRIX.mkdir(exist_ok=True)
+    text = IMATRIX / f"{arch}.imatrix.txt"
     text.write_text(calibration_text(kv, FIXTURES / f"{arch}.F16.gguf", cases))
     try:
         subprocess.run(
@@ -144,7 +147,7 @@ def main():
             entry = {
                 "file": gguf.name, "arch": arch, "type": ty, "bytes": gguf.stat().st_size,
                 "golden": f"{stem}.golden.jsonl", "tensor_type_counts": tensor_type_counts(gguf),
-                "imatrix": imat.name, "spread_fa": spread,
+                "imatrix": f"../imatrix/{imat.name}", "spread_fa": spread,
                 "made_by": "scripts/lowbit-goldens.py",
             }
             manifest["files"] = [f for f in manifest["files"] if f["file"] != gguf.name] + [entry]
