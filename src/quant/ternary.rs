@@ -50,7 +50,7 @@ fn trit(byte: u8, n: usize) -> i32 {
 }
 
 /// The 256 trits (0, 1, 2) of a TQ1_0 block, in element order.
-fn tq1_trits(b: &BlockTq1_0) -> [i32; 256] {
+pub(crate) fn tq1_trits(b: &BlockTq1_0) -> [i32; 256] {
     let mut t = [0i32; 256];
     let mut k = 0;
     for (bytes, width) in [(&b.qs[..32], 32), (&b.qs[32..], 16)] {

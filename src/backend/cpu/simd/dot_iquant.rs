@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::load_f16;
+use super::lanes::{bit_bytes, load_f16};
 use super::superblocks::{act_group, act_scale, hsum_epi32, odd_halves, run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::{GgmlType, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
@@ -58,14 +58,8 @@ fn ksigns(aux: u32) -> [u8; 4] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn signs(bytes: [u8; 4]) -> __m256i {
-    let bytes = u32::from_le_bytes(bytes);
-    let spread = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-    );
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let mine = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(bytes as i32), spread), bit);
     // 0xff (-1) where the bit is set, else 1.
-    _mm256_or_si256(_mm256_cmpeq_epi8(mine, bit), _mm256_set1_epi8(1))
+    _mm256_or_si256(bit_bytes(u32::from_le_bytes(bytes)), _mm256_set1_epi8(1))
 }
 
 /// The kernels of format `K`.

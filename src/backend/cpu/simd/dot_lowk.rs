@@ -17,6 +17,7 @@ use std::arch::x86_64::*;
 use super::lanes::load_f16;
 use super::superblocks::{act_group, act_scale, hsum_epi32, run, SuperBlocks, ACT_BSUMS};
 use crate::backend::cpu::tile::{Activations, TileOut};
+use crate::quant::ternary::{tq1_trits, BlockTq1_0};
 use crate::quant::GgmlType;
 
 const Q2_K: u8 = 0;
@@ -31,30 +32,6 @@ const fn block_bytes(kind: u8) -> usize {
         TQ1_0 => 54,
         _ => 66,
     }
-}
-
-/// The 256 trits (0, 1, 2) of a TQ1_0 block at `p`, in element order (`quant::ternary`'s rule:
-/// digit `n` of a byte is `((byte · 3^n) mod 256 · 3) >> 8`; bytes 0..32 hold elements
-/// `32n + m`, bytes 32..48 elements `160 + 16n + m`, the 4 `qh` bytes `240 + 4n + j`).
-unsafe fn tq1_trits(p: *const u8) -> [u8; 256] {
-    const POW3: [u8; 5] = [1, 3, 9, 27, 81];
-    let trit = |byte: u8, n: usize| ((u16::from(byte.wrapping_mul(POW3[n])) * 3) >> 8) as u8;
-    let b = std::slice::from_raw_parts(p, 52);
-    let mut t = [0u8; 256];
-    for n in 0..5 {
-        for m in 0..32 {
-            t[32 * n + m] = trit(b[m], n);
-        }
-        for m in 0..16 {
-            t[160 + 16 * n + m] = trit(b[32 + m], n);
-        }
-    }
-    for n in 0..4 {
-        for j in 0..4 {
-            t[240 + 4 * n + j] = trit(b[48 + j], n);
-        }
-    }
-    t
 }
 
 /// A weight super-block, unpacked.
@@ -86,7 +63,9 @@ impl<const K: u8> SuperBlocks for LowK<K> {
         if K == TQ1_0 || K == TQ2_0 {
             let mut q = [_mm256_setzero_si256(); 8];
             if K == TQ1_0 {
-                let t = tq1_trits(p);
+                // The oracle's decoding (quant::ternary), once per super-block and row.
+                let block = bytemuck::pod_read_unaligned::<BlockTq1_0>(std::slice::from_raw_parts(p, 54));
+                let t = tq1_trits(&block).map(|t| t as u8);
                 for (g, v) in q.iter_mut().enumerate() {
                     *v = _mm256_loadu_si256(t.as_ptr().add(32 * g) as *const __m256i);
                 }

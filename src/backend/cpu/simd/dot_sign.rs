@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::{for_tiles, hsum_ps, load_f16};
+use super::lanes::{bit_bytes, for_tiles, hsum_ps, load_f16};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::legacy::QK;
 use crate::quant::sign::QK1_0;
@@ -24,18 +24,12 @@ const R: usize = 4;
 const C: usize = 2;
 
 /// The 32 sign bits at `p` as 32 bytes, `0xff` where the bit is clear (the weight is `-d`) and
-/// 0 where it is set: byte `i` of the 4 is spread over lanes `8i..8i + 8`, then each lane keeps
-/// its own bit.
+/// 0 where it is set.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn negate_mask(p: *const u8) -> __m256i {
-    let spread = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-    );
-    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    let bits = _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32));
-    let mine = _mm256_and_si256(_mm256_shuffle_epi8(bits, spread), bit);
-    _mm256_cmpeq_epi8(mine, _mm256_setzero_si256())
+    let set = bit_bytes(std::ptr::read_unaligned(p as *const u32));
+    _mm256_cmpeq_epi8(set, _mm256_setzero_si256())
 }
 
 /// Outputs `(w0..w0 + RR) × (a0..a0 + CC)`: `RR` weight rows of `nb` blocks at `w` against

@@ -90,6 +90,19 @@ pub(super) unsafe fn load_f16(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
 }
 
+/// The 32 bits of `bits` as 32 bytes: byte `j` is 0xff where bit `j` is set, else 0 (byte `i`
+/// of `bits` spread over bytes `8i..8i + 8`, each keeping its own bit).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn bit_bytes(bits: u32) -> __m256i {
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let mine = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread), bit);
+    _mm256_cmpeq_epi8(mine, bit)
+}
+
 /// Write lanes `0..nr` of `v` to outputs `(a, w0 + i)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
