@@ -1,14 +1,15 @@
-//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files) against Q8_K activations, on
-//! weights interleaved at load ([`super::super::interleave`]: eight rows per tile).
+//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files) and Q2_K, Q3_K (the experts
+//! of the 2- and 3-bit "dynamic" MoE quantizations) against Q8_K activations, on weights
+//! interleaved at load ([`super::super::interleave`]: eight rows per tile).
 //!
 //! As in `dot_legacy`: one load and a mask or shift give four consecutive values of all eight
 //! rows, a row per 32-bit lane; a broadcast of the activation's four bytes meets them in
 //! `maddubs`, and the i16 sums of a sub-block meet the eight rows' sub-block scales (unpacked
 //! once per tile block, eight rows per vector op) in `madd`. So each lane ends a super-block
 //! with its row's exact integer sums, with no sum across lanes: ggml's `Σ sc·Σq·q8` (less
-//! `32·Σ sc·bsum` for Q6_K, whose values are `q - 32`) and for Q4_K `Σ m·bsum` for the
-//! minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
-//! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
+//! `32·Σ sc·bsum` for Q6_K, whose values are `q - 32`, and `4·Σ sc·bsum` for Q3_K, whose values
+//! are its 3-bit codes less 4) and for Q4_K and Q2_K `Σ m·bsum` for the minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
+//! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K and Q2_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
 //!
 //! With VNNI ([`super::lanes::Isa`]), `vpdpbusd` sums a sub-block's products per row straight into i32
 //! lanes, which then meet the sub-block scales (as i32) in `mullo`: the same integer sums. Q6_K
@@ -30,6 +31,8 @@ use crate::quant::GgmlType;
 
 const Q4_K: u8 = 0;
 const Q6_K: u8 = 1;
+const Q2_K: u8 = 2;
+const Q3_K: u8 = 3;
 
 /// A Q8_K activation block: f32 scale, then 256 values at [`ACT_VALUES`], then 16 i16 sums of
 /// 16 values each at [`ACT_BSUMS`].
@@ -40,14 +43,15 @@ const ACT_BSUMS: usize = 260;
 /// Whether kernels of `kind` for ISA `v` use `vpdpbusd`, on a buffered tile if `buf` (see
 /// the module doc).
 const fn vnni(kind: u8, v: u8, buf: bool) -> bool {
-    v != AVX2 && (kind == Q4_K || buf)
+    v != AVX2 && (kind != Q6_K || buf)
 }
 
 const fn block_bytes(kind: u8) -> usize {
-    if kind == Q4_K {
-        144
-    } else {
-        210
+    match kind {
+        Q4_K => 144,
+        Q6_K => 210,
+        Q3_K => 110,
+        _ => 84,
     }
 }
 
@@ -60,6 +64,14 @@ const Q4K_QS: usize = 16 * R;
 const Q6K_SCALES: usize = 2 * R;
 const Q6K_QL: usize = 18 * R;
 const Q6K_QH: usize = 146 * R;
+// Q2_K: `d`, `dmin`, the 16 scale bytes (minimum in the high nibble; 4 groups), `qs` (16 groups).
+const Q2K_DMIN: usize = 2 * R;
+const Q2K_SCALES: usize = 4 * R;
+const Q2K_QS: usize = 20 * R;
+// Q3_K: `d`, the 12 bytes of packed 6-bit scales (3 groups), `hmask` (8 groups), `qs` (16 groups).
+const Q3K_SCALES: usize = 2 * R;
+const Q3K_HMASK: usize = 14 * R;
+const Q3K_QS: usize = 46 * R;
 
 /// A `shuffle_epi8` mask filling every 32-bit lane from its own four bytes: the lane's byte
 /// `k` becomes its byte `pick[k]`, or zero where `pick[k]` is negative.
@@ -125,11 +137,11 @@ unsafe fn load(p: *const u8) -> __m256i {
 struct Scales {
     /// The scale of sub-block `j` as two equal i16, the `madd` operand of its values' i16 sums,
     /// or with VNNI as an i32, the `mullo` operand of their i32 sums (Q4_K: 8 sub-blocks of 32
-    /// values; Q6_K: 16 of 16).
+    /// values; Q6_K, Q2_K and Q3_K: 16 of 16).
     sc: [__m256i; 16],
     /// Q4_K: minimums `2j`, `2j + 1` as i16 (4 pairs), to meet the activations' sums over
-    /// sub-blocks `2j`, `2j + 1`; Q6_K: scales `2j`, `2j + 1` (8 pairs), to meet pairs of the
-    /// 16-value `bsums`. One `madd` each.
+    /// sub-blocks `2j`, `2j + 1`; Q6_K: scales `2j`, `2j + 1`, Q2_K: minimums `2j`, `2j + 1` (8
+    /// pairs; Q3_K: scales), to meet pairs of the 16-value `bsums`. One `madd` each.
     pair: [__m256i; 8],
     d: __m256,
     dmin: __m256,
@@ -187,6 +199,66 @@ unsafe fn scales<const K: u8, const V: u8, const BUF: bool>(p: *const u8) -> Sca
             s.pair[j] = shuffle(mins[j / 2], &ZEXT_PAIR[j % 2]);
         }
         s.dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q4K_DMIN) as *const __m128i));
+    } else if K == Q2_K {
+        // Sub-block t's byte is byte t % 4 of group t / 4: its scale the low nibble, its
+        // minimum the high one.
+        let g = [
+            load(p.add(Q2K_SCALES)),
+            load(p.add(Q2K_SCALES + 32)),
+            load(p.add(Q2K_SCALES + 64)),
+            load(p.add(Q2K_SCALES + 96)),
+        ];
+        let low = _mm256_set1_epi16(0x0f);
+        for t in 0..16 {
+            let m = if vnni(K, V, BUF) {
+                &ZEXT_32[t % 4]
+            } else {
+                &ZEXT_DUP[t % 4]
+            };
+            s.sc[t] = _mm256_and_si256(shuffle(g[t / 4], m), low);
+        }
+        for j in 0..8 {
+            s.pair[j] = _mm256_srli_epi16::<4>(shuffle(g[j / 2], &ZEXT_PAIR[j % 2]));
+        }
+        s.dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q2K_DMIN) as *const __m128i));
+    } else if K == Q3_K {
+        // Eight rows at once of the 6-bit scales: sub-block t's low 4 bits are the low (t < 8)
+        // or high nibble of byte t % 8 (groups 0, 1), its top 2 bits bits 2(t / 4).. of byte
+        // 8 + t % 4 (group 2); then less 32. So scale group G (sub-blocks 4G..4G + 4, a byte
+        // each) is nibbles of group G % 2 with bits of group 2 on top.
+        let (u0, u1, u2) = (
+            load(p.add(Q3K_SCALES)),
+            load(p.add(Q3K_SCALES + 32)),
+            load(p.add(Q3K_SCALES + 64)),
+        );
+        let four = _mm256_set1_epi8(0x0f);
+        let two = _mm256_set1_epi8(3);
+        let nibbles = [
+            _mm256_and_si256(u0, four),
+            _mm256_and_si256(u1, four),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(u0), four),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(u1), four),
+        ];
+        let top = [
+            u2,
+            _mm256_srli_epi16::<2>(u2),
+            _mm256_srli_epi16::<4>(u2),
+            _mm256_srli_epi16::<6>(u2),
+        ];
+        let mut full = [_mm256_setzero_si256(); 4];
+        for g in 0..4 {
+            full[g] = _mm256_or_si256(nibbles[g], _mm256_slli_epi16::<4>(_mm256_and_si256(top[g], two)));
+        }
+        for t in 0..16 {
+            s.sc[t] = if vnni(K, V, BUF) {
+                _mm256_sub_epi32(shuffle(full[t / 4], &ZEXT_32[t % 4]), _mm256_set1_epi32(32))
+            } else {
+                _mm256_sub_epi16(shuffle(full[t / 4], &ZEXT_DUP[t % 4]), _mm256_set1_epi16(32))
+            };
+        }
+        for j in 0..8 {
+            s.pair[j] = _mm256_sub_epi16(shuffle(full[j / 2], &ZEXT_PAIR[j % 2]), _mm256_set1_epi16(32));
+        }
     } else {
         let g = [
             load(p.add(Q6K_SCALES)),
@@ -260,6 +332,77 @@ unsafe fn q6k_groups(p: *const u8, n: usize, l: usize) -> [__m256i; 4] {
     ]
 }
 
+/// Q2_K value groups `32n + 8j + m` for `j` = 0..4 (values `128n + 32j + 4m..` of the
+/// super-block, `n` < 2, `m` < 8) of all eight rows of the tile block at `p`: group `8n + m`
+/// of `qs` holds them in its bits `2j, 2j + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2k_groups(p: *const u8, n: usize, m: usize) -> [__m256i; 4] {
+    let three = _mm256_set1_epi8(3);
+    let v = load(p.add(Q2K_QS + 32 * (8 * n + m)));
+    [
+        _mm256_and_si256(v, three),
+        _mm256_and_si256(_mm256_srli_epi16::<2>(v), three),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), three),
+        _mm256_and_si256(_mm256_srli_epi16::<6>(v), three),
+    ]
+}
+
+/// Q3_K value groups `32n + 8j + m` for `j` = 0..4 (`n` < 2, `m` < 8) of all eight rows of the
+/// tile block at `p`, as unsigned 3-bit codes (the value plus 4): the low bits are Q2_K's
+/// (bits `2j, 2j + 1` of `qs` group `8n + m`), the high bit is bit `4n + j` of `hmask` group `m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q3k_groups(p: *const u8, n: usize, m: usize) -> [__m256i; 4] {
+    let three = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let v = load(p.add(Q3K_QS + 32 * (8 * n + m)));
+    let hm = load(p.add(Q3K_HMASK + 32 * m));
+    // Bits 4n..4n + 4 of each byte to its bit 2 (16-bit shifts by at most 5 keep each byte's
+    // bit 2 from its own byte).
+    let at2 = if n == 0 {
+        [
+            _mm256_slli_epi16::<2>(hm),
+            _mm256_slli_epi16::<1>(hm),
+            hm,
+            _mm256_srli_epi16::<1>(hm),
+        ]
+    } else {
+        [
+            _mm256_srli_epi16::<2>(hm),
+            _mm256_srli_epi16::<3>(hm),
+            _mm256_srli_epi16::<4>(hm),
+            _mm256_srli_epi16::<5>(hm),
+        ]
+    };
+    [
+        _mm256_or_si256(_mm256_and_si256(v, three), _mm256_and_si256(at2[0], four)),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<2>(v), three),
+            _mm256_and_si256(at2[1], four),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), three),
+            _mm256_and_si256(at2[2], four),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<6>(v), three),
+            _mm256_and_si256(at2[3], four),
+        ),
+    ]
+}
+
+/// The value groups of Q2_K or Q3_K (see [`q2k_groups`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn low_groups<const K: u8>(p: *const u8, n: usize, m: usize) -> [__m256i; 4] {
+    if K == Q2_K {
+        q2k_groups(p, n, m)
+    } else {
+        q3k_groups(p, n, m)
+    }
+}
+
 /// One tile unpacked for batches: `u[64b + g]` is value group `g` of block `b` (values
 /// `4g..4g + 4` of all eight rows), `scales[b]` its factors.
 struct Unpacked {
@@ -289,6 +432,14 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
             for j in 0..4 {
                 for r in 0..8 {
                     [u[16 * j + r], u[16 * j + 8 + r]] = q4k_groups(p, j, r);
+                }
+            }
+        } else if K == Q2_K || K == Q3_K {
+            for n in 0..2 {
+                for m in 0..8 {
+                    for (j, v) in low_groups::<K>(p, n, m).into_iter().enumerate() {
+                        u[32 * n + 8 * j + m] = v;
+                    }
                 }
             }
         } else {
@@ -399,6 +550,50 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                     }
                 }
             }
+        } else if K == Q2_K || K == Q3_K {
+            // Values below 8: four i16 pair sums stay below 4 · 2 · 7 · 128 < 2^15. Sub-block
+            // t = 8n + 2j + h is value groups 32n + 8j + m, m = 4h..4h + 4, which the four
+            // `qs` groups 8n + m hold in their bits 2j, 2j + 1.
+            for n in 0..2 {
+                for h in 0..2 {
+                    let mut q = [[_mm256_setzero_si256(); 4]; 4];
+                    if !BUF {
+                        for i in 0..4 {
+                            q[i] = low_groups::<K>(p, n, 4 * h + i);
+                        }
+                    }
+                    for j in 0..4 {
+                        let mut hs = [_mm256_setzero_si256(); CC];
+                        // VNNI with one or two rows: odd groups in a second chain.
+                        let mut odd = [_mm256_setzero_si256(); CC];
+                        for i in 0..4 {
+                            let g = 32 * n + 8 * j + 4 * h + i;
+                            let u = if BUF { buf!(g) } else { q[i][j] };
+                            for c in 0..CC {
+                                if !vnni(K, V, BUF) {
+                                    hs[c] = _mm256_add_epi16(hs[c], _mm256_maddubs_epi16(u, y!(c, g)));
+                                } else if CC <= 2 && i % 2 == 1 {
+                                    odd[c] = dpbusd::<V>(odd[c], u, y!(c, g));
+                                } else {
+                                    hs[c] = dpbusd::<V>(hs[c], u, y!(c, g));
+                                }
+                            }
+                        }
+                        for c in 0..CC {
+                            let sc = s.sc[8 * n + 2 * j + h];
+                            let prod = if vnni(K, V, BUF) {
+                                if CC <= 2 {
+                                    hs[c] = _mm256_add_epi32(hs[c], odd[c]);
+                                }
+                                _mm256_mullo_epi32(hs[c], sc)
+                            } else {
+                                _mm256_madd_epi16(hs[c], sc)
+                            };
+                            isum[c] = _mm256_add_epi32(isum[c], prod);
+                        }
+                    }
+                }
+            }
         } else if vnni(K, V, BUF) {
             // Sub-block t = 8n + 2q + h: positions l = 4h..4h + 4 of quarter q, value groups
             // 32n + 8q + l, one at a time (as many mask and shift ops per group as four at a
@@ -476,10 +671,14 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                     let pair = _mm256_set1_epi32(std::ptr::read_unaligned(bsums.add(4 * j) as *const i32));
                     psum = _mm256_add_epi32(psum, _mm256_madd_epi16(s.pair[j], pair));
                 }
-                isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<5>(psum));
+                if K == Q6_K {
+                    isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<5>(psum));
+                } else if K == Q3_K {
+                    isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<2>(psum));
+                }
             }
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(s.d, dy), acc[c]);
-            if K == Q4_K {
+            if K == Q4_K || K == Q2_K {
                 acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(psum), _mm256_mul_ps(s.dmin, dy), acc[c]);
             }
         }
@@ -495,10 +694,10 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
 /// Q4_K, whose unpacking is a mask or a shift, 16.5 / 13.2 at 8 rows, 8.5 / 8.5 at 16, 4.2 / 4.8
 /// at 32; Q6_K, which merges two bit fields per value, 17.0 / 17.7 at 8 rows and 4.7 / 6.3 at 32.
 const fn unpack_min_rows(kind: u8) -> usize {
-    if kind == Q4_K {
-        16
-    } else {
+    if kind == Q6_K {
         8
+    } else {
+        16
     }
 }
 
@@ -510,6 +709,8 @@ pub(super) fn kernel(ty: GgmlType, isa: super::lanes::Isa) -> Option<super::lane
     Some(match ty {
         GgmlType::Q4_K => entry::<Q4_K>(isa),
         GgmlType::Q6_K => entry::<Q6_K>(isa),
+        GgmlType::Q2_K => entry::<Q2_K>(isa),
+        GgmlType::Q3_K => entry::<Q3_K>(isa),
         _ => return None,
     })
 }

@@ -1,5 +1,5 @@
 //! The driver of the kernels that read 256-value weight super-blocks in the file layout against
-//! Q8_K activations (`dot_lowk`, `dot_iquant`, `dot_iq1`), written once: each weight
+//! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`), written once: each weight
 //! super-block is unpacked once ([`SuperBlocks::unpack`]) and met by every activation row
 //! ([`SuperBlocks::meet`]), each output with its own f32 sum, so a value does not depend on the
 //! tile it was computed in.
@@ -8,9 +8,8 @@ use std::arch::x86_64::*;
 
 use crate::backend::cpu::tile::{Activations, TileOut};
 
-/// Bytes of one Q8_K block: f32 scale at 0, 256 values at 4, 16 i16 sums at [`ACT_BSUMS`].
+/// Bytes of one Q8_K block: f32 scale at 0, 256 values at 4, 16 i16 sums at 260.
 const ACT_BLOCK: usize = 292;
-pub(super) const ACT_BSUMS: usize = 260;
 
 /// A format's two steps. Their bodies are `#[inline(always)]` with no target features of their
 /// own: they inline into [`run`], which has AVX2's, and so do the intrinsics they call.
