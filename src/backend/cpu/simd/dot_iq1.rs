@@ -2,15 +2,17 @@
 //!
 //! Each value is `dl·(grid ± 1/8)` with grid entries -1, 0 or 1, so per 32 values two exact
 //! integer sums meet the activations through `sign` (which multiplies by -1, 0 or 1): `Σ grid·q8`
-//! and, with each group of 8's delta sign as ±1 bytes, `Σ ±q8`. `maddubs` with ones and `madd`
-//! with the odd scales of the two halves fold both into i32 lanes over the super-block, and
-//! `(d_w·d_a)·(sumi + sumi_delta/8)` accumulates in f32, in the oracle's order
-//! ([`crate::quant::vec_dot`]): its bits.
+//! and, with each group of 8's delta sign as ±1 bytes, `Σ ±q8`. `maddubs` with ones, the first
+//! times 8, and `madd` with the odd scales of the two halves fold both into i32 lanes over the
+//! super-block as `8·sumi + sumi_delta`; then `(d_w·d_a)·((8·sumi + sumi_delta)/8)`
+//! accumulates in f32. That is the oracle's `(d_w·d_a)·(sumi + sumi_delta/8)`
+//! ([`crate::quant::vec_dot`]) to the bit: both sums are integers below 2^21, so every step is
+//! exact up to the last product.
 
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
-use super::superblocks::{act_group, act_scale, hsum_epi32, odd_halves, run, SuperBlocks};
+use super::superblocks::{lanes64, odd_halves, run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::{GgmlType, IQ1S_GRID};
 
@@ -20,6 +22,10 @@ const IQ1_M: u8 = 1;
 /// The grid offset `± 1/8` (ggml's `IQ1S_DELTA`).
 const DELTA: f32 = 0.125;
 
+/// Eight bytes of +1, and of -1.
+const PLUS: u64 = 0x0101_0101_0101_0101;
+const MINUS: u64 = u64::MAX;
+
 const fn block_bytes(kind: u8) -> usize {
     if kind == IQ1_S {
         50
@@ -28,29 +34,19 @@ const fn block_bytes(kind: u8) -> usize {
     }
 }
 
-/// A weight super-block, unpacked: per group of 32 its grid values (-1, 0, 1), each group of
-/// 8's delta sign as ±1 bytes, and the odd scales of its halves (i16 lanes 0..8 and 8..16).
-struct Unpacked {
-    grid: [__m256i; 8],
-    deltas: [__m256i; 8],
-    scales: [__m256i; 8],
+/// One group of 32, unpacked: its grid values (-1, 0, 1), each group of 8's delta sign as ±1
+/// bytes, and the odd scales of its halves (i16 lanes 0..8 and 8..16).
+#[derive(Clone, Copy)]
+struct Group {
+    grid: __m256i,
+    deltas: __m256i,
+    scales: __m256i,
+}
+
+/// The super-block's scale, and IQ1_M's four scale words (which also hold its scale's bits).
+struct Head {
     d: f32,
-}
-
-/// Grid entry `idx` of each group of 8 as 32 signed bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn grid(idx: [usize; 4]) -> __m256i {
-    let g = idx.map(|i| IQ1S_GRID[i] as i64);
-    _mm256_setr_epi64x(g[0], g[1], g[2], g[3])
-}
-
-/// Four delta signs (`true`: negative) as ±1 bytes, eight per group.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn deltas(neg: [bool; 4]) -> __m256i {
-    let b = neg.map(|n| i64::from_le_bytes([if n { 0xff } else { 1 }; 8]));
-    _mm256_setr_epi64x(b[0], b[1], b[2], b[3])
+    sc: [u16; 4],
 }
 
 /// The kernels of format `K`.
@@ -58,56 +54,70 @@ struct Iq1<const K: u8>;
 
 impl<const K: u8> SuperBlocks for Iq1<K> {
     const BYTES: usize = block_bytes(K);
-    type Unpacked = Unpacked;
+    type Head = Head;
+    type Group = Group;
 
     #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> Unpacked {
-        let byte = |o: usize| usize::from(*p.add(o));
-        let mut x = Unpacked {
-            grid: [_mm256_setzero_si256(); 8],
-            deltas: [_mm256_setzero_si256(); 8],
-            scales: [_mm256_setzero_si256(); 8],
-            d: 0.0,
-        };
+    unsafe fn head(p: *const u8) -> Head {
         if K == IQ1_S {
-            x.d = load_f16(p);
-            for ib in 0..8 {
-                let qh = byte(34 + 2 * ib) | (byte(35 + 2 * ib) << 8);
-                x.grid[ib] = grid(std::array::from_fn(|l| {
-                    byte(2 + 4 * ib + l) | (((qh >> (3 * l)) & 7) << 8)
-                }));
-                x.deltas[ib] = deltas([qh & 0x8000 != 0; 4]);
-                let s = ((qh >> 12) & 7) as u32;
-                x.scales[ib] = odd_halves(s, s);
-            }
-        } else {
-            let sc: [u16; 4] = std::array::from_fn(|k| (byte(48 + 2 * k) | (byte(49 + 2 * k) << 8)) as u16);
-            let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
-            x.d = half::f16::from_bits(bits).to_f32();
-            for ib in 0..8 {
-                // Group l's nibble of qh: 3 high index bits, then the delta's sign.
-                let nib = |l: usize| (byte(32 + 2 * ib + l / 2) >> (4 * (l % 2))) & 0xf;
-                x.grid[ib] = grid(std::array::from_fn(|l| byte(4 * ib + l) | ((nib(l) & 7) << 8)));
-                x.deltas[ib] = deltas(std::array::from_fn(|l| nib(l) & 8 != 0));
-                let w = u32::from(sc[ib / 2] >> (6 * (ib % 2)));
-                x.scales[ib] = odd_halves(w & 7, (w >> 3) & 7);
-            }
+            return Head {
+                d: load_f16(p),
+                sc: [0; 4],
+            };
         }
-        x
+        let sc: [u16; 4] = std::array::from_fn(|k| std::ptr::read_unaligned(p.add(48 + 2 * k) as *const u16));
+        let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+        Head {
+            d: half::f16::from_bits(bits).to_f32(),
+            sc,
+        }
     }
 
     #[inline(always)]
-    unsafe fn meet(x: &Unpacked, y: *const u8, s: &mut f32) {
-        let ones = _mm256_set1_epi8(1);
-        let (mut acc, mut acc_delta) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        for ib in 0..8 {
-            let q8 = act_group(y, ib);
-            let p = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.grid[ib]));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[ib]));
-            let p = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.deltas[ib]));
-            acc_delta = _mm256_add_epi32(acc_delta, _mm256_madd_epi16(p, x.scales[ib]));
+    fn scale(head: &Head) -> f32 {
+        head.d
+    }
+
+    #[inline(always)]
+    unsafe fn group(p: *const u8, head: &Head, g: usize) -> Group {
+        let byte = |o: usize| usize::from(*p.add(o));
+        if K == IQ1_S {
+            let qh = usize::from(std::ptr::read_unaligned(p.add(34 + 2 * g) as *const u16));
+            let s = ((qh >> 12) & 7) as i16;
+            Group {
+                grid: lanes64(std::array::from_fn(|l| {
+                    IQ1S_GRID[byte(2 + 4 * g + l) | (((qh >> (3 * l)) & 7) << 8)]
+                })),
+                deltas: _mm256_set1_epi64x((if qh & 0x8000 != 0 { MINUS } else { PLUS }) as i64),
+                scales: _mm256_set1_epi16(2 * s + 1),
+            }
+        } else {
+            // Group l's nibble of qh: 3 high index bits, then the delta's sign.
+            let qh = u32::from(std::ptr::read_unaligned(p.add(32 + 2 * g) as *const u16));
+            let nib = |l: usize| ((qh >> (4 * l)) & 0xf) as usize;
+            let w = u32::from(head.sc[g / 2] >> (6 * (g % 2)));
+            Group {
+                grid: lanes64(std::array::from_fn(|l| {
+                    IQ1S_GRID[byte(4 * g + l) | ((nib(l) & 7) << 8)]
+                })),
+                deltas: lanes64(std::array::from_fn(|l| if nib(l) & 8 != 0 { MINUS } else { PLUS })),
+                scales: odd_halves(w & 7, (w >> 3) & 7),
+            }
         }
-        *s += x.d * act_scale(y) * (hsum_epi32(acc) as f32 + DELTA * hsum_epi32(acc_delta) as f32);
+    }
+
+    #[inline(always)]
+    unsafe fn meet(x: &Group, q8: __m256i) -> __m256i {
+        let ones = _mm256_set1_epi8(1);
+        // |8·Σ grid·q8| over a pair stays below 8 · 2 · 128, plus the delta's 2 · 128: i16.
+        let grid = _mm256_slli_epi16::<3>(_mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.grid)));
+        let delta = _mm256_maddubs_epi16(ones, _mm256_sign_epi8(q8, x.deltas));
+        _mm256_madd_epi16(_mm256_add_epi16(grid, delta), x.scales)
+    }
+
+    #[inline(always)]
+    fn finish(d: f32, yd: f32, isum: i32) -> f32 {
+        d * yd * (isum as f32 * DELTA)
     }
 }
 

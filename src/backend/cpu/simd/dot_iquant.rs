@@ -2,18 +2,19 @@
 //! against Q8_K activations.
 //!
 //! Per 32 values: the grid entries their indices name are gathered into 32 unsigned magnitude
-//! bytes, the four sign bytes (7-bit fields expanded through ggml's `ksigns` table, or stored
-//! whole) become ±1 bytes that `sign` applies to the activations, and `maddubs`, then `madd`
-//! with the odd scales `2s + 1` of the two halves, sum `Σ ls·grid·±q8` exactly in i32 lanes over
-//! the super-block. Then `(d_w·d_a)·bsum` accumulates in f32 and the row ends scaled by the
-//! format's constant, in the oracle's order ([`crate::quant::vec_dot`]): its bits.
+//! bytes, the four sign bytes (7-bit fields expanded by ggml's `ksigns` rule, or stored whole)
+//! become ±1 bytes through a table of eight per byte, which `sign` applies to the activations,
+//! and `maddubs`, then `madd` with the odd scales `2s + 1` of the two halves, sum
+//! `Σ ls·grid·±q8` exactly in i32 lanes over the super-block. Then `(d_w·d_a)·bsum` accumulates
+//! in f32 and the row ends scaled by the format's constant, in the oracle's order
+//! ([`crate::quant::vec_dot`]): its bits.
 
 use std::arch::x86_64::*;
 
-use super::lanes::{bit_bytes, load_f16};
-use super::superblocks::{act_group, act_scale, hsum_epi32, odd_halves, run, SuperBlocks};
+use super::lanes::load_f16;
+use super::superblocks::{lanes64, odd_halves, run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
-use crate::quant::{GgmlType, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+use crate::quant::{GgmlType, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 const IQ2_XXS: u8 = 0;
 const IQ3_XXS: u8 = 1;
@@ -40,26 +41,60 @@ const fn factor(kind: u8) -> f32 {
     }
 }
 
-/// A weight super-block, unpacked: per group of 32 its magnitudes, ±1 signs and the odd
-/// scales of its halves (i16 lanes 0..8 the first's, 8..16 the second's).
-struct Unpacked {
-    mags: [__m256i; 8],
-    signs: [__m256i; 8],
-    scales: [__m256i; 8],
-    d: f32,
+/// Eight sign bits (bit `j`: value `j` is negative) as eight bytes, -1 (0xff) or 1.
+const fn sign_bytes(bits: u8) -> u64 {
+    let mut v = 0u64;
+    let mut j = 0;
+    while j < 8 {
+        let b: u64 = if (bits >> j) & 1 == 1 { 0xff } else { 1 };
+        v |= b << (8 * j);
+        j += 1;
+    }
+    v
 }
 
-/// Four 7-bit sign fields (bits `7l..7l + 7` of `aux`) expanded by ggml's `ksigns` table.
-fn ksigns(aux: u32) -> [u8; 4] {
-    std::array::from_fn(|l| KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize])
+/// [`sign_bytes`] of every byte: the stored sign bytes of IQ2_S and IQ3_S.
+static SIGNS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = sign_bytes(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// [`sign_bytes`] of each 7-bit sign field expanded by ggml's `ksigns` rule (the eighth bit
+/// makes the count of negatives even; `quant::KSIGNS_IQ2XS`, which a test checks).
+static KSIGNS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = sign_bytes(i as u8 | (((i as u32).count_ones() as u8 & 1) << 7));
+        i += 1;
+    }
+    t
+};
+
+/// One group of 32, unpacked: its magnitudes, ±1 signs and the odd scales of its halves
+/// (i16 lanes 0..8 the first's, 8..16 the second's).
+#[derive(Clone, Copy)]
+struct Group {
+    mags: __m256i,
+    signs: __m256i,
+    scales: __m256i,
 }
 
-/// Four sign bytes (bit `j` of byte `l`: value `8l + j` is negative) as 32 bytes of ±1.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn signs(bytes: [u8; 4]) -> __m256i {
-    // 0xff (-1) where the bit is set, else 1.
-    _mm256_or_si256(bit_bytes(u32::from_le_bytes(bytes)), _mm256_set1_epi8(1))
+/// The four 7-bit sign fields of `aux` (bits `7l..7l + 7`) as ±1 bytes.
+#[inline(always)]
+unsafe fn ksigns(aux: u32) -> __m256i {
+    lanes64(std::array::from_fn(|l| KSIGNS[((aux >> (7 * l)) & 127) as usize]))
+}
+
+/// The four stored sign bytes at `p` as ±1 bytes.
+#[inline(always)]
+unsafe fn stored_signs(p: *const u8) -> __m256i {
+    lanes64(std::array::from_fn(|l| SIGNS[usize::from(*p.add(l))]))
 }
 
 /// The kernels of format `K`.
@@ -68,78 +103,80 @@ struct Grid<const K: u8>;
 impl<const K: u8> SuperBlocks for Grid<K> {
     const BYTES: usize = block_bytes(K);
     const FACTOR: f32 = factor(K);
-    type Unpacked = Unpacked;
+    type Head = f32;
+    type Group = Group;
 
     #[inline(always)]
-    unsafe fn unpack(p: *const u8) -> Unpacked {
-        let word = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u32);
-        let byte = |o: usize| u32::from(*p.add(o));
-        let grid8 = |g: [u64; 4]| _mm256_setr_epi64x(g[0] as i64, g[1] as i64, g[2] as i64, g[3] as i64);
-        let grid4 = |g: [u32; 8]| _mm256_loadu_si256(g.as_ptr() as *const __m256i);
-        let mut x = Unpacked {
-            mags: [_mm256_setzero_si256(); 8],
-            signs: [_mm256_setzero_si256(); 8],
-            scales: [_mm256_setzero_si256(); 8],
-            d: load_f16(p),
-        };
-        for ib in 0..8 {
-            let (mags, sign_bytes, scales) = match K {
-                IQ2_XXS => {
-                    let (idx, aux) = (word(2 + 8 * ib).to_le_bytes(), word(6 + 8 * ib));
-                    let mags = grid8(idx.map(|i| IQ2XXS_GRID[usize::from(i)]));
-                    (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
-                }
-                IQ3_XXS => {
-                    let aux = word(66 + 4 * ib);
-                    let mags = grid4(std::array::from_fn(|i| IQ3XXS_GRID[byte(2 + 8 * ib + i) as usize]));
-                    (mags, ksigns(aux), odd_halves(aux >> 28, aux >> 28))
-                }
-                IQ2_XS => {
-                    let q: [u32; 4] =
-                        std::array::from_fn(|l| byte(2 + 8 * ib + 2 * l) | (byte(3 + 8 * ib + 2 * l) << 8));
-                    let mags = grid8(q.map(|q| IQ2XS_GRID[(q & 511) as usize]));
-                    let signs = q.map(|q| KSIGNS_IQ2XS[(q >> 9) as usize]);
-                    let sc = byte(66 + ib);
-                    (mags, signs, odd_halves(sc & 0xf, sc >> 4))
-                }
-                IQ2_S => {
-                    let qh = byte(66 + ib);
-                    let idx: [u64; 4] = std::array::from_fn(|l| {
-                        let i = byte(2 + 4 * ib + l) | ((qh << (8 - 2 * l)) & 0x300);
-                        IQ2S_GRID[i as usize]
-                    });
-                    let signs = std::array::from_fn(|l| *p.add(34 + 4 * ib + l));
-                    let sc = byte(74 + ib);
-                    (grid8(idx), signs, odd_halves(sc & 0xf, sc >> 4))
-                }
-                _ => {
-                    let qh = byte(66 + ib);
-                    let mags = grid4(std::array::from_fn(|i| {
-                        let (l, second) = (i / 2, i % 2);
-                        let hi = (qh << (8 - 2 * l as u32 - second as u32)) & 256;
-                        IQ3S_GRID[(byte(2 + 8 * ib + i) | hi) as usize]
-                    }));
-                    let signs = std::array::from_fn(|l| *p.add(74 + 4 * ib + l));
-                    let s = (byte(106 + ib / 2) >> (4 * (ib % 2))) & 0xf;
-                    (mags, signs, odd_halves(s, s))
-                }
-            };
-            x.mags[ib] = mags;
-            x.signs[ib] = signs(sign_bytes);
-            x.scales[ib] = scales;
-        }
-        x
+    unsafe fn head(p: *const u8) -> f32 {
+        load_f16(p)
     }
 
     #[inline(always)]
-    unsafe fn meet(x: &Unpacked, y: *const u8, s: &mut f32) {
-        let mut acc = _mm256_setzero_si256();
-        for ib in 0..8 {
-            let signed = _mm256_sign_epi8(act_group(y, ib), x.signs[ib]);
-            let p = _mm256_maddubs_epi16(x.mags[ib], signed);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, x.scales[ib]));
+    fn scale(d: &f32) -> f32 {
+        *d
+    }
+
+    #[inline(always)]
+    unsafe fn group(p: *const u8, _: &f32, g: usize) -> Group {
+        let word = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u32);
+        let wide = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u64);
+        let byte = |o: usize| u32::from(*p.add(o));
+        match K {
+            IQ2_XXS => {
+                let (idx, aux) = (word(2 + 8 * g), word(6 + 8 * g));
+                Group {
+                    mags: lanes64(std::array::from_fn(|l| IQ2XXS_GRID[((idx >> (8 * l)) & 255) as usize])),
+                    signs: ksigns(aux),
+                    scales: _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+                }
+            }
+            IQ3_XXS => {
+                let (idx, aux) = (wide(2 + 8 * g), word(66 + 4 * g));
+                let m: [u32; 8] = std::array::from_fn(|i| IQ3XXS_GRID[((idx >> (8 * i)) & 255) as usize]);
+                Group {
+                    mags: _mm256_loadu_si256(m.as_ptr() as *const __m256i),
+                    signs: ksigns(aux),
+                    scales: _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+                }
+            }
+            IQ2_XS => {
+                let q = wide(2 + 8 * g);
+                let half = |l: usize| ((q >> (16 * l)) & 0xffff) as usize;
+                let sc = byte(66 + g);
+                Group {
+                    mags: lanes64(std::array::from_fn(|l| IQ2XS_GRID[half(l) & 511])),
+                    signs: lanes64(std::array::from_fn(|l| KSIGNS[half(l) >> 9])),
+                    scales: odd_halves(sc & 0xf, sc >> 4),
+                }
+            }
+            IQ2_S => {
+                let (idx, qh) = (word(2 + 4 * g), byte(66 + g));
+                let sc = byte(74 + g);
+                Group {
+                    mags: lanes64(std::array::from_fn(|l| {
+                        IQ2S_GRID[(((idx >> (8 * l)) & 255) | ((qh << (8 - 2 * l)) & 0x300)) as usize]
+                    })),
+                    signs: stored_signs(p.add(34 + 4 * g)),
+                    scales: odd_halves(sc & 0xf, sc >> 4),
+                }
+            }
+            _ => {
+                let (idx, qh) = (wide(2 + 8 * g), byte(66 + g) as u64);
+                let m: [u32; 8] =
+                    std::array::from_fn(|i| IQ3S_GRID[(((idx >> (8 * i)) & 255) | (((qh >> i) & 1) << 8)) as usize]);
+                let s = (byte(106 + g / 2) >> (4 * (g % 2))) & 0xf;
+                Group {
+                    mags: _mm256_loadu_si256(m.as_ptr() as *const __m256i),
+                    signs: stored_signs(p.add(74 + 4 * g)),
+                    scales: _mm256_set1_epi16((2 * s + 1) as i16),
+                }
+            }
         }
-        *s += x.d * act_scale(y) * hsum_epi32(acc) as f32;
+    }
+
+    #[inline(always)]
+    unsafe fn meet(x: &Group, q8: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(x.mags, _mm256_sign_epi8(q8, x.signs)), x.scales)
     }
 }
 
@@ -155,4 +192,15 @@ pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activati
         _ => return false,
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sign_tables_follow_ggml_s_ksigns() {
+        for (i, &k) in crate::quant::KSIGNS_IQ2XS.iter().enumerate() {
+            assert_eq!(super::KSIGNS[i], super::SIGNS[usize::from(k)], "field {i}");
+        }
+        assert_eq!(super::SIGNS[0b1000_0001], 0xff01_0101_0101_01ff);
+    }
 }
