@@ -4,15 +4,14 @@
 //! integer sums meet the activations through `sign` (which multiplies by -1, 0 or 1): `Σ grid·q8`
 //! and, with each group of 8's delta sign as ±1 bytes, `Σ ±q8`. `maddubs` with ones, the first
 //! times 8, and `madd` with the odd scales of the two halves fold both into i32 lanes over the
-//! super-block as `8·sumi + sumi_delta`; then `(d_w·d_a)·((8·sumi + sumi_delta)/8)`
-//! accumulates in f32. That is the oracle's `(d_w·d_a)·(sumi + sumi_delta/8)`
-//! ([`crate::quant::vec_dot`]) to the bit: both sums are integers below 2^21, so every step is
-//! exact up to the last product.
+//! super-block as `8·sumi + sumi_delta` (as values: `8·grid ± 1`, for the tiled prefill); the
+//! driver (`superblocks`) scales it by `d_w/8`, the oracle's `d_w·(sumi + sumi_delta/8)`.
 
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
-use super::superblocks::{lanes64, odd_halves, run, SuperBlocks};
+use super::lanes::Isa;
+use super::superblocks::{half_scales, lanes64, odd_halves, run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::{GgmlType, IQ1S_GRID};
 
@@ -54,6 +53,8 @@ struct Iq1<const K: u8>;
 
 impl<const K: u8> SuperBlocks for Iq1<K> {
     const BYTES: usize = block_bytes(K);
+    /// The sums are `8·sumi + sumi_delta`.
+    const FACTOR: f32 = DELTA;
     type Head = Head;
     type Group = Group;
 
@@ -116,17 +117,25 @@ impl<const K: u8> SuperBlocks for Iq1<K> {
     }
 
     #[inline(always)]
-    fn finish(d: f32, yd: f32, isum: i32) -> f32 {
-        d * yd * (isum as f32 * DELTA)
+    unsafe fn values(x: &Group) -> (__m256i, [i32; 2]) {
+        let eight = _mm256_sign_epi8(_mm256_set1_epi8(8), x.grid);
+        (_mm256_add_epi8(eight, x.deltas), half_scales(x.scales))
     }
 }
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+pub(super) unsafe fn tile(
+    ty: GgmlType,
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+    isa: Isa,
+) -> bool {
     match ty {
-        GgmlType::IQ1_S => run::<Iq1<IQ1_S>>(k, weights, act, out),
-        GgmlType::IQ1_M => run::<Iq1<IQ1_M>>(k, weights, act, out),
+        GgmlType::IQ1_S => run::<Iq1<IQ1_S>>(k, weights, act, out, isa),
+        GgmlType::IQ1_M => run::<Iq1<IQ1_M>>(k, weights, act, out, isa),
         _ => return false,
     }
     true

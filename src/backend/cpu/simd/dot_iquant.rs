@@ -5,14 +5,14 @@
 //! bytes, the four sign bytes (7-bit fields expanded by ggml's `ksigns` rule, or stored whole)
 //! become ±1 bytes through a table of eight per byte, which `sign` applies to the activations,
 //! and `maddubs`, then `madd` with the odd scales `2s + 1` of the two halves, sum
-//! `Σ ls·grid·±q8` exactly in i32 lanes over the super-block. Then `(d_w·d_a)·bsum` accumulates
-//! in f32 and the row ends scaled by the format's constant, in the oracle's order
-//! ([`crate::quant::vec_dot`]): its bits.
+//! `Σ ls·grid·±q8` exactly in i32 lanes over the super-block; the driver (`superblocks`) takes
+//! it from there, folding the format's constant into `d_w`.
 
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
-use super::superblocks::{lanes64, odd_halves, run, SuperBlocks};
+use super::lanes::Isa;
+use super::superblocks::{half_scales, lanes64, odd_halves, run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::{GgmlType, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
@@ -178,17 +178,29 @@ impl<const K: u8> SuperBlocks for Grid<K> {
     unsafe fn meet(x: &Group, q8: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(x.mags, _mm256_sign_epi8(q8, x.signs)), x.scales)
     }
+
+    #[inline(always)]
+    unsafe fn values(x: &Group) -> (__m256i, [i32; 2]) {
+        (_mm256_sign_epi8(x.mags, x.signs), half_scales(x.scales))
+    }
 }
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+pub(super) unsafe fn tile(
+    ty: GgmlType,
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+    isa: Isa,
+) -> bool {
     match ty {
-        GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS>>(k, weights, act, out),
-        GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS>>(k, weights, act, out),
-        GgmlType::IQ2_XS => run::<Grid<IQ2_XS>>(k, weights, act, out),
-        GgmlType::IQ2_S => run::<Grid<IQ2_S>>(k, weights, act, out),
-        GgmlType::IQ3_S => run::<Grid<IQ3_S>>(k, weights, act, out),
+        GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS>>(k, weights, act, out, isa),
+        GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS>>(k, weights, act, out, isa),
+        GgmlType::IQ2_XS => run::<Grid<IQ2_XS>>(k, weights, act, out, isa),
+        GgmlType::IQ2_S => run::<Grid<IQ2_S>>(k, weights, act, out, isa),
+        GgmlType::IQ3_S => run::<Grid<IQ3_S>>(k, weights, act, out, isa),
         _ => return false,
     }
     true

@@ -2,13 +2,13 @@
 //!
 //! Per 32 values, their codes 0..3 (value `32g + l` in byte `l`) meet the activations in one
 //! `maddubs`, less one `maddubs` for the one each value takes off its code (its value is the
-//! code less 1), summed in i32 lanes, so the super-block's `Σ q·q8` is exact. Then
-//! `(d_w·d_a)·isum` in f32, in the oracle's order ([`crate::quant::vec_dot`]), so results are
-//! the oracle's to the bit.
+//! code less 1), summed in i32 lanes, so the super-block's `Σ q·q8` is exact; the driver
+//! (`superblocks`) takes it from there.
 
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
+use super::lanes::Isa;
 use super::superblocks::{run, SuperBlocks};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::ternary::{tq1_trits, BlockTq1_0};
@@ -74,6 +74,11 @@ impl<const K: u8> SuperBlocks for Ternary<K> {
     }
 
     #[inline(always)]
+    unsafe fn values(q: &__m256i) -> (__m256i, [i32; 2]) {
+        (_mm256_sub_epi8(*q, _mm256_set1_epi8(1)), [1, 1])
+    }
+
+    #[inline(always)]
     unsafe fn meet(q: &__m256i, q8: __m256i) -> __m256i {
         let p = _mm256_sub_epi16(
             _mm256_maddubs_epi16(*q, q8),
@@ -85,10 +90,17 @@ impl<const K: u8> SuperBlocks for Ternary<K> {
 
 /// See [`super::tile`]; lengths were checked there.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(ty: GgmlType, k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
+pub(super) unsafe fn tile(
+    ty: GgmlType,
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+    isa: Isa,
+) -> bool {
     match ty {
-        GgmlType::TQ1_0 => run::<Ternary<TQ1_0>>(k, weights, act, out),
-        GgmlType::TQ2_0 => run::<Ternary<TQ2_0>>(k, weights, act, out),
+        GgmlType::TQ1_0 => run::<Ternary<TQ1_0>>(k, weights, act, out, isa),
+        GgmlType::TQ2_0 => run::<Ternary<TQ2_0>>(k, weights, act, out, isa),
         _ => return false,
     }
     true

@@ -241,11 +241,11 @@ pub unsafe fn tile(
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
         GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
-        GgmlType::TQ1_0 | GgmlType::TQ2_0 => dot_ternary::tile(ty, k, weights, act, out),
+        GgmlType::TQ1_0 | GgmlType::TQ2_0 => dot_ternary::tile(ty, k, weights, act, out, isa),
         GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_XXS | GgmlType::IQ3_S => {
-            dot_iquant::tile(ty, k, weights, act, out)
+            dot_iquant::tile(ty, k, weights, act, out, isa)
         }
-        GgmlType::IQ1_S | GgmlType::IQ1_M => dot_iq1::tile(ty, k, weights, act, out),
+        GgmlType::IQ1_S | GgmlType::IQ1_M => dot_iq1::tile(ty, k, weights, act, out, isa),
         GgmlType::Q1_0 => {
             dot_sign::tile(k, weights, act, out);
             true

@@ -2,28 +2,43 @@
 //! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`), written once. A format says how
 //! to unpack a group of 32 values ([`SuperBlocks::group`]) and how such a group meets 32
 //! activation bytes ([`SuperBlocks::meet`]: exact integer products in i32 lanes); the driver
-//! sums each super-block's groups per output, then takes the oracle's f32 steps
-//! ([`SuperBlocks::finish`]), so every output has its own sum in the oracle's order and does
-//! not depend on the tile it was computed in.
+//! sums each super-block's groups per output into its exact integer sum `isum`, then
+//! `acc = fma(isum, (d_w·FACTOR)·d_a, acc)` in f32 (ggml's step; the oracle's f32 order only
+//! within the reordering bound). Every path below does exactly that per output, so a value does
+//! not depend on the tile or path it was computed in.
 //!
-//! Up to four activation rows (decode, and the batched decode of a few streams) meet each group
-//! as it is unpacked, in registers. More rows (prefill) unpack a super-block's eight groups
-//! once into a buffer and meet every row with them.
+//! * Up to four activation rows (decode, and the batched decode of a few streams) meet each
+//!   group as it is unpacked, in registers.
+//! * More rows (prefill) with VNNI ([`super::lanes::Isa`]): eight weight rows at a time are
+//!   unpacked into the lane-per-row layout of the interleaved kernels (a row per 32-bit lane,
+//!   four values each, as signed values plus 128 in unsigned bytes), with each row's 16-value
+//!   sub-block scales as i32 lanes, once per weight tile; then `vpdpbusd` meets them with a
+//!   broadcast of four activation bytes, a sub-block's sums meet its scales in `mullo`, and the
+//!   128 comes off through the activations' 16-value sums. Integer work per value is then that
+//!   of the interleaved formats, and the unpacking is shared by every activation row.
+//! * More rows without VNNI: a super-block's eight groups are unpacked once into a buffer and
+//!   every row meets them.
 
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
+use super::lanes::{dpbusd, store_lanes, Isa, AVX512_VNNI, AVX_VNNI, LANE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 
-/// Bytes of one Q8_K block: f32 scale at 0, 256 values at 4, 16 i16 sums at 260.
+/// Bytes of one Q8_K block: f32 scale at 0, 256 values at 4, 16 i16 sums at [`ACT_BSUMS`].
 const ACT_BLOCK: usize = 292;
+const ACT_BSUMS: usize = 260;
+
+/// Activation rows from which VNNI CPUs unpack weight tiles (see the module doc). Measured with
+/// `cargo bench --bench kernels`.
+const TILED_MIN_ROWS: usize = 8;
 
 /// A format's steps. Their bodies are `#[inline(always)]` with no target features of their
 /// own: they inline into the driver, which has AVX2's, and so do the intrinsics they call.
 pub(super) trait SuperBlocks {
     /// Bytes of one weight super-block.
     const BYTES: usize;
-    /// What a row's sum is multiplied by at the end (the grids' fixed-point scale).
+    /// What `d_w` is multiplied by (the grids' fixed-point scale; a power of two, so exact).
     const FACTOR: f32 = 1.0;
     /// What every group of a super-block shares, decoded once (its scale `d`, and what the
     /// groups read: TQ1_0's trits).
@@ -38,11 +53,15 @@ pub(super) trait SuperBlocks {
     unsafe fn group(p: *const u8, head: &Self::Head, g: usize) -> Self::Group;
     /// The group's exact products with the 32 activation bytes `q8`, as i32 lanes.
     unsafe fn meet(x: &Self::Group, q8: __m256i) -> __m256i;
-    /// The super-block's term of a row's sum from its integer sum, in the oracle's f32 steps.
-    #[inline(always)]
-    fn finish(d: f32, yd: f32, isum: i32) -> f32 {
-        d * yd * isum as f32
-    }
+    /// The group's values as signed bytes, and the scales of its two halves of 16: `meet`'s
+    /// lanes sum to `Σ scale·Σ value·q8` over the halves.
+    unsafe fn values(x: &Self::Group) -> (__m256i, [i32; 2]);
+}
+
+/// `sum + isum·((d_w·FACTOR)·d_a)`, as the vector paths compute each lane.
+#[inline(always)]
+fn step<F: SuperBlocks>(sum: f32, isum: i32, d: f32, yd: f32) -> f32 {
+    (isum as f32).mul_add((d * F::FACTOR) * yd, sum)
 }
 
 /// The i32 sum of the eight lanes.
@@ -60,6 +79,13 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn odd_halves(s1: u32, s2: u32) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16((2 * s2 + 1) as i16), _mm_set1_epi16((2 * s1 + 1) as i16))
+}
+
+/// The two halves' scales of [`odd_halves`]' vector (i16 lanes 0 and 8).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn half_scales(v: __m256i) -> [i32; 2] {
+    [_mm256_extract_epi16::<0>(v), _mm256_extract_epi16::<8>(v)]
 }
 
 /// Four 8-byte lanes from a table's entries.
@@ -87,11 +113,15 @@ unsafe fn act_group(y: *const u8, g: usize) -> __m256i {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn run<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+pub(super) unsafe fn run<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>, isa: Isa) {
     if act.rows <= super::lanes::LANE_C {
         for_row_groups!(act.rows, |a0, CC| fused::<F, CC>(k, weights, act, a0, out));
-    } else {
+    } else if act.rows < TILED_MIN_ROWS || isa == Isa::Avx2 {
         buffered::<F>(k, weights, act, out);
+    } else if isa == Isa::AvxVnni {
+        tiled_avxvnni::<F>(k, weights, act, out);
+    } else {
+        tiled_avx512vnni::<F>(k, weights, act, out);
     }
 }
 
@@ -123,11 +153,11 @@ unsafe fn fused<F: SuperBlocks, const CC: usize>(
                 }
             }
             for c in 0..CC {
-                sum[c] += F::finish(F::scale(&head), act_scale(y[c]), hsum_epi32(acc[c]));
+                sum[c] = step::<F>(sum[c], hsum_epi32(acc[c]), F::scale(&head), act_scale(y[c]));
             }
         }
         for c in 0..CC {
-            out.set(a0 + c, w, F::FACTOR * sum[c]);
+            out.set(a0 + c, w, sum[c]);
         }
     }
 }
@@ -154,11 +184,186 @@ unsafe fn buffered<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, 
                 for (g, x) in groups.iter().enumerate() {
                     acc = _mm256_add_epi32(acc, F::meet(x.assume_init_ref(), act_group(y, g)));
                 }
-                *s += F::finish(F::scale(&head), act_scale(y), hsum_epi32(acc));
+                *s = step::<F>(*s, hsum_epi32(acc), F::scale(&head), act_scale(y));
             }
         }
         for (r, &s) in sum.iter().enumerate() {
-            out.set(r, w, F::FACTOR * s);
+            out.set(r, w, s);
         }
     }
+}
+
+/// One super-block of eight weight rows, unpacked for [`tiled`]: lane `i` of each vector is row
+/// `i`.
+#[derive(Clone, Copy)]
+struct TileBlock {
+    /// Value group `g` (values `4g..4g + 4`) as signed values plus 128, unsigned.
+    u: [__m256i; 64],
+    /// Sub-block `t`'s scale (values `16t..16t + 16`) as i32.
+    sc: [__m256i; 16],
+    /// Sub-block scales `2j`, `2j + 1` as an i16 pair, to meet a pair of the 16-value `bsums`.
+    pair: [__m256i; 8],
+    /// `d_w·FACTOR`.
+    d: __m256,
+}
+
+/// The eight 32-bit lanes of each of `rows` transposed: lane `j` of output `i` is lane `i` of
+/// `rows[j]`.
+#[inline(always)]
+unsafe fn transpose8(rows: [__m256i; 8]) -> [__m256i; 8] {
+    let t: [__m256i; 8] = [
+        _mm256_unpacklo_epi32(rows[0], rows[1]),
+        _mm256_unpackhi_epi32(rows[0], rows[1]),
+        _mm256_unpacklo_epi32(rows[2], rows[3]),
+        _mm256_unpackhi_epi32(rows[2], rows[3]),
+        _mm256_unpacklo_epi32(rows[4], rows[5]),
+        _mm256_unpackhi_epi32(rows[4], rows[5]),
+        _mm256_unpacklo_epi32(rows[6], rows[7]),
+        _mm256_unpackhi_epi32(rows[6], rows[7]),
+    ];
+    let q: [__m256i; 8] = [
+        _mm256_unpacklo_epi64(t[0], t[2]),
+        _mm256_unpackhi_epi64(t[0], t[2]),
+        _mm256_unpacklo_epi64(t[1], t[3]),
+        _mm256_unpackhi_epi64(t[1], t[3]),
+        _mm256_unpacklo_epi64(t[4], t[6]),
+        _mm256_unpackhi_epi64(t[4], t[6]),
+        _mm256_unpacklo_epi64(t[5], t[7]),
+        _mm256_unpackhi_epi64(t[5], t[7]),
+    ];
+    [
+        _mm256_permute2x128_si256::<0x20>(q[0], q[4]),
+        _mm256_permute2x128_si256::<0x20>(q[1], q[5]),
+        _mm256_permute2x128_si256::<0x20>(q[2], q[6]),
+        _mm256_permute2x128_si256::<0x20>(q[3], q[7]),
+        _mm256_permute2x128_si256::<0x31>(q[0], q[4]),
+        _mm256_permute2x128_si256::<0x31>(q[1], q[5]),
+        _mm256_permute2x128_si256::<0x31>(q[2], q[6]),
+        _mm256_permute2x128_si256::<0x31>(q[3], q[7]),
+    ]
+}
+
+/// Super-block `b` of weight rows `w0..w0 + nr` (`nb` per row, file layout at `weights`) into
+/// `x`; the lanes of rows past `nr` are zero.
+#[inline(always)]
+unsafe fn unpack_tile<F: SuperBlocks>(
+    weights: *const u8,
+    nb: usize,
+    w0: usize,
+    nr: usize,
+    b: usize,
+    x: &mut TileBlock,
+) {
+    let bias = _mm256_set1_epi8(-128);
+    let mut sc = [[0i32; LANE_ROWS]; 16];
+    let mut d = [0f32; LANE_ROWS];
+    // vals: [group][row] a row's group of 32 values.
+    let mut vals = [[_mm256_setzero_si256(); LANE_ROWS]; 8];
+    for i in 0..nr {
+        let p = weights.add(((w0 + i) * nb + b) * F::BYTES);
+        let head = F::head(p);
+        d[i] = F::scale(&head) * F::FACTOR;
+        for g in 0..8 {
+            let (values, halves) = F::values(&F::group(p, &head, g));
+            // Signed to unsigned plus 128: flip the top bit.
+            vals[g][i] = _mm256_xor_si256(values, bias);
+            sc[2 * g][i] = halves[0];
+            sc[2 * g + 1][i] = halves[1];
+        }
+    }
+    for (g, rows) in vals.into_iter().enumerate() {
+        // Lane m of row i holds its values 32g + 4m..: group 8g + m takes lane m of each row.
+        let cols = transpose8(rows);
+        x.u[8 * g..8 * g + 8].copy_from_slice(&cols);
+    }
+    for (t, s) in sc.iter().enumerate() {
+        x.sc[t] = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
+    }
+    for j in 0..8 {
+        // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16.
+        x.pair[j] = _mm256_or_si256(x.sc[2 * j], _mm256_slli_epi32::<16>(x.sc[2 * j + 1]));
+    }
+    x.d = _mm256_loadu_ps(d.as_ptr());
+}
+
+/// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` from the unpacked tile `blocks` (one per
+/// super-block).
+#[inline(always)]
+unsafe fn tile_dot<const CC: usize, const V: u8>(
+    blocks: &[TileBlock],
+    act: &Activations,
+    w0: usize,
+    nr: usize,
+    a0: usize,
+    out: &mut TileOut<'_>,
+) {
+    let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
+    let mut acc = [_mm256_setzero_ps(); CC];
+    for (b, x) in blocks.iter().enumerate() {
+        let mut isum = [_mm256_setzero_si256(); CC];
+        for t in 0..16 {
+            let mut s32 = [_mm256_setzero_si256(); CC];
+            for m in 0..4 {
+                let g = 4 * t + m;
+                for c in 0..CC {
+                    let y = a.add(c * act.row_bytes + b * ACT_BLOCK + 4 + 4 * g);
+                    let y = _mm256_set1_epi32(std::ptr::read_unaligned(y as *const i32));
+                    s32[c] = dpbusd::<V>(s32[c], x.u[g], y);
+                }
+            }
+            for c in 0..CC {
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(s32[c], x.sc[t]));
+            }
+        }
+        for c in 0..CC {
+            let y = a.add(c * act.row_bytes + b * ACT_BLOCK);
+            let mut psum = _mm256_setzero_si256();
+            for j in 0..8 {
+                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(y.add(ACT_BSUMS + 4 * j) as *const i32));
+                psum = _mm256_add_epi32(psum, _mm256_madd_epi16(x.pair[j], pair));
+            }
+            // The 128 each unsigned value carries.
+            isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<7>(psum));
+            let dy = _mm256_set1_ps(act_scale(y));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(x.d, dy), acc[c]);
+        }
+    }
+    for c in 0..CC {
+        store_lanes(acc[c], nr, w0, a0 + c, out);
+    }
+}
+
+/// Every output of `out`, eight weight rows at a time unpacked once into the lane-per-row
+/// layout (see the module doc).
+#[inline(always)]
+unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let nb = k / 256;
+    let empty = TileBlock {
+        u: [_mm256_setzero_si256(); 64],
+        sc: [_mm256_setzero_si256(); 16],
+        pair: [_mm256_setzero_si256(); 8],
+        d: _mm256_setzero_ps(),
+    };
+    // blocks: [nb] the current weight tile's super-blocks.
+    let mut blocks = vec![empty; nb];
+    let nw = out.nw();
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(LANE_ROWS);
+        for (b, x) in blocks.iter_mut().enumerate() {
+            unpack_tile::<F>(weights.as_ptr(), nb, w0, nr, b, x);
+        }
+        for_row_groups!(act.rows, |a0, CC| tile_dot::<CC, V>(&blocks, act, w0, nr, a0, out));
+        w0 += nr;
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn tiled_avxvnni<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    tiled::<F, AVX_VNNI>(k, weights, act, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+unsafe fn tiled_avx512vnni<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    tiled::<F, AVX512_VNNI>(k, weights, act, out)
 }
