@@ -25,7 +25,7 @@ use tinyllm::quant::GgmlType;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 /// The fixtures, embedded (the test runs where there is no file system).
-const FIXTURES: [(&str, &[u8]); 9] = [
+const FIXTURES: [(&str, &[u8]); 11] = [
     (
         "llama.F16",
         include_bytes!("../../tests/golden/fixtures/llama.F16.gguf"),
@@ -59,6 +59,14 @@ const FIXTURES: [(&str, &[u8]); 9] = [
         include_bytes!("../../tests/golden/fixtures/llama.IQ4_XS.gguf"),
     ),
     (
+        "llama.Q2_K",
+        include_bytes!("../../tests/golden/fixtures/llama.Q2_K.gguf"),
+    ),
+    (
+        "llama.Q3_K_M",
+        include_bytes!("../../tests/golden/fixtures/llama.Q3_K_M.gguf"),
+    ),
+    (
         "gemma3.Q4_K_M",
         include_bytes!("../../tests/golden/fixtures/gemma3.Q4_K_M.gguf"),
     ),
@@ -87,7 +95,7 @@ fn kernel_sets() -> Vec<Kernels> {
 
 /// llama.cpp's quantized blocks of every format the wasm kernels cover (`tests/golden/quants`:
 /// 2048 values of `source.f32` each; F32 is `source.f32` itself).
-const BLOBS: [(GgmlType, &[u8]); 14] = [
+const BLOBS: [(GgmlType, &[u8]); 16] = [
     (GgmlType::F32, include_bytes!("../../tests/golden/quants/source.f32")),
     (GgmlType::F16, include_bytes!("../../tests/golden/quants/F16.bin")),
     (GgmlType::BF16, include_bytes!("../../tests/golden/quants/BF16.bin")),
@@ -102,6 +110,8 @@ const BLOBS: [(GgmlType, &[u8]); 14] = [
     (GgmlType::IQ4_NL, include_bytes!("../../tests/golden/quants/IQ4_NL.bin")),
     (GgmlType::Q4_K, include_bytes!("../../tests/golden/quants/Q4_K.bin")),
     (GgmlType::Q6_K, include_bytes!("../../tests/golden/quants/Q6_K.bin")),
+    (GgmlType::Q2_K, include_bytes!("../../tests/golden/quants/Q2_K.bin")),
+    (GgmlType::Q3_K, include_bytes!("../../tests/golden/quants/Q3_K.bin")),
 ];
 
 /// Each SIMD set's tiles on llama.cpp's blocks of each covered format, as matrices of several

@@ -1,6 +1,12 @@
-//! The 256-value formats (Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K activations, on interleaved
-//! tiles. Field offsets follow [`super::super::interleave`]'s order:
+//! The 256-value formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K activations, on
+//! interleaved tiles. Field offsets follow [`super::super::interleave`]'s order:
 //!
+//! * Q2_K: `d`, `dmin`, the 16 scale bytes (4 groups; scale in the low nibble, minimum in the
+//!   high one), `qs` (16 groups). In each half `n` of 128 values, bits `2j, 2j + 1` of `qs`
+//!   byte `32n + l` are value `128n + 32j + l`.
+//! * Q3_K: `d`, the 12 bytes of packed 6-bit scales (3 groups), `hmask` (8 groups), `qs` (16
+//!   groups): Q2_K's low bits, with the high bit of value `128n + 32j + l` bit `4n + j` of
+//!   `hmask` byte `l` (set: the value is its low bits; clear: less 4).
 //! * Q4_K: `d` (8 f16), `dmin` (8 f16), the 12 bytes of packed 6-bit scales and minimums (3
 //!   groups of 4 bytes per row), `qs` (32 groups). `qs` bytes `32c..32c + 32` hold sub-block
 //!   `2c` in their low nibbles and `2c + 1` in their high ones.
@@ -15,8 +21,9 @@
 //!   `ib` of `scales_l` and bits `2ib..2ib + 2` of `scales_h` above it.
 //!
 //! Each sub-block's exact integer sum meets its row's scale as i32 (four rows per vector), as
-//! ggml's `Σ sc·Σ q·q8`; Q6_K's `q - 32` takes `32·bsum` off each 16-value sub-block, Q4_K's
-//! and Q5_K's minimums meet the activations' 16-value sums in `Σ m·bsum`. IQ4_XS, like the
+//! ggml's `Σ sc·Σ q·q8`; Q6_K's `q - 32` takes `32·bsum` off each 16-value sub-block (Q3_K's
+//! 3-bit codes, the value plus 4, take `4·bsum`), Q2_K's, Q4_K's and Q5_K's minimums meet the
+//! activations' 16-value sums in `Σ m·bsum`. IQ4_XS, like the
 //! oracle, sums in f32 per sub-block: `(d_w·d_a·(ls - 32))·Σ q·a`.
 
 // Register tiles are `[acc; C]` arrays indexed by activation row in loops the compiler unrolls.
@@ -40,6 +47,8 @@ const Q4_K: u8 = 0;
 const Q6_K: u8 = 1;
 const Q5_K: u8 = 2;
 const IQ4_XS: u8 = 3;
+const Q2_K: u8 = 4;
+const Q3_K: u8 = 5;
 
 /// The kernels of `ty`, where it is one of this file's formats.
 pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
@@ -48,6 +57,8 @@ pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
         GgmlType::Q5_K => family!(half, D, Q5_K),
         GgmlType::Q6_K => family!(half, D, Q6_K),
         GgmlType::IQ4_XS => family!(half, D, IQ4_XS),
+        GgmlType::Q2_K => family!(half, D, Q2_K),
+        GgmlType::Q3_K => family!(half, D, Q3_K),
         _ => return None,
     })
 }
@@ -69,6 +80,14 @@ const Q6K_BLOCK: usize = TILE_ROWS * 210;
 const Q6K_SCALES: usize = 2 * TILE_ROWS;
 const Q6K_QL: usize = 18 * TILE_ROWS;
 const Q6K_QH: usize = 146 * TILE_ROWS;
+const Q2K_BLOCK: usize = TILE_ROWS * 84;
+const Q2K_DMIN: usize = 2 * TILE_ROWS;
+const Q2K_SCALES: usize = 4 * TILE_ROWS;
+const Q2K_QS: usize = 20 * TILE_ROWS;
+const Q3K_BLOCK: usize = TILE_ROWS * 110;
+const Q3K_SCALES: usize = 2 * TILE_ROWS;
+const Q3K_HMASK: usize = 14 * TILE_ROWS;
+const Q3K_QS: usize = 46 * TILE_ROWS;
 
 /// Byte `j` of each 32-bit lane of `v`, zero-extended.
 #[inline(always)]
@@ -90,8 +109,8 @@ unsafe fn bsum(row: *const u8, b: usize, j: usize) -> i32 {
 }
 
 /// Rows `4h..4h + 4` of the tile at `tile` (`nb` tile blocks) against activation rows
-/// `a0..a0 + C`: per super-block `(d_w·d_a)·Σ sc·Σ q·a`, less `(dmin_w·d_a)·Σ m·bsum` for Q4_K
-/// and Q5_K (IQ4_XS: per sub-block, see the module doc), the oracle's arithmetic in its order.
+/// `a0..a0 + C`: per super-block `(d_w·d_a)·Σ sc·Σ q·a`, less `(dmin_w·d_a)·Σ m·bsum` for Q2_K,
+/// Q4_K and Q5_K (IQ4_XS: per sub-block, see the module doc), the oracle's arithmetic in its order.
 ///
 /// # Safety
 /// `tile` holds `nb` tile blocks of `kind`; `act` has rows `a0..a0 + C` of `nb` Q8_K blocks.
@@ -190,6 +209,60 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                 for c in 0..C {
                     let dl = f32x4_mul(dd[c], ls);
                     acc[c] = f32x4_add(acc[c], f32x4_mul(dl, f32x4_convert_i32x4(D::sum(sub[c]))));
+                }
+            }
+        } else if K == Q2_K || K == Q3_K {
+            let t = tile.add(b * if K == Q2_K { Q2K_BLOCK } else { Q3K_BLOCK });
+            let qs = if K == Q2_K { Q2K_QS } else { Q3K_QS };
+            let three = u8x16_splat(3);
+            let mut isum = [i32x4_splat(0); C];
+            let mut msum = [i32x4_splat(0); C];
+            for s in 0..16 {
+                // Sub-block `s` of 16 values: half `n` of 128, shift `2j`, `qs` groups
+                // `8n + 4hh..8n + 4hh + 4` (values `128n + 32j + 4m..`, `m` = 4hh..4hh + 4).
+                let (n, j, hh) = (s / 8, s % 8 / 2, s % 2);
+                let mut sub = [D::zero(); C];
+                for m in 4 * hh..4 * hh + 4 {
+                    let v = load(t.add(qs + 32 * (8 * n + m) + lanes));
+                    let mut q = v128_and(u8x16_shr(v, 2 * j as u32), three);
+                    if K == Q3_K {
+                        let hm = load(t.add(Q3K_HMASK + 32 * m + lanes));
+                        let bit = v128_and(u8x16_shr(hm, (4 * n + j) as u32), u8x16_splat(1));
+                        q = v128_or(q, i8x16_shl(bit, 2));
+                    }
+                    for c in 0..C {
+                        sub[c] = D::u7(sub[c], q, a(c, 128 * n + 32 * j + 4 * m));
+                    }
+                }
+                if K == Q2_K {
+                    let byte = byte_u(load(t.add(Q2K_SCALES + 32 * (s / 4) + lanes)), s % 4);
+                    let (sc, min) = (v128_and(byte, u32x4_splat(0xf)), u32x4_shr(byte, 4));
+                    for c in 0..C {
+                        isum[c] = i32x4_add(isum[c], i32x4_mul(D::sum(sub[c]), sc));
+                        msum[c] = i32x4_add(msum[c], i32x4_mul(min, i32x4_splat(bsum(rows[c], b, s))));
+                    }
+                } else {
+                    // The 6-bit scale: 4 bits from the low (s < 8) or high nibble of byte
+                    // s % 8, 2 from byte 8 + s % 4 (bits 2(s / 4)..), less 32.
+                    let g = s / 4;
+                    let low = byte_u(load(t.add(Q3K_SCALES + 32 * (g % 2) + lanes)), s % 4);
+                    let low = v128_and(u32x4_shr(low, 4 * (g / 2) as u32), u32x4_splat(0xf));
+                    let high = byte_u(load(t.add(Q3K_SCALES + 64 + lanes)), s % 4);
+                    let high = v128_and(u32x4_shr(high, 2 * g as u32), u32x4_splat(3));
+                    let sc = i32x4_sub(v128_or(low, u32x4_shl(high, 4)), i32x4_splat(32));
+                    for c in 0..C {
+                        let centred = i32x4_sub(D::sum(sub[c]), i32x4_splat(4 * bsum(rows[c], b, s)));
+                        isum[c] = i32x4_add(isum[c], i32x4_mul(centred, sc));
+                    }
+                }
+            }
+            let d = f16x4(t.add(2 * HALF * h));
+            for c in 0..C {
+                let da = f32x4_splat(da(c));
+                acc[c] = f32x4_add(acc[c], f32x4_mul(f32x4_mul(d, da), f32x4_convert_i32x4(isum[c])));
+                if K == Q2_K {
+                    let dmin = f16x4(t.add(Q2K_DMIN + 2 * HALF * h));
+                    acc[c] = f32x4_sub(acc[c], f32x4_mul(f32x4_mul(dmin, da), f32x4_convert_i32x4(msum[c])));
                 }
             }
         } else {

@@ -25,8 +25,9 @@
 //! within its rounding in all. `web/tests/kernels.rs` checks both sets against it in
 //! WebAssembly on every matrix of the golden fixtures.
 //!
-//! Files: `activation.rs` (the SwiGLU gate), `legacy.rs` (the 32-value formats against Q8_0), `kquant.rs` (the 256-value formats
-//! against Q8_K), `float.rs` (F32, F16, BF16 rows against f32).
+//! Files: `activation.rs` (the SwiGLU gate), `legacy.rs` (the 32-value formats against Q8_0),
+//! `kquant.rs` (the 256-value K-quants and IQ4_XS against Q8_K), `float.rs` (F32, F16, BF16 rows
+//! against f32).
 
 use core::arch::wasm32::*;
 
