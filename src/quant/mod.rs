@@ -273,7 +273,15 @@ pub fn has_vec_dot(ty: GgmlType) -> bool {
 
 /// The row of [`support::SUPPORT`] for `ty`, if some fast kernel reads it.
 pub fn support_of(ty: GgmlType) -> Option<&'static support::Support> {
-    support::SUPPORT.iter().find(|s| s.name.eq_ignore_ascii_case(ty.name()))
+    // Every matmul asks (a decode step thousands of times): looked up once per type, by id.
+    static BY_ID: std::sync::LazyLock<Vec<Option<&'static support::Support>>> = std::sync::LazyLock::new(|| {
+        let mut by_id = vec![None; GgmlType::ALL.iter().map(|&t| t as usize + 1).max().unwrap_or(0)];
+        for &t in GgmlType::ALL {
+            by_id[t as usize] = support::SUPPORT.iter().find(|s| s.name.eq_ignore_ascii_case(t.name()));
+        }
+        by_id
+    });
+    BY_ID.get(ty as usize).copied().flatten()
 }
 
 /// The formats of [`support::SUPPORT`] with `pick` set, in the table's order.
