@@ -60,5 +60,5 @@ pub const SUPPORT: [Support; 26] = [
     s("iq1_s", true, false, false, false),
     s("iq1_m", true, false, false, false),
     s("tq1_0", true, false, true, false),
-    s("tq2_0", true, false, true, false),
+    s("tq2_0", true, true, true, false),
 ];

@@ -95,7 +95,7 @@ fn kernel_sets() -> Vec<Kernels> {
 
 /// llama.cpp's quantized blocks of every format the wasm kernels cover (`tests/golden/quants`:
 /// 2048 values of `source.f32` each; F32 is `source.f32` itself).
-const BLOBS: [(GgmlType, &[u8]); 16] = [
+const BLOBS: [(GgmlType, &[u8]); 17] = [
     (GgmlType::F32, include_bytes!("../../tests/golden/quants/source.f32")),
     (GgmlType::F16, include_bytes!("../../tests/golden/quants/F16.bin")),
     (GgmlType::BF16, include_bytes!("../../tests/golden/quants/BF16.bin")),
@@ -112,6 +112,7 @@ const BLOBS: [(GgmlType, &[u8]); 16] = [
     (GgmlType::Q6_K, include_bytes!("../../tests/golden/quants/Q6_K.bin")),
     (GgmlType::Q2_K, include_bytes!("../../tests/golden/quants/Q2_K.bin")),
     (GgmlType::Q3_K, include_bytes!("../../tests/golden/quants/Q3_K.bin")),
+    (GgmlType::TQ2_0, include_bytes!("../../tests/golden/quants/TQ2_0.bin")),
 ];
 
 /// Each SIMD set's tiles on llama.cpp's blocks of each covered format, as matrices of several

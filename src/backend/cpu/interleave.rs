@@ -1,6 +1,6 @@
 //! The interleaved weight layout of the formats the SIMD kernels take eight rows at a time (the
 //! 32-value Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 and the 256-value Q2_K, Q3_K, Q4_K,
-//! Q5_K, Q6_K, IQ4_XS), made once at load. Each kernel set says which of them it reads interleaved (the
+//! Q5_K, Q6_K, IQ4_XS, TQ2_0), made once at load. Each kernel set says which of them it reads interleaved (the
 //! AVX2 set reads Q5_K and IQ4_XS as file rows; the wasm set reads every one it covers
 //! interleaved).
 //!
@@ -20,7 +20,7 @@
 //! * f16 scalars (`d`, the minimum `m` or `dmin`; IQ4_XS's 16-bit `scales_h`): row `i`'s at
 //!   `2i`; MXFP4's E8M0 exponent byte: row `i`'s at `i`;
 //! * byte arrays (`qs`; Q4_K's and Q5_K's packed scales; Q5_K's `qh`; Q6_K's `ql`, `qh` and
-//!   scales; Q2_K's scales; Q3_K's `hmask` and scales; IQ4_XS's `scales_l`): in groups of four
+//!   scales; Q2_K's scales; Q3_K's `hmask` and scales; TQ2_0's `qs`; IQ4_XS's `scales_l`): in groups of four
 //!   file bytes, group `j` of row `i` at `32j + 4i`. So group `j` of Q4_0's `qs` holds values
 //!   `4j..4j + 4` (low nibbles) and `16 + 4j..` (high nibbles) of all eight rows;
 //! * Q5_0/Q5_1's `qh`: 8 × 4 bytes, row `i` at `4i`; bit `p` of its byte `t` is the fifth bit
@@ -111,6 +111,8 @@ fn fields(ty: GgmlType) -> Option<&'static [Field]> {
     // Q2_K: `scales[16], qs[64], d, dmin`; Q3_K: `hmask[32], qs[64], scales[12], d`.
     const Q2_K: &[Field] = &[f16_at(80), f16_at(82), bytes_at(0, 16), bytes_at(16, 64)];
     const Q3_K: &[Field] = &[f16_at(108), bytes_at(96, 12), bytes_at(0, 32), bytes_at(32, 64)];
+    // TQ2_0: `qs[64], d`.
+    const TQ2_0: &[Field] = &[f16_at(64), bytes_at(0, 64)];
     Some(match ty {
         GgmlType::Q4_0 | GgmlType::IQ4_NL => Q4_0,
         GgmlType::Q8_0 => Q8_0,
@@ -120,6 +122,7 @@ fn fields(ty: GgmlType) -> Option<&'static [Field]> {
         GgmlType::Q5_1 => Q5_1,
         GgmlType::Q2_K => Q2_K,
         GgmlType::Q3_K => Q3_K,
+        GgmlType::TQ2_0 => TQ2_0,
         GgmlType::Q4_K => Q4_K,
         GgmlType::Q5_K => Q5_K,
         GgmlType::Q6_K => Q6_K,
@@ -278,7 +281,7 @@ mod tests {
     fn interleaving_round_trips_every_row() {
         let mut state = 0x1234_5678_9abc_def0u64;
         let types: Vec<GgmlType> = GgmlType::ALL.iter().copied().filter(|&t| fields(t).is_some()).collect();
-        assert_eq!(types.len(), 13);
+        assert_eq!(types.len(), 14);
         for ty in types {
             // A permutation: the fields fill the block (the round trip shows they do not overlap).
             let fields = fields(ty).unwrap();

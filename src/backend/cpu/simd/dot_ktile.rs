@@ -1,14 +1,15 @@
-//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files) and Q2_K, Q3_K (the experts
-//! of the 2- and 3-bit "dynamic" MoE quantizations) against Q8_K activations, on weights
-//! interleaved at load ([`super::super::interleave`]: eight rows per tile).
+//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files), Q2_K, Q3_K (the experts of
+//! the 2- and 3-bit "dynamic" MoE quantizations) and TQ2_0 (ternary, Q2_K's bit layout with one
+//! scale per super-block) against Q8_K activations, on weights interleaved at load
+//! ([`super::super::interleave`]: eight rows per tile).
 //!
 //! As in `dot_legacy`: one load and a mask or shift give four consecutive values of all eight
 //! rows, a row per 32-bit lane; a broadcast of the activation's four bytes meets them in
 //! `maddubs`, and the i16 sums of a sub-block meet the eight rows' sub-block scales (unpacked
 //! once per tile block, eight rows per vector op) in `madd`. So each lane ends a super-block
 //! with its row's exact integer sums, with no sum across lanes: ggml's `Σ sc·Σq·q8` (less
-//! `32·Σ sc·bsum` for Q6_K, whose values are `q - 32`, and `4·Σ sc·bsum` for Q3_K, whose values
-//! are its 3-bit codes less 4) and for Q4_K and Q2_K `Σ m·bsum` for the minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
+//! `32·Σ sc·bsum` for Q6_K, whose values are `q - 32`, `4·Σ sc·bsum` for Q3_K, whose values
+//! are its 3-bit codes less 4, and `Σ bsum` for TQ2_0, whose are its codes less 1) and for Q4_K and Q2_K `Σ m·bsum` for the minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
 //! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K and Q2_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
 //!
 //! With VNNI ([`super::lanes::Isa`]), `vpdpbusd` sums a sub-block's products per row straight into i32
@@ -33,6 +34,7 @@ const Q4_K: u8 = 0;
 const Q6_K: u8 = 1;
 const Q2_K: u8 = 2;
 const Q3_K: u8 = 3;
+const TQ2_0: u8 = 4;
 
 /// A Q8_K activation block: f32 scale, then 256 values at [`ACT_VALUES`], then 16 i16 sums of
 /// 16 values each at [`ACT_BSUMS`].
@@ -51,6 +53,7 @@ const fn block_bytes(kind: u8) -> usize {
         Q4_K => 144,
         Q6_K => 210,
         Q3_K => 110,
+        TQ2_0 => 66,
         _ => 84,
     }
 }
@@ -72,6 +75,8 @@ const Q2K_QS: usize = 20 * R;
 const Q3K_SCALES: usize = 2 * R;
 const Q3K_HMASK: usize = 14 * R;
 const Q3K_QS: usize = 46 * R;
+// TQ2_0: `d`, `qs` (16 groups, Q2_K's bit layout).
+const TQ2_QS: usize = 2 * R;
 
 /// A `shuffle_epi8` mask filling every 32-bit lane from its own four bytes: the lane's byte
 /// `k` becomes its byte `pick[k]`, or zero where `pick[k]` is negative.
@@ -221,6 +226,15 @@ unsafe fn scales<const K: u8, const V: u8, const BUF: bool>(p: *const u8) -> Sca
             s.pair[j] = _mm256_srli_epi16::<4>(shuffle(g[j / 2], &ZEXT_PAIR[j % 2]));
         }
         s.dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q2K_DMIN) as *const __m128i));
+    } else if K == TQ2_0 {
+        // One scale, `d`: every sub-block's is 1.
+        let one = if vnni(K, V, BUF) {
+            _mm256_set1_epi32(1)
+        } else {
+            _mm256_set1_epi16(1)
+        };
+        s.sc = [one; 16];
+        s.pair = [_mm256_set1_epi16(1); 8];
     } else if K == Q3_K {
         // Eight rows at once of the 6-bit scales: sub-block t's low 4 bits are the low (t < 8)
         // or high nibble of byte t % 8 (groups 0, 1), its top 2 bits bits 2(t / 4).. of byte
@@ -338,8 +352,15 @@ unsafe fn q6k_groups(p: *const u8, n: usize, l: usize) -> [__m256i; 4] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q2k_groups(p: *const u8, n: usize, m: usize) -> [__m256i; 4] {
+    two_bit_groups(p.add(Q2K_QS), n, m)
+}
+
+/// The groups of [`q2k_groups`] from `qs` at `qs` (Q2_K's and TQ2_0's bit layout).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn two_bit_groups(qs: *const u8, n: usize, m: usize) -> [__m256i; 4] {
     let three = _mm256_set1_epi8(3);
-    let v = load(p.add(Q2K_QS + 32 * (8 * n + m)));
+    let v = load(qs.add(32 * (8 * n + m)));
     [
         _mm256_and_si256(v, three),
         _mm256_and_si256(_mm256_srli_epi16::<2>(v), three),
@@ -392,14 +413,14 @@ unsafe fn q3k_groups(p: *const u8, n: usize, m: usize) -> [__m256i; 4] {
     ]
 }
 
-/// The value groups of Q2_K or Q3_K (see [`q2k_groups`]).
+/// The value groups of Q2_K, Q3_K or TQ2_0 (see [`q2k_groups`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn low_groups<const K: u8>(p: *const u8, n: usize, m: usize) -> [__m256i; 4] {
-    if K == Q2_K {
-        q2k_groups(p, n, m)
-    } else {
-        q3k_groups(p, n, m)
+    match K {
+        Q2_K => q2k_groups(p, n, m),
+        Q3_K => q3k_groups(p, n, m),
+        _ => two_bit_groups(p.add(TQ2_QS), n, m),
     }
 }
 
@@ -434,7 +455,7 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
                     [u[16 * j + r], u[16 * j + 8 + r]] = q4k_groups(p, j, r);
                 }
             }
-        } else if K == Q2_K || K == Q3_K {
+        } else if K == Q2_K || K == Q3_K || K == TQ2_0 {
             for n in 0..2 {
                 for m in 0..8 {
                     for (j, v) in low_groups::<K>(p, n, m).into_iter().enumerate() {
@@ -550,7 +571,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                     }
                 }
             }
-        } else if K == Q2_K || K == Q3_K {
+        } else if K == Q2_K || K == Q3_K || K == TQ2_0 {
             // Values below 8: four i16 pair sums stay below 4 · 2 · 7 · 128 < 2^15. Sub-block
             // t = 8n + 2j + h is value groups 32n + 8j + m, m = 4h..4h + 4, which the four
             // `qs` groups 8n + m hold in their bits 2j, 2j + 1.
@@ -675,6 +696,8 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                     isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<5>(psum));
                 } else if K == Q3_K {
                     isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<2>(psum));
+                } else if K == TQ2_0 {
+                    isum[c] = _mm256_sub_epi32(isum[c], psum);
                 }
             }
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(s.d, dy), acc[c]);
@@ -711,6 +734,7 @@ pub(super) fn kernel(ty: GgmlType, isa: super::lanes::Isa) -> Option<super::lane
         GgmlType::Q6_K => entry::<Q6_K>(isa),
         GgmlType::Q2_K => entry::<Q2_K>(isa),
         GgmlType::Q3_K => entry::<Q3_K>(isa),
+        GgmlType::TQ2_0 => entry::<TQ2_0>(isa),
         _ => return None,
     })
 }

@@ -1,4 +1,5 @@
-//! The ternary formats (TQ1_0, TQ2_0) in the file layout against Q8_K activations.
+//! The base-3 ternary format (TQ1_0) in the file layout against Q8_K activations (TQ2_0, with
+//! Q2_K's bit layout, is interleaved: `dot_ktile`).
 //!
 //! Per 32 values, their codes 0..3 (value `32g + l` in byte `l`) meet the activations in one
 //! `maddubs`, less one `maddubs` for the one each value takes off its code (its value is the
@@ -14,43 +15,31 @@ use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::ternary::{tq1_trits, BlockTq1_0};
 use crate::quant::GgmlType;
 
-const TQ1_0: u8 = 0;
-const TQ2_0: u8 = 1;
+/// Bytes of a TQ1_0 block.
+const BLOCK: usize = 54;
 
-const fn block_bytes(kind: u8) -> usize {
-    match kind {
-        TQ1_0 => 54,
-        _ => 66,
-    }
-}
-
-/// The super-block's scale, and TQ1_0's codes (decoded once for its eight groups).
+/// The super-block's scale and its codes (decoded once for its eight groups).
 struct Head {
     d: f32,
     trits: [u8; 256],
 }
 
-/// The kernels of format `K`.
-struct Ternary<const K: u8>;
+/// The kernels of TQ1_0.
+struct Tq1;
 
-impl<const K: u8> SuperBlocks for Ternary<K> {
-    const BYTES: usize = block_bytes(K);
+impl SuperBlocks for Tq1 {
+    const BYTES: usize = BLOCK;
     type Head = Head;
     /// The group's codes.
     type Group = __m256i;
 
     #[inline(always)]
     unsafe fn head(p: *const u8) -> Head {
-        let trits = if K == TQ1_0 {
-            // The oracle's decoding (quant::ternary), once per super-block and row.
-            let block = bytemuck::pod_read_unaligned::<BlockTq1_0>(std::slice::from_raw_parts(p, 54));
-            tq1_trits(&block).map(|t| t as u8)
-        } else {
-            [0; 256]
-        };
+        // The oracle's decoding (quant::ternary), once per super-block and row.
+        let block = bytemuck::pod_read_unaligned::<BlockTq1_0>(std::slice::from_raw_parts(p, BLOCK));
         Head {
-            d: load_f16(p.add(block_bytes(K) - 2)),
-            trits,
+            d: load_f16(p.add(BLOCK - 2)),
+            trits: tq1_trits(&block).map(|t| t as u8),
         }
     }
 
@@ -60,17 +49,8 @@ impl<const K: u8> SuperBlocks for Ternary<K> {
     }
 
     #[inline(always)]
-    unsafe fn group(p: *const u8, head: &Head, g: usize) -> __m256i {
-        if K == TQ1_0 {
-            return _mm256_loadu_si256(head.trits.as_ptr().add(32 * g) as *const __m256i);
-        }
-        // Value 32g + l is bits 2(g % 4).. of byte 32(g / 4) + l. (Shifting 16-bit lanes moves
-        // each byte's bits to its bottom: both bytes'.)
-        let v = _mm256_loadu_si256(p.add(32 * (g / 4)) as *const __m256i);
-        _mm256_and_si256(
-            _mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (g % 4) as i32)),
-            _mm256_set1_epi8(3),
-        )
+    unsafe fn group(_: *const u8, head: &Head, g: usize) -> __m256i {
+        _mm256_loadu_si256(head.trits.as_ptr().add(32 * g) as *const __m256i)
     }
 
     #[inline(always)]
@@ -98,10 +78,9 @@ pub(super) unsafe fn tile(
     out: &mut TileOut<'_>,
     isa: Isa,
 ) -> bool {
-    match ty {
-        GgmlType::TQ1_0 => run::<Ternary<TQ1_0>>(k, weights, act, out, isa),
-        GgmlType::TQ2_0 => run::<Ternary<TQ2_0>>(k, weights, act, out, isa),
-        _ => return false,
+    if ty != GgmlType::TQ1_0 {
+        return false;
     }
+    run::<Tq1>(k, weights, act, out, isa);
     true
 }

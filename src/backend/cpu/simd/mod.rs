@@ -14,15 +14,15 @@
 //! operations in the same order whatever the tile shape, so results do not depend on how the
 //! work was split (thread count, tail tiles, batch size).
 //!
-//! The 32-value formats, Q4_K/Q6_K (the K-quants of the common Q4_K_M files), Q2_K and Q3_K work on weights
+//! The 32-value formats, Q4_K/Q6_K (the K-quants of the common Q4_K_M files), Q2_K, Q3_K and TQ2_0 work on weights
 //! interleaved at load ([`super::interleave`]): one load and a mask give four values of eight
 //! rows, a row per lane, so a block's exact integer sums for eight rows land in one vector with
 //! no sum across lanes (decode), and batches unpack each tile once and reuse it for every
 //! activation row. The other formats keep an 8-lane accumulator per output, summed at the end.
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
-//! against Q8_0), `dot_ktile.rs` (interleaved Q2_K/Q3_K/Q4_K/Q6_K against Q8_K), `dot_kquant.rs`
-//! (Q5_K, IQ4_XS against Q8_K), `dot_ternary.rs` (TQ1_0, TQ2_0 rows against Q8_K),
+//! against Q8_0), `dot_ktile.rs` (interleaved Q2_K/Q3_K/Q4_K/Q6_K/TQ2_0 against Q8_K), `dot_kquant.rs`
+//! (Q5_K, IQ4_XS against Q8_K), `dot_ternary.rs` (TQ1_0 rows against Q8_K),
 //! `dot_iquant.rs` (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S rows against Q8_K), `dot_iq1.rs`
 //! (IQ1_S, IQ1_M rows against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs`
 //! (F32/F16/BF16 rows).
@@ -241,7 +241,7 @@ pub unsafe fn tile(
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
         GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
-        GgmlType::TQ1_0 | GgmlType::TQ2_0 => dot_ternary::tile(ty, k, weights, act, out, isa),
+        GgmlType::TQ1_0 => dot_ternary::tile(ty, k, weights, act, out, isa),
         GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_XXS | GgmlType::IQ3_S => {
             dot_iquant::tile(ty, k, weights, act, out, isa)
         }

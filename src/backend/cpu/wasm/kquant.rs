@@ -1,5 +1,5 @@
-//! The 256-value formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K activations, on
-//! interleaved tiles. Field offsets follow [`super::super::interleave`]'s order:
+//! The 256-value formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0) against Q8_K
+//! activations, on interleaved tiles. Field offsets follow [`super::super::interleave`]'s order:
 //!
 //! * Q2_K: `d`, `dmin`, the 16 scale bytes (4 groups; scale in the low nibble, minimum in the
 //!   high one), `qs` (16 groups). In each half `n` of 128 values, bits `2j, 2j + 1` of `qs`
@@ -7,6 +7,7 @@
 //! * Q3_K: `d`, the 12 bytes of packed 6-bit scales (3 groups), `hmask` (8 groups), `qs` (16
 //!   groups): Q2_K's low bits, with the high bit of value `128n + 32j + l` bit `4n + j` of
 //!   `hmask` byte `l` (set: the value is its low bits; clear: less 4).
+//! * TQ2_0: `d`, `qs` (16 groups) in Q2_K's bit layout, each value its code less 1.
 //! * Q4_K: `d` (8 f16), `dmin` (8 f16), the 12 bytes of packed 6-bit scales and minimums (3
 //!   groups of 4 bytes per row), `qs` (32 groups). `qs` bytes `32c..32c + 32` hold sub-block
 //!   `2c` in their low nibbles and `2c + 1` in their high ones.
@@ -22,7 +23,7 @@
 //!
 //! Each sub-block's exact integer sum meets its row's scale as i32 (four rows per vector), as
 //! ggml's `Σ sc·Σ q·q8`; Q6_K's `q - 32` takes `32·bsum` off each 16-value sub-block (Q3_K's
-//! 3-bit codes, the value plus 4, take `4·bsum`), Q2_K's, Q4_K's and Q5_K's minimums meet the
+//! 3-bit codes, the value plus 4, take `4·bsum`, TQ2_0's, with no sub-block scales, `bsum`), Q2_K's, Q4_K's and Q5_K's minimums meet the
 //! activations' 16-value sums in `Σ m·bsum`. IQ4_XS, like the
 //! oracle, sums in f32 per sub-block: `(d_w·d_a·(ls - 32))·Σ q·a`.
 
@@ -49,6 +50,7 @@ const Q5_K: u8 = 2;
 const IQ4_XS: u8 = 3;
 const Q2_K: u8 = 4;
 const Q3_K: u8 = 5;
+const TQ2_0: u8 = 6;
 
 /// The kernels of `ty`, where it is one of this file's formats.
 pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
@@ -59,6 +61,7 @@ pub(super) fn family<D: Dot>(ty: GgmlType) -> Option<Family> {
         GgmlType::IQ4_XS => family!(half, D, IQ4_XS),
         GgmlType::Q2_K => family!(half, D, Q2_K),
         GgmlType::Q3_K => family!(half, D, Q3_K),
+        GgmlType::TQ2_0 => family!(half, D, TQ2_0),
         _ => return None,
     })
 }
@@ -88,6 +91,8 @@ const Q3K_BLOCK: usize = TILE_ROWS * 110;
 const Q3K_SCALES: usize = 2 * TILE_ROWS;
 const Q3K_HMASK: usize = 14 * TILE_ROWS;
 const Q3K_QS: usize = 46 * TILE_ROWS;
+const TQ2_BLOCK: usize = TILE_ROWS * 66;
+const TQ2_QS: usize = 2 * TILE_ROWS;
 
 /// Byte `j` of each 32-bit lane of `v`, zero-extended.
 #[inline(always)]
@@ -211,9 +216,13 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                     acc[c] = f32x4_add(acc[c], f32x4_mul(dl, f32x4_convert_i32x4(D::sum(sub[c]))));
                 }
             }
-        } else if K == Q2_K || K == Q3_K {
-            let t = tile.add(b * if K == Q2_K { Q2K_BLOCK } else { Q3K_BLOCK });
-            let qs = if K == Q2_K { Q2K_QS } else { Q3K_QS };
+        } else if K == Q2_K || K == Q3_K || K == TQ2_0 {
+            let (block, qs) = match K {
+                Q2_K => (Q2K_BLOCK, Q2K_QS),
+                Q3_K => (Q3K_BLOCK, Q3K_QS),
+                _ => (TQ2_BLOCK, TQ2_QS),
+            };
+            let t = tile.add(b * block);
             let three = u8x16_splat(3);
             let mut isum = [i32x4_splat(0); C];
             let mut msum = [i32x4_splat(0); C];
@@ -240,6 +249,11 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                     for c in 0..C {
                         isum[c] = i32x4_add(isum[c], i32x4_mul(D::sum(sub[c]), sc));
                         msum[c] = i32x4_add(msum[c], i32x4_mul(min, i32x4_splat(bsum(rows[c], b, s))));
+                    }
+                } else if K == TQ2_0 {
+                    for c in 0..C {
+                        let centred = i32x4_sub(D::sum(sub[c]), i32x4_splat(bsum(rows[c], b, s)));
+                        isum[c] = i32x4_add(isum[c], centred);
                     }
                 } else {
                     // The 6-bit scale: 4 bits from the low (s < 8) or high nibble of byte
