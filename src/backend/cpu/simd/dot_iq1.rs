@@ -10,9 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
-use super::lanes::Isa;
-use super::superblocks::{half_scales, lanes64, odd_halves, run, SuperBlocks};
-use crate::backend::cpu::tile::{Activations, TileOut};
+use super::superblocks::{half_scales, lanes64, odd_halves, run, RowsFn, SuperBlocks};
 use crate::quant::{GgmlType, IQ1S_GRID};
 
 const IQ1_S: u8 = 0;
@@ -123,20 +121,11 @@ impl<const K: u8> SuperBlocks for Iq1<K> {
     }
 }
 
-/// See [`super::tile`]; lengths were checked there.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(
-    ty: GgmlType,
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-    isa: Isa,
-) -> bool {
-    match ty {
-        GgmlType::IQ1_S => run::<Iq1<IQ1_S>>(k, weights, act, out, isa),
-        GgmlType::IQ1_M => run::<Iq1<IQ1_M>>(k, weights, act, out, isa),
-        _ => return false,
-    }
-    true
+/// The kernel of `ty`, if it is one of this file's formats.
+pub(super) fn kernel(ty: GgmlType) -> Option<RowsFn> {
+    Some(match ty {
+        GgmlType::IQ1_S => run::<Iq1<IQ1_S>>,
+        GgmlType::IQ1_M => run::<Iq1<IQ1_M>>,
+        _ => return None,
+    })
 }

@@ -11,9 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
-use super::lanes::Isa;
-use super::superblocks::{half_scales, lanes64, odd_halves, run, SuperBlocks};
-use crate::backend::cpu::tile::{Activations, TileOut};
+use super::superblocks::{half_scales, lanes64, odd_halves, run, RowsFn, SuperBlocks};
 use crate::quant::{GgmlType, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 const IQ2_XXS: u8 = 0;
@@ -185,25 +183,16 @@ impl<const K: u8> SuperBlocks for Grid<K> {
     }
 }
 
-/// See [`super::tile`]; lengths were checked there.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(
-    ty: GgmlType,
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-    isa: Isa,
-) -> bool {
-    match ty {
-        GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS>>(k, weights, act, out, isa),
-        GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS>>(k, weights, act, out, isa),
-        GgmlType::IQ2_XS => run::<Grid<IQ2_XS>>(k, weights, act, out, isa),
-        GgmlType::IQ2_S => run::<Grid<IQ2_S>>(k, weights, act, out, isa),
-        GgmlType::IQ3_S => run::<Grid<IQ3_S>>(k, weights, act, out, isa),
-        _ => return false,
-    }
-    true
+/// The kernel of `ty`, if it is one of this file's formats.
+pub(super) fn kernel(ty: GgmlType) -> Option<RowsFn> {
+    Some(match ty {
+        GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS>>,
+        GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS>>,
+        GgmlType::IQ2_XS => run::<Grid<IQ2_XS>>,
+        GgmlType::IQ2_S => run::<Grid<IQ2_S>>,
+        GgmlType::IQ3_S => run::<Grid<IQ3_S>>,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -9,9 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
-use super::lanes::Isa;
-use super::superblocks::{run, SuperBlocks};
-use crate::backend::cpu::tile::{Activations, TileOut};
+use super::superblocks::{run, RowsFn, SuperBlocks};
 use crate::quant::ternary::{tq1_trits, BlockTq1_0};
 use crate::quant::GgmlType;
 
@@ -68,19 +66,7 @@ impl SuperBlocks for Tq1 {
     }
 }
 
-/// See [`super::tile`]; lengths were checked there.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tile(
-    ty: GgmlType,
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-    isa: Isa,
-) -> bool {
-    if ty != GgmlType::TQ1_0 {
-        return false;
-    }
-    run::<Tq1>(k, weights, act, out, isa);
-    true
+/// The kernel of `ty`, if it is TQ1_0.
+pub(super) fn kernel(ty: GgmlType) -> Option<RowsFn> {
+    (ty == GgmlType::TQ1_0).then_some(run::<Tq1> as RowsFn)
 }

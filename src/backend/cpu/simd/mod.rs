@@ -175,8 +175,8 @@ pub fn supports(ty: GgmlType) -> bool {
 }
 
 /// Whether [`tile`] reads weights of type `ty` interleaved ([`super::interleave`]): the formats
-/// of the tile kernels. The others (floats, Q5_K, the IQ1-IQ3 and TQ formats, IQ4_XS,
-/// Q1_0) are read as file rows.
+/// of the tile kernels. The others (floats, Q5_K, the IQ1-IQ3 formats, TQ1_0, IQ4_XS, Q1_0)
+/// are read as file rows.
 pub fn interleaves(ty: GgmlType) -> bool {
     dot_ktile::kernel(ty, Isa::Avx2).is_some() || dot_legacy::kernel(ty, Isa::Avx2).is_some()
 }
@@ -238,14 +238,17 @@ pub unsafe fn tile(
     if !fits {
         return false;
     }
+    // The row formats of the super-block driver (`superblocks`).
+    if let Some(run) = dot_iquant::kernel(ty)
+        .or_else(|| dot_iq1::kernel(ty))
+        .or_else(|| dot_ternary::kernel(ty))
+    {
+        run(k, weights, act, out, isa);
+        return true;
+    }
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
         GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
-        GgmlType::TQ1_0 => dot_ternary::tile(ty, k, weights, act, out, isa),
-        GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::IQ3_XXS | GgmlType::IQ3_S => {
-            dot_iquant::tile(ty, k, weights, act, out, isa)
-        }
-        GgmlType::IQ1_S | GgmlType::IQ1_M => dot_iq1::tile(ty, k, weights, act, out, isa),
         GgmlType::Q1_0 => {
             dot_sign::tile(k, weights, act, out);
             true

@@ -107,6 +107,9 @@ unsafe fn act_group(y: *const u8, g: usize) -> __m256i {
     _mm256_loadu_si256(y.add(4 + 32 * g) as *const __m256i)
 }
 
+/// A format's [`run`]: `(k, weights, act, out, isa)`.
+pub(super) type RowsFn = unsafe fn(usize, &[u8], &Activations, &mut TileOut<'_>, Isa);
+
 /// All outputs of `out`: its weight rows (`k` values each, file layout) times the prepared
 /// Q8_K activation rows. The caller checked the lengths.
 ///
