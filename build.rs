@@ -46,7 +46,11 @@ fn main() {
     let quants: Vec<compose::Quant> = support::SUPPORT
         .iter()
         .filter(|s| s.wgsl)
-        .map(|s| (s.name, s.wgsl_texture))
+        .map(|s| compose::Quant {
+            name: s.name,
+            texture_decoder: s.wgsl_texture,
+            buffers_only: s.wgsl_grid,
+        })
         .collect();
     let mut variants = compose::variants(&read, &quants);
     if arch == "wasm32" {

@@ -4,6 +4,10 @@
 
 @group(0) @binding(1) var<storage, read> W: array<u32>;
 
+// 32-bit word `i` (bytes 4 i .. 4 i + 4), as bytes_tex.wgsl names it.
+fn word(i: u32) -> u32 {
+    return W[i];
+}
 fn b8(o: u32) -> u32 {
     return (W[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
 }

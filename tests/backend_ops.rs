@@ -71,7 +71,7 @@ fn widen(v: &[f32]) -> Vec<f64> {
 fn scale_fields(ty: GgmlType) -> &'static [usize] {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS | Q1_0 => &[0],
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS | Q1_0 | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S => &[0],
         Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
         Q6_K => &[208],
         Q2_K => &[80, 82],
@@ -104,6 +104,14 @@ fn random_matrix(rng: &mut Rng, ty: GgmlType, n_in: usize, n_out: usize) -> Vec<
                 for &o in scale_fields(ty) {
                     let d = f16::from_f32(0.002 + 0.02 * rng.f().abs());
                     block[o..o + 2].copy_from_slice(&d.to_le_bytes());
+                }
+                if ty == GgmlType::IQ1_M {
+                    // The scale is an f16 spread over the top nibbles of four u16 at 48..56.
+                    let d = f16::from_f32(0.002 + 0.02 * rng.f().abs()).to_bits();
+                    for k in 0..4 {
+                        let nibble = ((d >> (4 * k)) & 0xf) as u8;
+                        block[49 + 2 * k] = (block[49 + 2 * k] & 0x0f) | (nibble << 4);
+                    }
                 }
                 if ty == GgmlType::MXFP4 {
                     // An E8M0 exponent byte: scales 2^-9 .. 2^-2 (and a subnormal one now and
@@ -1251,8 +1259,9 @@ fn f16_matmul_never_overflows() {
     assert!(e_small < NMSE_F16, "ordinary activations: NMSE {e_small:.2e}");
 }
 
-/// The formats expert stacks are stored in, for the matmul_id tests.
-const EXPERT_TYPES: [GgmlType; 9] = [
+/// The formats expert stacks are stored in, for the matmul_id tests (the codebook formats'
+/// buffers begin with their grid table: grids.rs).
+const EXPERT_TYPES: [GgmlType; 16] = [
     GgmlType::F16,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
@@ -1262,6 +1271,13 @@ const EXPERT_TYPES: [GgmlType; 9] = [
     GgmlType::Q1_0,
     GgmlType::Q2_K,
     GgmlType::TQ2_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// Expert ids of 5 rows x 3 slots over 6 experts: experts 2 and 5 unused; 0 and 3 shared by
@@ -1358,8 +1374,9 @@ fn webgpu_matmul_id_equals_a_loop_of_dense_matmuls() {
     for ty in EXPERT_TYPES {
         let k = odd_width(ty);
         let row_bytes = (k / ty.block_size() * ty.block_bytes()) as u64;
+        let table = tinyllm::backend::gpu::grids::leading_table(ty).len() as u64;
         let split = gpu_with(WebGpuOptions {
-            max_binding: Some(row_bytes * 7),
+            max_binding: Some(table + row_bytes * 7),
             ..Default::default()
         })
         .expect("the adapter opened once");

@@ -40,7 +40,8 @@ fn llama_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures(
         "llama",
         &[
-            "F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0", "Q2_K", "Q3_K_M",
+            "F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS",
+            "IQ1_M",
         ],
     );
 }
@@ -72,7 +73,10 @@ fn fixtures_with_q8_0_cache_match_llama_cpp_on_webgpu() {
 
 #[test]
 fn qwen3moe_fixtures_match_llama_cpp_on_webgpu() {
-    check_fixtures("qwen3moe", &["F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M"]);
+    check_fixtures(
+        "qwen3moe",
+        &["F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M"],
+    );
 }
 
 #[test]

@@ -17,8 +17,7 @@ mod iquant_grids;
 #[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) use iquant_grids::KSIGNS_IQ2XS;
 /// The grids of the IQ1-IQ3 formats, for the AVX2 kernels' gathers (and ggml's sign table, which
-/// their own tables are checked against).
-#[cfg(target_arch = "x86_64")]
+/// their own tables are checked against) and the GPU decoders' tables (`backend::gpu::grids`).
 pub(crate) use iquant_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 /// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS and its doubled E2M1 levels of MXFP4, for
 /// the SIMD kernels' lookups too.

@@ -21,6 +21,10 @@ pub struct Support {
     /// A decoder of its own for texture-held weights (`shaders/quant/tex/NAME.wgsl`); other
     /// WGSL formats read textures through their generic decoder.
     pub wgsl_texture: bool,
+    /// The codebook formats (IQ1 to IQ3): their WGSL decoder reads the format's grid table from
+    /// the start of each weight buffer, the rows following it (`backend/gpu/grids.rs`), so
+    /// their weights are never held in textures.
+    pub wgsl_grid: bool,
 }
 
 const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl_texture: bool) -> Support {
@@ -30,10 +34,24 @@ const fn s(name: &'static str, cpu_simd: bool, wasm_simd: bool, wgsl: bool, wgsl
         wasm_simd,
         wgsl,
         wgsl_texture,
+        wgsl_grid: false,
     }
 }
 
-/// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture).
+/// A codebook format's row: a WGSL decoder over a grid table in its buffers, no texture one.
+const fn grid(name: &'static str, cpu_simd: bool, wasm_simd: bool) -> Support {
+    Support {
+        name,
+        cpu_simd,
+        wasm_simd,
+        wgsl: true,
+        wgsl_texture: false,
+        wgsl_grid: true,
+    }
+}
+
+/// Every format some fast kernel reads (columns: CPU SIMD, wasm SIMD, WGSL, WGSL texture; the
+/// codebook formats' rows by [`grid`]).
 pub const SUPPORT: [Support; 26] = [
     s("f32", true, true, true, false),
     s("f16", true, true, true, false),
@@ -52,13 +70,13 @@ pub const SUPPORT: [Support; 26] = [
     s("q1_0", true, false, true, false),
     s("q2_k", true, true, true, false),
     s("q3_k", true, true, true, false),
-    s("iq2_xxs", true, false, false, false),
-    s("iq2_xs", true, false, false, false),
-    s("iq2_s", true, false, false, false),
-    s("iq3_xxs", true, false, false, false),
-    s("iq3_s", true, false, false, false),
-    s("iq1_s", true, false, false, false),
-    s("iq1_m", true, false, false, false),
+    grid("iq2_xxs", true, false),
+    grid("iq2_xs", true, false),
+    grid("iq2_s", true, false),
+    grid("iq3_xxs", true, false),
+    grid("iq3_s", true, false),
+    grid("iq1_s", true, false),
+    grid("iq1_m", true, false),
     s("tq1_0", true, false, true, false),
     s("tq2_0", true, true, true, false),
 ];

@@ -395,8 +395,11 @@ impl<D: Device> GpuBackend<D> {
     /// kernels prepared.
     fn weight_writer_for(&self, mut w: GpuWeight<D>) -> Result<WeightWriter<D>, BackendError> {
         let (ty, n_in, n_out) = (w.ty, w.n_in, w.n_out);
-        // Stacks (experts, MLA's per-head matrices) are read by matmul_id, from buffers.
-        let textured = w.mats == 1 && self.inner.paths.strategy.textured(n_in);
+        // The codebook formats' buffers begin with their grid table (grids.rs).
+        let table = super::grids::leading_table(ty);
+        // Stacks (experts, MLA's per-head matrices) are read by matmul_id, from buffers, and so
+        // are the formats with a table.
+        let textured = w.mats == 1 && table.is_empty() && self.inner.paths.strategy.textured(n_in);
         // Parts hold at most `max_binding` bytes of blocks (the option splits image parts as
         // it splits buffers); an image part also at most as many rows as the device's images.
         let image = textured.then_some((
@@ -407,7 +410,7 @@ impl<D: Device> GpuBackend<D> {
             &w.name,
             w.row_bytes,
             n_out,
-            self.inner.paths.max_binding,
+            self.inner.paths.max_binding.saturating_sub(table.len() as u64),
             image,
         )?;
         self.layer()
@@ -422,12 +425,18 @@ impl<D: Device> GpuBackend<D> {
                     bytes.div_ceil(crate::backend::gpu::sizes::TEX_ROW_BYTES).max(1),
                 )?)
             } else {
-                Store::Buffer(self.layer().weight_buffer(&w.name, (rows * w.row_bytes) as u64)?)
+                let buf = self
+                    .layer()
+                    .weight_buffer(&w.name, (table.len() + rows * w.row_bytes) as u64)?;
+                if !table.is_empty() {
+                    self.layer().write_weight(&buf, 0, table)?;
+                }
+                Store::Buffer(buf)
             };
             w.parts.push((plan::PartRows { row0, rows }, store));
             row0 += rows;
         }
-        Ok(WeightWriter::new(w, textured))
+        Ok(WeightWriter::new(w, textured, table.len()))
     }
 }
 

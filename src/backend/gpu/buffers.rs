@@ -44,7 +44,8 @@ impl<D: Device> std::fmt::Debug for GpuKv<D> {
 
 /// Where a weight part's bytes live.
 pub enum Store<D: Device> {
-    /// Rows of `row_bytes` bytes back to back, `[rows][row_bytes]`.
+    /// Rows of `row_bytes` bytes back to back, `[rows][row_bytes]`, after the format's grid
+    /// table where it has one (`[table][rows][row_bytes]`: grids.rs).
     Buffer(D::Buf),
     /// Rows of `stride` bytes laid out by texlayout.rs in texture rows of
     /// [`crate::backend::gpu::sizes::TEX_ROW_BYTES`] (bytes_tex.wgsl): CPU devices.

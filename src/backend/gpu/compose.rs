@@ -7,10 +7,18 @@
 //! Plain Rust with no crate imports: `build.rs` includes it with `#[path]`. Which formats
 //! have decoders comes from the caller (`quant::support`, which the build script includes too).
 
-/// A block format with a WGSL decoder: its lowercase GGUF name, and whether it has a decoder
-/// of its own for texture-held weights (`shaders/quant/tex/`; the others use their generic
-/// decoder over the texture byte helpers).
-pub type Quant = (&'static str, bool);
+/// A block format with a WGSL decoder.
+#[derive(Debug, Clone, Copy)]
+pub struct Quant {
+    /// Its lowercase GGUF name (`shaders/quant/NAME.wgsl`).
+    pub name: &'static str,
+    /// It has a decoder of its own for texture-held weights (`shaders/quant/tex/`; the others
+    /// use their generic decoder over the texture byte helpers).
+    pub texture_decoder: bool,
+    /// Its weights are never held in textures (the codebook formats, whose buffers begin with
+    /// their grid table): no texture variants.
+    pub buffers_only: bool,
+}
 
 /// Activation rows per invocation of the texture matmul variants.
 pub const TEX_TILES: [u8; 4] = [1, 2, 4, 8];
@@ -175,8 +183,12 @@ pub fn name(kind: &str, quant: &str, tile: u8, subgroup: bool) -> String {
 /// `shaders/` by relative path.
 pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for &(q, tex) in quants {
+    for quant in quants {
+        let (q, tex) = (quant.name, quant.texture_decoder);
         for kind in ["matmul_rows", "matmul_id", "embed", "embed_tex"] {
+            if kind == "embed_tex" && quant.buffers_only {
+                continue;
+            }
             out.push((name(kind, q, 0, false), compose(read, kind, q, 0, false, tex)));
         }
         for subgroup in [false, true] {
@@ -188,7 +200,7 @@ pub fn variants(read: &dyn Fn(&str) -> String, quants: &[Quant]) -> Vec<(String,
             let src = compose(read, "matmul_f16", q, 4, subgroup, tex);
             out.push((name("matmul_f16", q, 4, subgroup), src));
         }
-        for tile in TEX_TILES {
+        for tile in TEX_TILES.into_iter().filter(|_| !quant.buffers_only) {
             for subgroup in [false, true] {
                 let src = compose(read, "matmul_tex", q, tile, subgroup, tex);
                 out.push((name("matmul_tex", q, tile, subgroup), src));
@@ -301,6 +313,7 @@ fn compose(read: &dyn Fn(&str) -> String, kind: &str, quant: &str, tile: u8, sub
         let shared = match quant {
             "q4_k" | "q5_k" => read("quant/kscale.wgsl"),
             "q5_0" => read("quant/q5_0_values.wgsl"),
+            "iq2_xxs" | "iq2_xs" | "iq2_s" | "iq3_xxs" | "iq3_s" | "iq1_s" | "iq1_m" => read("quant/iq_grid.wgsl"),
             _ => String::new(),
         };
         src = src.replace("//INCLUDE QUANT", &format!("{shared}\n{decoder}"));

@@ -3,7 +3,8 @@
 //!
 //! - [`backend`]: [`GpuBackend`], the [`crate::backend::interface::Backend`] of every GPU, over a [`Device`]
 //!   ([`device`]: what a device layer provides, and its [`Caps`]), with its buffers and
-//!   weights ([`buffers`]), the weight writer ([`placing`]) and the options ([`options`]);
+//!   weights ([`buffers`]), the weight writer ([`placing`], with the codebook formats' grid
+//!   tables from [`grids`]) and the options ([`options`]);
 //! - [`compose`] and [`kernels`]: the WGSL kernel variants, composed from `shaders/` at build
 //!   time, and the [`Kernel`] naming one of them;
 //! - [`Strategy`]: which variant an op uses on a device (matmul layout, subgroups, f16
@@ -24,6 +25,7 @@ pub mod buffers;
 pub mod compose;
 pub mod device;
 pub mod dispatch;
+pub mod grids;
 pub mod kernels;
 pub mod options;
 pub mod placing;

@@ -23,6 +23,9 @@ const ALIGN: usize = 4;
 pub struct WeightWriter<D: Device> {
     weight: GpuWeight<D>,
     textured: bool,
+    /// Bytes before the rows in each buffer part: the format's grid table
+    /// ([`super::grids::leading_table`], written when the part was made).
+    base: usize,
     /// Rows written so far (in order: a piece starts where the last one ended).
     next_row: usize,
     /// Bytes of the current part not yet written (fewer than [`ALIGN`] for a buffer, than a
@@ -32,11 +35,13 @@ pub struct WeightWriter<D: Device> {
 }
 
 impl<D: Device> WeightWriter<D> {
-    /// A writer for `weight`, whose parts are made (images where `textured`).
-    pub(super) fn new(weight: GpuWeight<D>, textured: bool) -> Self {
+    /// A writer for `weight`, whose parts are made (images where `textured`; buffers whose rows
+    /// start at byte `base`).
+    pub(super) fn new(weight: GpuWeight<D>, textured: bool, base: usize) -> Self {
         Self {
             weight,
             textured,
+            base,
             next_row: 0,
             tail: Vec::new(),
             tail_at: 0,
@@ -79,7 +84,7 @@ impl<D: Device> WeightWriter<D> {
             if self.textured {
                 self.image_rows(dev, p, local, n, now, ends_part)?;
             } else {
-                self.buffer_rows(dev, p, local * rb, now, ends_part)?;
+                self.buffer_rows(dev, p, self.base + local * rb, now, ends_part)?;
             }
             self.next_row += n;
             data = rest;
