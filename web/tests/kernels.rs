@@ -25,7 +25,7 @@ use tinyllm::quant::GgmlType;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 /// The fixtures, embedded (the test runs where there is no file system).
-const FIXTURES: [(&str, &[u8]); 11] = [
+const FIXTURES: [(&str, &[u8]); 14] = [
     (
         "llama.F16",
         include_bytes!("../../tests/golden/fixtures/llama.F16.gguf"),
@@ -70,6 +70,18 @@ const FIXTURES: [(&str, &[u8]); 11] = [
         "gemma3.Q4_K_M",
         include_bytes!("../../tests/golden/fixtures/gemma3.Q4_K_M.gguf"),
     ),
+    (
+        "llama.IQ2_XS",
+        include_bytes!("../../tests/golden/fixtures/llama.IQ2_XS.gguf"),
+    ),
+    (
+        "llama.IQ3_XXS",
+        include_bytes!("../../tests/golden/fixtures/llama.IQ3_XXS.gguf"),
+    ),
+    (
+        "llama.IQ1_M",
+        include_bytes!("../../tests/golden/fixtures/llama.IQ1_M.gguf"),
+    ),
 ];
 
 async fn matmul(be: &CpuBackend, file: &Arc<GgufFile>, name: &str, x: &[f32], rows: usize, n: usize) -> Vec<f32> {
@@ -95,7 +107,7 @@ fn kernel_sets() -> Vec<Kernels> {
 
 /// llama.cpp's quantized blocks of every format the wasm kernels cover (`tests/golden/quants`:
 /// 2048 values of `source.f32` each; F32 is `source.f32` itself).
-const BLOBS: [(GgmlType, &[u8]); 17] = [
+const BLOBS: [(GgmlType, &[u8]); 24] = [
     (GgmlType::F32, include_bytes!("../../tests/golden/quants/source.f32")),
     (GgmlType::F16, include_bytes!("../../tests/golden/quants/F16.bin")),
     (GgmlType::BF16, include_bytes!("../../tests/golden/quants/BF16.bin")),
@@ -113,6 +125,19 @@ const BLOBS: [(GgmlType, &[u8]); 17] = [
     (GgmlType::Q2_K, include_bytes!("../../tests/golden/quants/Q2_K.bin")),
     (GgmlType::Q3_K, include_bytes!("../../tests/golden/quants/Q3_K.bin")),
     (GgmlType::TQ2_0, include_bytes!("../../tests/golden/quants/TQ2_0.bin")),
+    (
+        GgmlType::IQ2_XXS,
+        include_bytes!("../../tests/golden/quants/IQ2_XXS.bin"),
+    ),
+    (GgmlType::IQ2_XS, include_bytes!("../../tests/golden/quants/IQ2_XS.bin")),
+    (GgmlType::IQ2_S, include_bytes!("../../tests/golden/quants/IQ2_S.bin")),
+    (
+        GgmlType::IQ3_XXS,
+        include_bytes!("../../tests/golden/quants/IQ3_XXS.bin"),
+    ),
+    (GgmlType::IQ3_S, include_bytes!("../../tests/golden/quants/IQ3_S.bin")),
+    (GgmlType::IQ1_S, include_bytes!("../../tests/golden/quants/IQ1_S.bin")),
+    (GgmlType::IQ1_M, include_bytes!("../../tests/golden/quants/IQ1_M.bin")),
 ];
 
 /// Each SIMD set's tiles on llama.cpp's blocks of each covered format, as matrices of several
@@ -328,7 +353,9 @@ async fn wasm_kernels_match_the_vec_dot_oracle() {
         ));
         assert!(checked > 50, "{}: only {checked} matrices", kernels.variant);
     }
-    for ty in ["Q8_0", "Q5_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "F16"] {
+    for ty in [
+        "Q8_0", "Q5_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "F16", "IQ2_XS", "IQ3_XXS", "IQ1_M",
+    ] {
         assert!(types.contains(ty), "no {ty} matrix among the fixtures: {types:?}");
     }
 }
@@ -425,5 +452,46 @@ fn time_prefill_matmul_parts() {
             prep * 1e6 / (rows * k) as f64,
             (n * k * rows) as f64 / tile / 1e6
         ));
+    }
+}
+
+/// Not a test: the codebook formats' matmul (`grid.rs`) against the portable path in this
+/// build, one activation row (decode) and a batch of 16, for the speed-up (`--ignored`).
+#[wasm_bindgen_test]
+#[ignore]
+fn time_codebook_matmuls() {
+    use GgmlType::*;
+    let now = || js_sys::Date::now();
+    let (k, n) = (2048usize, 512usize);
+    for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M] {
+        let row_bytes = k / 256 * ty.block_bytes();
+        // Any bytes are blocks of these formats; the grid lookups cost the same.
+        let w: Vec<u8> = (0..n * row_bytes)
+            .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+            .collect();
+        let mut line = format!("{ty}:");
+        for rows in [1usize, 16] {
+            let x: Vec<f32> = (0..rows * k).map(|i| ((i as f32) * 0.37).cos()).collect();
+            let mut ms = Vec::new();
+            for kernels in [Kernels::portable(), kernel_sets().pop().unwrap()] {
+                let act = (kernels.prepare)(ty, &x, k).unwrap();
+                let mut out = vec![0f32; rows * n];
+                let reps = if rows == 1 { 400 } else { 40 };
+                let t0 = now();
+                for _ in 0..reps {
+                    (kernels.tile)(ty, Layout::Rows, k, &w, &act, &mut TileOut::new(&mut out, rows));
+                }
+                ms.push((now() - t0) / reps as f64);
+            }
+            line += &format!(
+                " rows {rows}: portable {:.2} ms, {} {:.2} ms ({:.1}x, {:.2} GB/s of weights)",
+                ms[0],
+                kernel_sets().pop().unwrap().variant,
+                ms[1],
+                ms[0] / ms[1],
+                (n * row_bytes) as f64 / ms[1] / 1e6
+            );
+        }
+        web_sys_log(&line);
     }
 }

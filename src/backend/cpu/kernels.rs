@@ -161,7 +161,7 @@ fn prepare_avx2(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, quant:
 /// block formats they cover, f32 values for the float formats and the rest.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn prepare_wasm(ty: GgmlType, x: &[f32], k: usize) -> Result<Activations, quant::QuantError> {
-    if super::wasm::interleaves(ty) {
+    if super::wasm::quantizes(ty) {
         super::wasm::prepare(ty, x, k)
     } else {
         prepare_values(ty, x, k)

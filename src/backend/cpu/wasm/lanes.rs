@@ -27,6 +27,9 @@ pub trait Dot {
     fn i8(acc: Self::Acc, w: v128, a: Self::A) -> Self::Acc;
     /// The four i32 lane sums.
     fn sum(acc: Self::Acc) -> v128;
+    /// `acc +` the i32 lane sums of `w · a`, 16 signed bytes each (`w` not -128; the row
+    /// kernels of `grid.rs`, whose activations are a whole vector, not four bytes repeated).
+    fn bytes16(acc: v128, w: v128, a: v128) -> v128;
 }
 
 /// SIMD128 byte dot products: widened to i16, pairs summed by `i32x4.dot_i16x8_s`. The low
@@ -70,6 +73,13 @@ impl Dot for Simd128 {
             i32x4_shuffle::<1, 3, 5, 7>(acc.0, acc.1),
         )
     }
+
+    #[inline(always)]
+    fn bytes16(acc: v128, w: v128, a: v128) -> v128 {
+        let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), i16x8_extend_low_i8x16(a));
+        let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), i16x8_extend_high_i8x16(a));
+        i32x4_add(acc, i32x4_add(lo, hi))
+    }
 }
 
 /// Relaxed-SIMD byte dot products (`i32x4.relaxed_dot_i8x16_i7x16_add_s`).
@@ -107,6 +117,11 @@ impl Dot for Relaxed {
     #[inline(always)]
     fn sum(acc: v128) -> v128 {
         acc
+    }
+
+    #[inline(always)]
+    fn bytes16(acc: v128, w: v128, a: v128) -> v128 {
+        Self::i8(acc, w, a)
     }
 }
 
