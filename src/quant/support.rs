@@ -67,7 +67,7 @@ pub const SUPPORT: [Support; 26] = [
     s("iq4_nl", true, true, true, false),
     s("iq4_xs", true, true, true, false),
     s("mxfp4", true, true, true, false),
-    s("q1_0", true, false, true, false),
+    s("q1_0", true, true, true, false),
     s("q2_k", true, true, true, false),
     s("q3_k", true, true, true, false),
     grid("iq2_xxs", true, true),
@@ -77,6 +77,6 @@ pub const SUPPORT: [Support; 26] = [
     grid("iq3_s", true, true),
     grid("iq1_s", true, true),
     grid("iq1_m", true, true),
-    s("tq1_0", true, false, true, false),
+    s("tq1_0", true, true, true, false),
     s("tq2_0", true, true, true, false),
 ];

@@ -25,7 +25,7 @@ use tinyllm::quant::GgmlType;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 /// The fixtures, embedded (the test runs where there is no file system).
-const FIXTURES: [(&str, &[u8]); 14] = [
+const FIXTURES: [(&str, &[u8]); 15] = [
     (
         "llama.F16",
         include_bytes!("../../tests/golden/fixtures/llama.F16.gguf"),
@@ -82,6 +82,10 @@ const FIXTURES: [(&str, &[u8]); 14] = [
         "llama.IQ1_M",
         include_bytes!("../../tests/golden/fixtures/llama.IQ1_M.gguf"),
     ),
+    (
+        "llama.Q1_0",
+        include_bytes!("../../tests/golden/fixtures/llama.Q1_0.gguf"),
+    ),
 ];
 
 async fn matmul(be: &CpuBackend, file: &Arc<GgufFile>, name: &str, x: &[f32], rows: usize, n: usize) -> Vec<f32> {
@@ -107,7 +111,7 @@ fn kernel_sets() -> Vec<Kernels> {
 
 /// llama.cpp's quantized blocks of every format the wasm kernels cover (`tests/golden/quants`:
 /// 2048 values of `source.f32` each; F32 is `source.f32` itself).
-const BLOBS: [(GgmlType, &[u8]); 24] = [
+const BLOBS: [(GgmlType, &[u8]); 26] = [
     (GgmlType::F32, include_bytes!("../../tests/golden/quants/source.f32")),
     (GgmlType::F16, include_bytes!("../../tests/golden/quants/F16.bin")),
     (GgmlType::BF16, include_bytes!("../../tests/golden/quants/BF16.bin")),
@@ -138,6 +142,8 @@ const BLOBS: [(GgmlType, &[u8]); 24] = [
     (GgmlType::IQ3_S, include_bytes!("../../tests/golden/quants/IQ3_S.bin")),
     (GgmlType::IQ1_S, include_bytes!("../../tests/golden/quants/IQ1_S.bin")),
     (GgmlType::IQ1_M, include_bytes!("../../tests/golden/quants/IQ1_M.bin")),
+    (GgmlType::TQ1_0, include_bytes!("../../tests/golden/quants/TQ1_0.bin")),
+    (GgmlType::Q1_0, include_bytes!("../../tests/golden/quants/Q1_0.bin")),
 ];
 
 /// Each SIMD set's tiles on llama.cpp's blocks of each covered format, as matrices of several
@@ -455,7 +461,7 @@ fn time_prefill_matmul_parts() {
     }
 }
 
-/// Not a test: the codebook formats' matmul (`grid.rs`) against the portable path in this
+/// Not a test: the matmul of the formats read as unpacked file rows (`unpacked.rs`) against the portable path in this
 /// build, one activation row (decode) and a batch of 16, for the speed-up (`--ignored`).
 #[wasm_bindgen_test]
 #[ignore]
@@ -463,9 +469,9 @@ fn time_codebook_matmuls() {
     use GgmlType::*;
     let now = || js_sys::Date::now();
     let (k, n) = (2048usize, 512usize);
-    for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M] {
-        let row_bytes = k / 256 * ty.block_bytes();
-        // Any bytes are blocks of these formats; the grid lookups cost the same.
+    for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, Q1_0] {
+        let row_bytes = k / ty.block_size() * ty.block_bytes();
+        // Any bytes are blocks of these formats; the lookups cost the same.
         let w: Vec<u8> = (0..n * row_bytes)
             .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
             .collect();

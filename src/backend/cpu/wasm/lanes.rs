@@ -27,9 +27,14 @@ pub trait Dot {
     fn i8(acc: Self::Acc, w: v128, a: Self::A) -> Self::Acc;
     /// The four i32 lane sums.
     fn sum(acc: Self::Acc) -> v128;
+    /// Whether the set has a byte dot product instruction ([`Dot::u7_bytes16`] one
+    /// instruction, so unsigned weights beat signed ones).
+    const BYTE_DOT: bool;
     /// `acc +` the i32 lane sums of `w · a`, 16 signed bytes each (`w` not -128; the row
-    /// kernels of `grid.rs`, whose activations are a whole vector, not four bytes repeated).
+    /// kernels of `unpacked.rs`, whose activations are a whole vector, not four bytes repeated).
     fn bytes16(acc: v128, w: v128, a: v128) -> v128;
+    /// [`Dot::bytes16`] with every byte of `w` in 0..=127.
+    fn u7_bytes16(acc: v128, w: v128, a: v128) -> v128;
 }
 
 /// SIMD128 byte dot products: widened to i16, pairs summed by `i32x4.dot_i16x8_s`. The low
@@ -74,11 +79,18 @@ impl Dot for Simd128 {
         )
     }
 
+    const BYTE_DOT: bool = false;
+
     #[inline(always)]
     fn bytes16(acc: v128, w: v128, a: v128) -> v128 {
         let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), i16x8_extend_low_i8x16(a));
         let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), i16x8_extend_high_i8x16(a));
         i32x4_add(acc, i32x4_add(lo, hi))
+    }
+
+    #[inline(always)]
+    fn u7_bytes16(acc: v128, w: v128, a: v128) -> v128 {
+        Self::bytes16(acc, w, a)
     }
 }
 
@@ -119,9 +131,16 @@ impl Dot for Relaxed {
         acc
     }
 
+    const BYTE_DOT: bool = true;
+
     #[inline(always)]
     fn bytes16(acc: v128, w: v128, a: v128) -> v128 {
         Self::i8(acc, w, a)
+    }
+
+    #[inline(always)]
+    fn u7_bytes16(acc: v128, w: v128, a: v128) -> v128 {
+        Self::u7(acc, w, a)
     }
 }
 

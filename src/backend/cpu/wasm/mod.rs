@@ -26,8 +26,8 @@
 //! WebAssembly on every matrix of the golden fixtures.
 //!
 //! Files: `activation.rs` (the SwiGLU gate), `legacy.rs` (the 32-value formats against Q8_0),
-//! `kquant.rs` (the 256-value K-quants and IQ4_XS against Q8_K), `grid.rs` (the IQ1-IQ3
-//! codebook formats' file rows against Q8_K), `float.rs` (F32, F16, BF16 rows against f32).
+//! `kquant.rs` (the 256-value K-quants and IQ4_XS against Q8_K), `unpacked.rs` (the IQ1-IQ3
+//! codebook formats, TQ1_0 and Q1_0 as file rows), `float.rs` (F32, F16, BF16 rows against f32).
 
 use core::arch::wasm32::*;
 
@@ -47,7 +47,7 @@ pub fn supports(ty: GgmlType) -> bool {
 /// Whether these kernels read weights of `ty` interleaved: every covered block format (the
 /// float formats are read as file rows).
 pub fn interleaves(ty: GgmlType) -> bool {
-    supports(ty) && !float::covers(ty) && !grid::covers(ty)
+    supports(ty) && !float::covers(ty) && !unpacked::covers(ty)
 }
 
 /// Whether these kernels take quantized activation blocks for weights of `ty` ([`prepare`]):
@@ -141,21 +141,21 @@ macro_rules! family {
 // After `family!`, which they use (macros are seen in textual order).
 pub mod activation;
 mod float;
-mod grid;
 mod kquant;
 mod lanes;
 mod legacy;
+mod unpacked;
 
 /// `out` from weights `w` (`out.nw()` rows of `k` values of `ty`: interleaved tiles where
-/// [`interleaves`] says so, file rows for the float and codebook formats) and `act` (from
+/// [`interleaves`] says so, file rows for the float formats and those of `unpacked.rs`) and `act` (from
 /// [`prepare`]);
 /// false (nothing written) where `ty` is not covered or the lengths do not fit.
 pub fn tile<D: Dot>(ty: GgmlType, k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) -> bool {
     if float::covers(ty) {
         return float::tile(ty, k, w, act, out);
     }
-    if grid::covers(ty) {
-        return grid::tile::<D>(ty, k, w, act, out);
+    if unpacked::covers(ty) {
+        return unpacked::tile::<D>(ty, k, w, act, out);
     }
     let Some(family) = legacy::family::<D>(ty).or_else(|| kquant::family::<D>(ty)) else {
         return false;
