@@ -263,6 +263,13 @@ fn qwen35_fixtures_match_llama_cpp() {
     check_fixture_arch("qwen35", &["F16", "Q8_0", "Q4_K_M"]);
 }
 
+/// Qwen3.5 MoE: the qwen35 hybrid with routed experts and a sigmoid-gated shared expert in
+/// every layer (`scripts/qwen35moe-fixture.py`).
+#[test]
+fn qwen35moe_fixtures_match_llama_cpp() {
+    check_fixture_arch("qwen35moe", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
 #[test]
 fn gpt_oss_fixtures_match_llama_cpp() {
     check_fixture_arch("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]);

@@ -18,7 +18,7 @@ use common::generation::{load_cases, load_on as load, session, teacher_forced};
 use common::gpu_golden::check_fixtures_with;
 
 /// Every golden fixture: architecture and formats.
-const FIXTURES: [(&str, &[&str]); 9] = [
+const FIXTURES: [(&str, &[&str]); 10] = [
     (
         "llama",
         &[
@@ -36,6 +36,7 @@ const FIXTURES: [(&str, &[&str]); 9] = [
     ("olmoe", &["F16", "Q8_0", "Q4_K_M"]),
     ("deepseek2", &["F16", "Q8_0", "Q4_K_M"]),
     ("qwen35", &["F16", "Q8_0", "Q4_K_M"]),
+    ("qwen35moe", &["F16", "Q8_0", "Q4_K_M"]),
     ("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]),
 ];
 

@@ -95,6 +95,11 @@ fn qwen35_fixtures_match_llama_cpp_on_webgpu() {
 }
 
 #[test]
+fn qwen35moe_fixtures_match_llama_cpp_on_webgpu() {
+    check_fixtures("qwen35moe", &["F16", "Q8_0", "Q4_K_M"]);
+}
+
+#[test]
 fn gpt_oss_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures("gpt-oss", &["F16", "Q8_0", "Q4_K_M"]);
 }

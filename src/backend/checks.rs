@@ -163,7 +163,13 @@ pub fn rows(
 /// sinks) and biases of any rank (a 2-D `[n_out, n_expert]` expert bias is added per expert,
 /// never multiplied), so backends decode them once at load.
 pub fn is_vector(info: &TensorInfo) -> bool {
-    info.shape.len() <= 1 || info.name.ends_with(".bias")
+    (info.shape.len() <= 1 && !is_one_row_matrix(&info.name)) || info.name.ends_with(".bias")
+}
+
+/// The 1-D tensors that are multiplied, not added: qwen3.5-MoE's shared-expert gate
+/// (`ffn_gate_inp_shexp`, `[n_embd]`: one logit per token), a matrix of one row.
+fn is_one_row_matrix(name: &str) -> bool {
+    name.ends_with(".ffn_gate_inp_shexp.weight")
 }
 
 /// Whether a GPU backend can place a tensor a piece of rows at a time: matrices, but not
@@ -204,7 +210,7 @@ pub fn weight_matrix(
     if n_in == 0 || !n_in.is_multiple_of(ty.block_size()) {
         return Err(bad(format!("row length {n_in} is not a whole number of {ty} blocks")));
     }
-    if info.shape.len() > 1 {
+    if info.shape.len() > 1 || is_one_row_matrix(&info.name) {
         if !supported(ty) {
             return Err(BackendError::UnsupportedType {
                 tensor: name.to_string(),

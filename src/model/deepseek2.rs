@@ -128,6 +128,7 @@ impl Architecture for Deepseek2Arch {
             biases: false,
             probs_b: true,
             shared_ff: hp.moe.shared_ff,
+            shared_gate: false,
         };
         let mut layers = Vec::with_capacity(hp.common.n_layer);
         for il in 0..hp.common.n_layer {
@@ -173,7 +174,7 @@ impl<B: Backend> Family<B> for Deepseek2<B> {
     }
 
     fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
-        let moe = MoeScratch::new(be, self.hp.moe.dims, self.hp.common.n_embd, rows)?;
+        let moe = MoeScratch::new(be, self.hp.moe.dims, self.hp.common.n_embd, rows, false)?;
         let mla = MlaScratch::new(be, self.hp.mla, rows)?;
         Ok(FamilyScratch::default().with(moe).with(mla))
     }

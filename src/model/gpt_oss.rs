@@ -115,6 +115,7 @@ impl Architecture for GptOssArch {
             biases: true,
             probs_b: false,
             shared_ff: None,
+            shared_gate: false,
         };
         let mut layers = Vec::with_capacity(c.n_layer);
         for il in 0..c.n_layer {
@@ -148,7 +149,7 @@ impl<B: Backend> Family<B> for GptOss<B> {
     }
 
     fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
-        let moe = MoeScratch::new(be, self.hp.moe.dims, self.hp.common.n_embd, rows)?;
+        let moe = MoeScratch::new(be, self.hp.moe.dims, self.hp.common.n_embd, rows, false)?;
         Ok(FamilyScratch::default().with(moe))
     }
 

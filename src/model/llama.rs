@@ -166,7 +166,7 @@ impl<B: Backend> Family<B> for Llama<B> {
     fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
         let mut s = FamilyScratch::default();
         if let Some(m) = &self.hp.moe {
-            s = s.with(MoeScratch::new(be, m.dims, self.hp.common.n_embd, rows)?);
+            s = s.with(MoeScratch::new(be, m.dims, self.hp.common.n_embd, rows, false)?);
         }
         Ok(s)
     }

@@ -174,5 +174,5 @@ registry! {
     gemma3::Gemma3Arch => ["gemma3"],
     deepseek2::Deepseek2Arch => ["deepseek2"],
     gpt_oss::GptOssArch => ["gpt-oss"],
-    qwen35::Qwen35Arch => ["qwen35"],
+    qwen35::Qwen35Arch => ["qwen35", "qwen35moe"],
 }

@@ -6,7 +6,11 @@
 //! h[r,j] = act(Wg[ids]·n (+bg), Wu[ids]·n (+bu))   only the chosen experts' rows are read
 //! y[r]   = sum_j w[r,j] · (Wd[ids]·h[r,j] (+bd))
 //! y     += shared expert FFN(n)                 deepseek2
+//! y     += sigmoid(ws·n) · shared expert FFN(n)  qwen35moe (ws: `[n_embd]`, one logit a row)
 //! ```
+//! The gated shared expert is a routed FFN of one expert with sigmoid gating: its weight per
+//! row comes from `route_experts` and meets the expert's output in `moe_combine`, as ggml's
+//! `ffn_shexp * sigmoid(gate)`.
 //! Expert tensors are the GGUF's 3-D stacks, placed once and read in place.
 
 use super::blocks::{self, FfnWeights, Gate, Scratch};
@@ -59,10 +63,14 @@ pub struct MoeScratch<B: Backend> {
     down: B::Buffer,
     /// The weighted sum [rows, n_embd].
     sum: B::Buffer,
+    /// A gated shared expert's gate logits, its one id and its weights [rows] each, and its
+    /// gated output [rows, n_embd].
+    shared_gate: Option<[B::Buffer; 4]>,
 }
 
 impl<B: Backend> MoeScratch<B> {
-    pub fn new(be: &B, d: MoeDims, n_embd: usize, rows: usize) -> Result<Self, BackendError> {
+    /// Scratch for `rows` rows; `gated_shared`: the shared expert is gated (qwen35moe).
+    pub fn new(be: &B, d: MoeDims, n_embd: usize, rows: usize, gated_shared: bool) -> Result<Self, BackendError> {
         let pairs = rows * d.k;
         Ok(MoeScratch {
             logits: be.alloc(rows * d.n_expert)?,
@@ -72,6 +80,16 @@ impl<B: Backend> MoeScratch<B> {
             up: be.alloc(pairs * d.n_ff_exp)?,
             down: be.alloc(pairs * n_embd)?,
             sum: be.alloc(rows * n_embd)?,
+            shared_gate: if gated_shared {
+                Some([
+                    be.alloc(rows)?,
+                    be.alloc(rows)?,
+                    be.alloc(rows)?,
+                    be.alloc(rows * n_embd)?,
+                ])
+            } else {
+                None
+            },
         })
     }
 }
@@ -102,6 +120,8 @@ pub struct MoeWeights<B: Backend> {
     pub biases: Option<[B::Weight; 3]>,
     /// Shared expert (always on).
     pub shared: Option<FfnWeights<B>>,
+    /// The shared expert's gate `[n_embd]` (a one-row matrix: one logit per row; qwen35moe).
+    pub shared_gate: Option<B::Weight>,
 }
 
 /// Which optional routed-FFN tensors a family's layers have.
@@ -113,6 +133,8 @@ pub struct MoeTensors {
     pub probs_b: bool,
     /// Shared expert of this width (`ffn_{gate,up,down}_shexp`).
     pub shared_ff: Option<usize>,
+    /// The shared expert's sigmoid gate (`ffn_gate_inp_shexp`).
+    pub shared_gate: bool,
 }
 
 impl<B: Backend> MoeWeights<B> {
@@ -150,6 +172,7 @@ impl<B: Backend> MoeWeights<B> {
             down: t.req(&n("ffn_down_exps.weight"), &[ff, e, ne])?,
             biases,
             shared,
+            shared_gate: t.opt(&n("ffn_gate_inp_shexp.weight"), &[e], has.shared_gate)?,
         })
     }
 }
@@ -219,10 +242,26 @@ pub fn moe_ffn<B: Backend>(
     };
     be.matmul_id(&w.down, bd, &ms.gate, &ms.ids, per_pair, &mut ms.down)?;
     be.moe_combine(&ms.down, &ms.weights, rows, d.k, e, &mut ms.sum)?;
+    // The shared expert's gate reads the FFN's input, which the shared expert overwrites.
+    if let (Some(gw), Some([logit, id, weight, _])) = (&w.shared_gate, &mut ms.shared_gate) {
+        be.matmul(gw, &s.xn, rows, logit)?;
+        let one = Route {
+            n_expert: 1,
+            k: 1,
+            gating: Gating::Sigmoid,
+            norm: false,
+            scale: 0.0,
+        };
+        be.route_experts(logit, rows, &one, None, id, weight)?;
+    }
     match (&w.shared, f.shared_ff) {
         (Some(sh), Some(sff)) => {
             blocks::ffn(be, s, rows, sff, sh, Gate::Silu)?;
-            let ms = s.family.get::<MoeScratch<B>>().ok_or_else(no_room)?;
+            let ms = s.family.get_mut::<MoeScratch<B>>().ok_or_else(no_room)?;
+            if let Some([_, _, weight, gated]) = &mut ms.shared_gate {
+                be.moe_combine(&s.xn, weight, rows, 1, e, gated)?;
+                be.copy_rows(gated, 0, rows, e, &mut s.xn)?;
+            }
             be.add(&mut s.xn, &ms.sum, rows * e)?;
         }
         _ => be.copy_rows(&ms.sum, 0, rows, e, &mut s.xn)?,

@@ -12,6 +12,8 @@
 //!               [q | gate] per head = Wq·n,  q, k per-head RMS-normed, partial M-RoPE
 //!               x += Wo · (attn(q, k, v) · sigmoid(gate))
 //!             x += Wdown · (silu(Wgate·m) * Wup·m),  m = rmsnorm(x)  (post_attention_norm)
+//!               qwen35moe: x += moe(m) + sigmoid(ws·m) · shared_ffn(m)   (moe.rs; softmax
+//!               over the experts, the chosen k weights normalized)
 //! ```
 //!
 //! The sequence state is a [`HybridState`]: the KV cache of the attention layers and the
@@ -26,9 +28,12 @@ use super::error::ModelError;
 use super::family::{Architecture, Family, ModelInfo};
 use super::hparams::{self, bad, Common, Heads, Keys};
 use super::hybrid::{HybridState, RecurrentSizes};
+use super::moe::{self, ExpertGlu, MoeDims, MoeFfn, MoeScratch, MoeTensors, MoeWeights};
 use super::state::{KvCache, SeqState};
 use super::tensors::Loader;
-use crate::backend::{AttnParams, Backend, Conv, DeltaNet, Form, KeyHeads, KvType, Rope, RopeKind, SeqRows, Strided};
+use crate::backend::{
+    AttnParams, Backend, Conv, DeltaNet, Form, Gating, KeyHeads, KvType, Rope, RopeKind, SeqRows, Strided,
+};
 use crate::gguf::{GgufFile, Value};
 
 /// Prefill chunks of at least twice this many tokens take the delta rule's chunked form
@@ -134,6 +139,8 @@ pub struct Hparams {
     pub ssm: Ssm,
     /// Per layer: true for a linear-attention (recurrent) layer.
     pub recurrent: Vec<bool>,
+    /// qwen35moe's routed FFN (with its gated shared expert), in every layer.
+    pub moe: Option<MoeFfn>,
 }
 
 impl Hparams {
@@ -149,8 +156,32 @@ impl Hparams {
         }
         let rope = hparams::rope(&k, RopeKind::Neox, heads.head_dim_k, "rope.freq_base")?;
         check_sections(&k, rope.n_rot)?;
+        let moe = if arch == "qwen35moe" {
+            let dims = MoeDims::read(&k, "expert_feed_forward_length")?;
+            // llama.cpp: the shared expert as wide as `feed_forward_length` unless its own key
+            // says; `expert_weights_scale` is not read for this family (no scaling).
+            let shared = match k.opt_count("expert_shared_feed_forward_length")? {
+                Some(n) => n,
+                None => k.count("feed_forward_length")?,
+            };
+            Some(MoeFfn {
+                dims,
+                n_embd: common.n_embd,
+                gating: Gating::Softmax,
+                norm: true,
+                scale: 0.0,
+                glu: ExpertGlu::Silu,
+                shared_ff: Some(shared),
+            })
+        } else {
+            None
+        };
         Ok(Hparams {
-            n_ff: k.count("feed_forward_length")?,
+            n_ff: match &moe {
+                Some(m) => m.dims.n_ff_exp,
+                None => k.count("feed_forward_length")?,
+            },
+            moe,
             ssm: Ssm::read(&k)?,
             recurrent: recurrent_layers(&k, common.n_layer)?,
             common,
@@ -256,11 +287,16 @@ enum Mixer<B: Backend> {
     Attn(GatedAttn<B>),
 }
 
+enum Ffn<B: Backend> {
+    Dense(FfnWeights<B>),
+    Moe(MoeFfn, MoeWeights<B>),
+}
+
 struct Layer<B: Backend> {
     attn_norm: B::Weight,
     mixer: Mixer<B>,
     post_norm: B::Weight,
-    ffn: FfnWeights<B>,
+    ffn: Ffn<B>,
 }
 
 /// A Qwen3.5 model's weights on a backend.
@@ -358,7 +394,23 @@ impl Architecture for Qwen35Arch {
                 attn_norm: t.req(&n("attn_norm.weight"), &[e])?,
                 mixer,
                 post_norm: t.req(&n("post_attention_norm.weight"), &[e])?,
-                ffn: FfnWeights::load(t, il, e, hp.n_ff)?,
+                ffn: match &hp.moe {
+                    Some(m) => Ffn::Moe(
+                        *m,
+                        MoeWeights::load(
+                            t,
+                            il,
+                            e,
+                            m.dims,
+                            MoeTensors {
+                                shared_ff: m.shared_ff,
+                                shared_gate: true,
+                                ..MoeTensors::default()
+                            },
+                        )?,
+                    ),
+                    None => Ffn::Dense(FfnWeights::load(t, il, e, hp.n_ff)?),
+                },
             });
         }
         Ok(Box::new(Qwen35 {
@@ -497,11 +549,17 @@ impl<B: Backend> Family<B> for Qwen35<B> {
     }
 
     fn scratch_dims(&self) -> ScratchDims {
-        ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff)
+        // The shared expert runs through the dense FFN's scratch.
+        let shared = self.hp.moe.and_then(|m| m.shared_ff).unwrap_or(0);
+        ScratchDims::new(&self.hp.common, &self.hp.heads, self.hp.n_ff.max(shared))
     }
 
     fn family_scratch(&self, be: &B, rows: usize) -> Result<FamilyScratch, ModelError> {
-        Ok(FamilyScratch::default().with(HybridScratch::new(be, self.hybrid_dims(), rows)?))
+        let s = FamilyScratch::default().with(HybridScratch::new(be, self.hybrid_dims(), rows)?);
+        Ok(match &self.hp.moe {
+            Some(m) => s.with(MoeScratch::new(be, m.dims, self.hp.common.n_embd, rows, true)?),
+            None => s,
+        })
     }
 
     fn new_state(&self, be: &B, n_ctx: usize, cache: KvType) -> Result<SeqState<B>, ModelError> {
@@ -539,7 +597,10 @@ impl<B: Backend> Family<B> for Qwen35<B> {
             }
             be.add(&mut s.x, &s.xn, len)?;
             be.rmsnorm(&s.x, &l.post_norm, rows, c.rms_eps, &mut s.xn)?;
-            blocks::ffn(be, s, rows, self.hp.n_ff, &l.ffn, Gate::Silu)?;
+            match &l.ffn {
+                Ffn::Moe(f, w) => moe::moe_ffn(be, s, rows, f, w)?,
+                Ffn::Dense(w) => blocks::ffn(be, s, rows, self.hp.n_ff, w, Gate::Silu)?,
+            }
             be.add(&mut s.x, &s.xn, len)?;
         }
         Ok(())
