@@ -38,21 +38,20 @@ N_EXPERT, N_USED, N_FF_EXP, N_FF_SHEXP = 8, 2, 64, 128
 SEED = 3535
 
 
-def llama_build():
-    out = subprocess.run([str(ROOT / "scripts/llama-cpp.sh")], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
-def tool(name):
-    return os.environ.get(name.upper().replace("-", "_")) or str(llama_build() / "bin" / name)
-
-
-def kv_goldens():
-    """scripts/kv-cache-goldens.py as a module: its llama-server driver is reused."""
-    spec = importlib.util.spec_from_file_location("kv_goldens", ROOT / "scripts/kv-cache-goldens.py")
+def lowbit_goldens():
+    """scripts/lowbit-goldens.py as a module: its tool lookup, llama-server driver (through
+    kv-cache-goldens.py) and tensor-type counts are reused."""
+    spec = importlib.util.spec_from_file_location("lowbit_goldens", ROOT / "scripts/lowbit-goldens.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+LOWBIT = lowbit_goldens()
+
+
+def llama_build():
+    return Path(LOWBIT.tool("llama-server")).parent.parent
 
 
 def write_f16(out):
@@ -103,30 +102,24 @@ def write_f16(out):
 
 
 def main():
-    kv = kv_goldens()
-    os.environ.setdefault("LLAMA_SERVER", tool("llama-server"))
+    kv = LOWBIT.kv_goldens()
+    os.environ.setdefault("LLAMA_SERVER", LOWBIT.tool("llama-server"))
     base = FIXTURES / "qwen35moe.F16.gguf"
     write_f16(base)
     cases = [json.loads(l) for l in (FIXTURES / "qwen35.F16.golden.jsonl").read_text().splitlines() if l.strip()]
     manifest_path = FIXTURES / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    sys.path.insert(0, str(llama_build().parent / "src/gguf-py"))
-    from gguf import GGUFReader
-
     for ty in ["F16", "Q8_0", "Q4_K_M"]:
         gguf = FIXTURES / f"qwen35moe.{ty}.gguf"
         if ty != "F16":
-            subprocess.run([tool("llama-quantize"), str(base), str(gguf), ty, "2"],
+            subprocess.run([LOWBIT.tool("llama-quantize"), str(base), str(gguf), ty, "2"],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         mine = [{**c, "file": gguf.name, "arch": "qwen35moe"} for c in cases]
         golden = kv.generate(gguf, mine, ["-fa", "off"])
         (FIXTURES / f"qwen35moe.{ty}.golden.jsonl").write_text("".join(json.dumps(r) + "\n" for r in golden))
-        counts = {}
-        for t in GGUFReader(str(gguf)).tensors:
-            counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
         entry = {
             "file": gguf.name, "arch": "qwen35moe", "type": ty, "bytes": gguf.stat().st_size,
-            "golden": f"qwen35moe.{ty}.golden.jsonl", "tensor_type_counts": dict(sorted(counts.items())),
+            "golden": f"qwen35moe.{ty}.golden.jsonl", "tensor_type_counts": LOWBIT.tensor_type_counts(gguf),
             "hparams": {"n_expert": N_EXPERT, "n_expert_used": N_USED, "n_ff_exp": N_FF_EXP,
                         "n_ff_shexp": N_FF_SHEXP, "seed": SEED, "base": "qwen35.F16.gguf"},
             "made_by": "scripts/qwen35moe-fixture.py",

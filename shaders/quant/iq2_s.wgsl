@@ -7,19 +7,15 @@ const IQ_TABLE: u32 = 8192u;
 fn load_chunk(rb: u32, c: u32, n_in: u32) {
     let o = IQ_TABLE + rb + (c / 8u) * 82u;
     let ib = c % 8u;
-    let d = f16at(o);
-    let sc = b8(o + 74u + ib);
-    let db0 = d * (0.5 + f32(sc & 0xfu)) * 0.25;
-    let db1 = d * (0.5 + f32(sc >> 4u)) * 0.25;
+    let db = nibble_scales(f16at(o), b8(o + 74u + ib));
     let idx = w32(o + 2u + 4u * ib);
     let sgn = w32(o + 34u + 4u * ib);
     let qh = b8(o + 66u + ib);
     for (var l = 0u; l < 4u; l++) {
         let g = grid8(((idx >> (8u * l)) & 0xffu) | ((qh << (8u - 2u * l)) & 0x300u));
         let signs = (sgn >> (8u * l)) & 0xffu;
-        let db = select(db0, db1, l >= 2u);
         for (var j = 0u; j < 8u; j++) {
-            wv[8u * l + j] = db * f32(grid8_byte(g, j)) * sign_of(signs, j);
+            wv[8u * l + j] = select(db.x, db.y, l >= 2u) * f32(grid8_byte(g, j)) * sign_of(signs, j);
         }
     }
 }

@@ -6,19 +6,15 @@ const IQ_TABLE: u32 = 4096u;
 fn load_chunk(rb: u32, c: u32, n_in: u32) {
     let o = IQ_TABLE + rb + (c / 8u) * 74u;
     let ib = c % 8u;
-    let d = f16at(o);
-    let sc = b8(o + 66u + ib);
-    let db0 = d * (0.5 + f32(sc & 0xfu)) * 0.25;
-    let db1 = d * (0.5 + f32(sc >> 4u)) * 0.25;
+    let db = nibble_scales(f16at(o), b8(o + 66u + ib));
     let q01 = w32(o + 2u + 8u * ib);
     let q23 = w32(o + 6u + 8u * ib);
     for (var l = 0u; l < 4u; l++) {
         let q = (select(q01, q23, l >= 2u) >> (16u * (l % 2u))) & 0xffffu;
         let g = grid8(q & 511u);
         let signs = ksign(q >> 9u);
-        let db = select(db0, db1, l >= 2u);
         for (var j = 0u; j < 8u; j++) {
-            wv[8u * l + j] = db * f32(grid8_byte(g, j)) * sign_of(signs, j);
+            wv[8u * l + j] = select(db.x, db.y, l >= 2u) * f32(grid8_byte(g, j)) * sign_of(signs, j);
         }
     }
 }

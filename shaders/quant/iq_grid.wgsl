@@ -24,3 +24,8 @@ fn ksign(s7: u32) -> u32 {
 fn sign_of(signs: u32, j: u32) -> f32 {
     return select(1.0, -1.0, ((signs >> j) & 1u) == 1u);
 }
+// The scales of the two halves of a group of 32 whose byte `sc` holds a nibble s each (IQ2_XS,
+// IQ2_S): d * (0.5 + s) * 0.25, as ggml's dequantize_row_iq2_xs.
+fn nibble_scales(d: f32, sc: u32) -> vec2<f32> {
+    return vec2<f32>(d * (0.5 + f32(sc & 0xfu)) * 0.25, d * (0.5 + f32(sc >> 4u)) * 0.25);
+}

@@ -211,6 +211,25 @@ fn ksign(s7: u32) -> u32 {
     s7 | ((s7.count_ones() & 1) << 7)
 }
 
+/// The four groups of 8 in a group of 32.
+const GROUPS: [usize; 4] = [0, 1, 2, 3];
+
+/// The odd scale `2s + 1` of a stored `s`.
+#[inline(always)]
+fn odd(s: u32) -> i32 {
+    2 * s as i32 + 1
+}
+
+/// Group of 32 `ib` of the 2- and 3-bit formats: its four groups of 8 (magnitudes `g`, sign
+/// bytes `s`) and the odd scales of its halves.
+#[inline(always)]
+fn set_group(u: &mut Unpacked, ib: usize, g: [u64; 4], s: [u32; 4], ls: [i32; 2]) {
+    u.values[2 * ib] = signed(g[0], g[1], s[0], s[1]);
+    u.values[2 * ib + 1] = signed(g[2], g[3], s[2], s[3]);
+    u.scales[2 * ib] = ls[0];
+    u.scales[2 * ib + 1] = ls[1];
+}
+
 /// Two 4-value IQ3 grid entries as one group of 8 magnitudes.
 #[inline(always)]
 fn pair(g1: u32, g2: u32) -> u64 {
@@ -308,11 +327,8 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
                 let (idx, aux) = (word(2 + 8 * ib), word(6 + 8 * ib));
                 let g = |l: usize| IQ2XXS_GRID[((idx >> (8 * l)) & 255) as usize];
                 let s = |l: usize| ksign((aux >> (7 * l)) & 127);
-                u.values[2 * ib] = signed(g(0), g(1), s(0), s(1));
-                u.values[2 * ib + 1] = signed(g(2), g(3), s(2), s(3));
-                let ls = 2 * (aux >> 28) as i32 + 1;
-                u.scales[2 * ib] = ls;
-                u.scales[2 * ib + 1] = ls;
+                let ls = odd(aux >> 28);
+                set_group(u, ib, GROUPS.map(g), GROUPS.map(s), [ls, ls]);
             }
         }
         GgmlType::IQ2_XS => {
@@ -321,11 +337,8 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
                 let q = |l: usize| half(2 + 8 * ib + 2 * l);
                 let g = |l: usize| IQ2XS_GRID[(q(l) & 511) as usize];
                 let s = |l: usize| ksign(q(l) >> 9);
-                u.values[2 * ib] = signed(g(0), g(1), s(0), s(1));
-                u.values[2 * ib + 1] = signed(g(2), g(3), s(2), s(3));
                 let sc = byte(66 + ib);
-                u.scales[2 * ib] = 2 * (sc & 0xf) as i32 + 1;
-                u.scales[2 * ib + 1] = 2 * (sc >> 4) as i32 + 1;
+                set_group(u, ib, GROUPS.map(g), GROUPS.map(s), [odd(sc & 0xf), odd(sc >> 4)]);
             }
         }
         GgmlType::IQ2_S => {
@@ -334,11 +347,8 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
                 let qh = byte(66 + ib);
                 let g = |l: usize| IQ2S_GRID[(byte(2 + 4 * ib + l) | ((qh << (8 - 2 * l)) & 0x300)) as usize];
                 let s = |l: usize| byte(34 + 4 * ib + l);
-                u.values[2 * ib] = signed(g(0), g(1), s(0), s(1));
-                u.values[2 * ib + 1] = signed(g(2), g(3), s(2), s(3));
                 let sc = byte(74 + ib);
-                u.scales[2 * ib] = 2 * (sc & 0xf) as i32 + 1;
-                u.scales[2 * ib + 1] = 2 * (sc >> 4) as i32 + 1;
+                set_group(u, ib, GROUPS.map(g), GROUPS.map(s), [odd(sc & 0xf), odd(sc >> 4)]);
             }
         }
         GgmlType::IQ3_XXS => {
@@ -348,11 +358,8 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
                 let e = |i: usize| IQ3XXS_GRID[p[2 + 8 * ib + i] as usize];
                 let g = |l: usize| pair(e(2 * l), e(2 * l + 1));
                 let s = |l: usize| ksign((aux >> (7 * l)) & 127);
-                u.values[2 * ib] = signed(g(0), g(1), s(0), s(1));
-                u.values[2 * ib + 1] = signed(g(2), g(3), s(2), s(3));
-                let ls = 2 * (aux >> 28) as i32 + 1;
-                u.scales[2 * ib] = ls;
-                u.scales[2 * ib + 1] = ls;
+                let ls = odd(aux >> 28);
+                set_group(u, ib, GROUPS.map(g), GROUPS.map(s), [ls, ls]);
             }
         }
         GgmlType::IQ3_S => {
@@ -362,11 +369,8 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
                 let e = |i: usize| IQ3S_GRID[(byte(2 + 8 * ib + i) | (((qh >> i) & 1) << 8)) as usize];
                 let g = |l: usize| pair(e(2 * l), e(2 * l + 1));
                 let s = |l: usize| byte(74 + 4 * ib + l);
-                u.values[2 * ib] = signed(g(0), g(1), s(0), s(1));
-                u.values[2 * ib + 1] = signed(g(2), g(3), s(2), s(3));
-                let ls = 2 * ((byte(106 + ib / 2) >> (4 * (ib % 2))) & 0xf) as i32 + 1;
-                u.scales[2 * ib] = ls;
-                u.scales[2 * ib + 1] = ls;
+                let ls = odd((byte(106 + ib / 2) >> (4 * (ib % 2))) & 0xf);
+                set_group(u, ib, GROUPS.map(g), GROUPS.map(s), [ls, ls]);
             }
         }
         GgmlType::IQ1_S => {
@@ -377,7 +381,7 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
                 let neg = qh & 0x8000 != 0;
                 u.values[2 * ib] = with_delta(u64x2(g(0), g(1)), delta_signs(neg, neg));
                 u.values[2 * ib + 1] = with_delta(u64x2(g(2), g(3)), delta_signs(neg, neg));
-                let ls = 2 * ((qh >> 12) & 7) as i32 + 1;
+                let ls = odd((qh >> 12) & 7);
                 u.scales[2 * ib] = ls;
                 u.scales[2 * ib + 1] = ls;
             }
@@ -415,8 +419,8 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
                 u.values[2 * ib] = with_delta(u64x2(g(0), g(1)), delta_signs(neg(0), neg(1)));
                 u.values[2 * ib + 1] = with_delta(u64x2(g(2), g(3)), delta_signs(neg(2), neg(3)));
                 let w = sc[ib / 2] >> (6 * (ib % 2));
-                u.scales[2 * ib] = 2 * (w & 7) as i32 + 1;
-                u.scales[2 * ib + 1] = 2 * ((w >> 3) & 7) as i32 + 1;
+                u.scales[2 * ib] = odd(w & 7);
+                u.scales[2 * ib + 1] = odd((w >> 3) & 7);
             }
         }
     }
