@@ -2,7 +2,7 @@
 """llama.cpp's goldens for the 1- to 3-bit formats, on fixtures it quantizes itself.
 
 For each architecture (default: llama, the dense family, and qwen3moe) and each low-bit type
-(Q2_K, Q3_K_M, IQ2_XS, IQ3_XXS, IQ1_M, Q1_0):
+(Q2_K, Q3_K_M, IQ2_XS, IQ3_XXS, IQ1_M, Q1_0, IQ1_S, TQ1_0, TQ2_0):
 
 1. an importance matrix of the F16 fixture, made by llama-imatrix on a calibration text (the
    detokenized prompts and golden continuations of that fixture's F16 goldens, so the text is
@@ -18,7 +18,10 @@ For each architecture (default: llama, the dense family, and qwen3moe) and each 
    `spread`), recorded with the file's entry in `manifest.json` as `spread_fa`. The tests hold
    the 1- to 3-bit files to that spread (at least the 4- to 6-bit rule, 5e-2).
 
-    scripts/lowbit-goldens.py [ARCH ...]
+    scripts/lowbit-goldens.py [ARCH ...] [--types TYPE,...]
+
+(`--types`: only those of TYPES, e.g. to add a type without remaking the others' goldens on
+another machine.)
 
 Needs numpy and pyyaml (for the llama.cpp tree's gguf-py, which reads the files' tensor types;
 PyPI's gguf may predate Q1_0): `pip install numpy pyyaml`, e.g. in the project's venv.
@@ -47,12 +50,12 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests/golden/fixtures"
 # Beside the fixtures, not among them: the tests take every .gguf in FIXTURES for a model.
 IMATRIX = ROOT / "tests/golden/imatrix"
-TYPES = ["Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M", "Q1_0"]
+TYPES = ["Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M", "Q1_0", "IQ1_S", "TQ1_0", "TQ2_0"]
 ARCHS = ["llama", "qwen3moe"]
 # Types llama-quantize cannot make of a fixture: the qwen3moe fixture's experts are 32 wide
-# (ffn_down_exps rows of 32 values), and Q1_0, unlike the K and IQ types, has no fallback type
-# for rows that are not whole 128-value blocks.
-SKIP = {("qwen3moe", "Q1_0")}
+# (ffn_down_exps rows of 32 values), and Q1_0 and the TQ types, unlike the K and IQ types, have
+# no fallback type for rows that are not whole blocks.
+SKIP = {("qwen3moe", "Q1_0"), ("qwen3moe", "TQ1_0"), ("qwen3moe", "TQ2_0")}
 
 
 def kv_goldens():
@@ -120,7 +123,13 @@ def tensor_type_counts(gguf):
 def main():
     kv = kv_goldens()
     os.environ.setdefault("LLAMA_SERVER", tool("llama-server"))
-    archs = sys.argv[1:] or ARCHS
+    args = sys.argv[1:]
+    types = TYPES
+    if "--types" in args:
+        i = args.index("--types")
+        types = args[i + 1].split(",")
+        del args[i : i + 2]
+    archs = args or ARCHS
     manifest_path = FIXTURES / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     print(f"{'file':<20} {'bytes':>9} {'spread (fa on vs off)':>22}")
@@ -128,7 +137,7 @@ def main():
         base = FIXTURES / f"{arch}.F16.gguf"
         cases = [json.loads(l) for l in (FIXTURES / f"{arch}.F16.golden.jsonl").read_text().splitlines() if l.strip()]
         imat = imatrix(kv, arch, cases)
-        for ty in TYPES:
+        for ty in types:
             if (arch, ty) in SKIP:
                 continue
             stem = f"{arch}.{ty}"

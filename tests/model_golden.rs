@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::generation::{
     argmax, fixture_clear_gap, fixture_golden, fixture_tolerance, greedy_miss, load_cases, load_on, quantile, session,
-    session_with, softmax, teacher_forced, Case, Spread, LOWBIT_QUANTS,
+    session_with, softmax, teacher_forced, Case, Spread, LOWBIT_MOE_QUANTS, LOWBIT_QUANTS,
 };
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::KvType;
@@ -170,12 +170,12 @@ fn llama_fixtures_match_llama_cpp() {
 /// The 1- to 3-bit formats real MoE checkpoints ship in, on the dense family and on qwen3moe,
 /// quantized by llama.cpp from the F16 fixtures with an importance matrix
 /// (`scripts/lowbit-goldens.py`), each within llama.cpp's own measured spread on that file
-/// ([`common::generation::lowbit_spread`]). qwen3moe has no Q1_0 file: its experts are 32
-/// values wide, and llama-quantize has no fallback for Q1_0's 128-value blocks.
+/// ([`common::generation::lowbit_spread`]). qwen3moe has no Q1_0, TQ1_0 or TQ2_0 file: its
+/// experts are 32 values wide, and llama-quantize has no fallback for those formats' blocks.
 #[test]
 fn lowbit_fixtures_match_llama_cpp() {
     check_fixture_arch("llama", &LOWBIT_QUANTS);
-    check_fixture_arch("qwen3moe", &LOWBIT_QUANTS[..5]);
+    check_fixture_arch("qwen3moe", &LOWBIT_QUANTS[..LOWBIT_MOE_QUANTS]);
 }
 
 #[test]

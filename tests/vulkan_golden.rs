@@ -23,7 +23,7 @@ const FIXTURES: [(&str, &[&str]); 10] = [
         "llama",
         &[
             "F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS",
-            "IQ1_M",
+            "IQ1_M", "IQ1_S", "TQ1_0", "TQ2_0",
         ],
     ),
     ("qwen2", &["F16", "Q8_0", "Q4_K_M"]),
@@ -31,7 +31,9 @@ const FIXTURES: [(&str, &[&str]); 10] = [
     ("gemma3", &["F16", "Q8_0", "Q4_K_M"]),
     (
         "qwen3moe",
-        &["F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M"],
+        &[
+            "F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M", "IQ1_S",
+        ],
     ),
     ("olmoe", &["F16", "Q8_0", "Q4_K_M"]),
     ("deepseek2", &["F16", "Q8_0", "Q4_K_M"]),

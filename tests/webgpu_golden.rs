@@ -41,7 +41,7 @@ fn llama_fixtures_match_llama_cpp_on_webgpu() {
         "llama",
         &[
             "F16", "Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K", "IQ4_XS", "Q1_0", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS",
-            "IQ1_M",
+            "IQ1_M", "IQ1_S", "TQ1_0", "TQ2_0",
         ],
     );
 }
@@ -75,7 +75,9 @@ fn fixtures_with_q8_0_cache_match_llama_cpp_on_webgpu() {
 fn qwen3moe_fixtures_match_llama_cpp_on_webgpu() {
     check_fixtures(
         "qwen3moe",
-        &["F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M"],
+        &[
+            "F16", "Q8_0", "Q4_K_M", "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M", "IQ1_S",
+        ],
     );
 }
 

@@ -162,9 +162,15 @@ pub fn fixture_tolerance(arch: &str, quant: &str) -> f64 {
 }
 
 /// The 1- to 3-bit fixture types (`scripts/lowbit-goldens.py`: quantized by llama.cpp with an
-/// importance matrix of the F16 fixture).
-/// Q1_0 last (the qwen3moe fixture has none).
-pub const LOWBIT_QUANTS: [&str; 6] = ["Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M", "Q1_0"];
+/// importance matrix of the F16 fixture). The qwen3moe fixture has the first
+/// [`LOWBIT_MOE_QUANTS`]: its 32-wide experts are no whole blocks of Q1_0 or the TQ types, for
+/// which llama-quantize has no fallback.
+pub const LOWBIT_QUANTS: [&str; 9] = [
+    "Q2_K", "Q3_K_M", "IQ2_XS", "IQ3_XXS", "IQ1_M", "IQ1_S", "Q1_0", "TQ1_0", "TQ2_0",
+];
+
+/// How many of [`LOWBIT_QUANTS`] the qwen3moe fixture has.
+pub const LOWBIT_MOE_QUANTS: usize = 6;
 
 /// llama.cpp's own spread on a 1- to 3-bit fixture (its flash-attention run against its
 /// goldens, max |dp| over the top-10 entries, recorded as `spread_fa` in `manifest.json` by

@@ -25,7 +25,7 @@ use tinyllm::quant::GgmlType;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 /// The fixtures, embedded (the test runs where there is no file system).
-const FIXTURES: [(&str, &[u8]); 15] = [
+const FIXTURES: [(&str, &[u8]); 17] = [
     (
         "llama.F16",
         include_bytes!("../../tests/golden/fixtures/llama.F16.gguf"),
@@ -85,6 +85,14 @@ const FIXTURES: [(&str, &[u8]); 15] = [
     (
         "llama.Q1_0",
         include_bytes!("../../tests/golden/fixtures/llama.Q1_0.gguf"),
+    ),
+    (
+        "llama.IQ1_S",
+        include_bytes!("../../tests/golden/fixtures/llama.IQ1_S.gguf"),
+    ),
+    (
+        "llama.TQ1_0",
+        include_bytes!("../../tests/golden/fixtures/llama.TQ1_0.gguf"),
     ),
 ];
 
