@@ -243,6 +243,9 @@ pub fn moe_ffn<B: Backend>(
     be.matmul_id(&w.down, bd, &ms.gate, &ms.ids, per_pair, &mut ms.down)?;
     be.moe_combine(&ms.down, &ms.weights, rows, d.k, e, &mut ms.sum)?;
     // The shared expert's gate reads the FFN's input, which the shared expert overwrites.
+    if w.shared_gate.is_some() && ms.shared_gate.is_none() {
+        return Err(no_room());
+    }
     if let (Some(gw), Some([logit, id, weight, _])) = (&w.shared_gate, &mut ms.shared_gate) {
         be.matmul(gw, &s.xn, rows, logit)?;
         let one = Route {
@@ -258,7 +261,7 @@ pub fn moe_ffn<B: Backend>(
         (Some(sh), Some(sff)) => {
             blocks::ffn(be, s, rows, sff, sh, Gate::Silu)?;
             let ms = s.family.get_mut::<MoeScratch<B>>().ok_or_else(no_room)?;
-            if let Some([_, _, weight, gated]) = &mut ms.shared_gate {
+            if let (Some(_), Some([_, _, weight, gated])) = (&w.shared_gate, &mut ms.shared_gate) {
                 be.moe_combine(&s.xn, weight, rows, 1, e, gated)?;
                 be.copy_rows(gated, 0, rows, e, &mut s.xn)?;
             }
