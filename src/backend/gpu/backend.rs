@@ -399,7 +399,7 @@ impl<D: Device> GpuBackend<D> {
         let table = super::grids::leading_table(ty);
         // Stacks (experts, MLA's per-head matrices) are read by matmul_id, from buffers, and so
         // are the formats with a table.
-        let textured = w.mats == 1 && table.is_empty() && self.inner.paths.strategy.textured(n_in);
+        let textured = w.mats == 1 && kernels::in_textures(ty) && self.inner.paths.strategy.textured(n_in);
         // Parts hold at most `max_binding` bytes of blocks (the option splits image parts as
         // it splits buffers); an image part also at most as many rows as the device's images.
         let image = textured.then_some((

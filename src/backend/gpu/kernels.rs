@@ -40,6 +40,12 @@ pub fn generated(name: &str) -> Option<&'static str> {
         .map(|i| VARIANTS[i].1)
 }
 
+/// Whether weights of type `ty` may be held in textures: not the codebook formats, whose
+/// buffers begin with their grid table (`grids.rs`).
+pub fn in_textures(ty: GgmlType) -> bool {
+    crate::quant::support_of(ty).is_some_and(|s| s.wgsl && !s.wgsl_grid)
+}
+
 /// Whether weights of type `ty` can be multiplied and looked up.
 pub fn supports(ty: GgmlType) -> bool {
     crate::quant::support::SUPPORT
@@ -124,36 +130,33 @@ impl Kernel {
 
 /// Every kernel variant the backend can build.
 pub fn all_variants() -> Vec<Kernel> {
-    let mut v: Vec<Kernel> = quant_types()
-        .into_iter()
-        .flat_map(|t| {
-            [
-                Kernel::MatmulRows(t),
-                Kernel::MatmulId(t),
-                Kernel::Embed(t),
-                Kernel::EmbedTex(t),
-            ]
+    let mut v: Vec<Kernel> =
+        quant_types()
             .into_iter()
-            .chain(
-                TEX_TILES
-                    .iter()
-                    .flat_map(move |&rows| [false, true].map(|subgroup| Kernel::MatmulTex { ty: t, rows, subgroup })),
-            )
-            .chain(
-                // Widths 1 and 4 in f32, width 4 in f16.
-                [(1, false), (4, false), (4, true)]
+            .flat_map(|t| {
+                // The codebook formats are never held in textures: no texture variants.
+                let textures = if in_textures(t) { &TEX_TILES[..] } else { &[] };
+                [Kernel::MatmulRows(t), Kernel::MatmulId(t), Kernel::Embed(t)]
                     .into_iter()
-                    .flat_map(move |(width, f16)| {
-                        [false, true].map(|subgroup| Kernel::Matmul {
-                            ty: t,
-                            width,
-                            subgroup,
-                            f16,
-                        })
-                    }),
-            )
-        })
-        .collect();
+                    .chain(in_textures(t).then_some(Kernel::EmbedTex(t)))
+                    .chain(textures.iter().flat_map(move |&rows| {
+                        [false, true].map(|subgroup| Kernel::MatmulTex { ty: t, rows, subgroup })
+                    }))
+                    .chain(
+                        // Widths 1 and 4 in f32, width 4 in f16.
+                        [(1, false), (4, false), (4, true)]
+                            .into_iter()
+                            .flat_map(move |(width, f16)| {
+                                [false, true].map(|subgroup| Kernel::Matmul {
+                                    ty: t,
+                                    width,
+                                    subgroup,
+                                    f16,
+                                })
+                            }),
+                    )
+            })
+            .collect();
     v.extend(PLAIN_KERNELS);
     v.push(Kernel::MatmulDot(GgmlType::Q8_0));
     #[cfg(not(target_arch = "wasm32"))]
