@@ -66,7 +66,7 @@ fn unsupported_formats_have_no_variant() {
         .copied()
         .filter(|&t| has_vec_dot(t) && !kernels::supports(t))
         .collect();
-    assert!(without.contains(&GgmlType::IQ2_XXS), "{without:?}");
+    assert!(without.contains(&GgmlType::NVFP4), "{without:?}");
     for ty in without {
         let k = Kernel::Matmul {
             ty,

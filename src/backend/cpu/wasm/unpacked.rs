@@ -275,7 +275,7 @@ fn signs<D: Dot>(k: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) -
         sums.fill(0.0);
         for b in 0..nb {
             let block = &w[(r * nb + b) * 18..(r * nb + b + 1) * 18];
-            let d = super::f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
+            let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
             // Value j is +1 where bit j % 8 of byte j / 8 is set, else -1.
             for (i, v) in v.iter_mut().enumerate() {
                 let spread = u64x2(
@@ -319,7 +319,8 @@ fn unpack(ty: GgmlType, p: &[u8], u: &mut Unpacked) {
     let byte = |o: usize| u32::from(p[o]);
     let half = |o: usize| u32::from(u16::from_le_bytes([p[o], p[o + 1]]));
     let word = |o: usize| u32::from_le_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]]);
-    let f16 = |bits: u32| super::f16_to_f32(bits as u16);
+    // One conversion per super-block: `half`'s, as the oracle's.
+    let f16 = |bits: u32| half::f16::from_bits(bits as u16).to_f32();
     match ty {
         GgmlType::IQ2_XXS => {
             u.d = f16(half(0));
