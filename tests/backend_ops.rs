@@ -1524,7 +1524,9 @@ fn vulkan_ops_match_the_oracle_and_cpu() {
                 if e.is_nan() || e > bound {
                     failures.push(format!("vulkan matmul {name} rows {rows} {how}: NMSE {e:.2e}"));
                 }
-                if how == "workgroup f16" && has_f16 && k % 4 == 0 && e < 1e-11 {
+                // The codebook formats multiply in f32 there (strategy.rs).
+                let codebook = tinyllm::quant::support_of(ty).is_some_and(|s| s.wgsl_grid);
+                if how == "workgroup f16" && has_f16 && k % 4 == 0 && e < 1e-11 && !codebook {
                     failures.push(format!("vulkan matmul {name} rows {rows}: f16 products do not show"));
                 }
             }
