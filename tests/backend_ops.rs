@@ -321,7 +321,7 @@ fn matmul_and_embed_match_the_dequantization_oracle() {
             // f16 products round activations and weights to 11 bits: about 1e-7; and they
             // must show (rows of a multiple of 4 values take the f16 variant), except for the
             // codebook formats, which multiply in f32 there (strategy.rs): the f32 kernel's bits.
-            let codebook = tinyllm::quant::support_of(ty).is_some_and(|s| s.wgsl_grid);
+            let codebook = kernels::codebook(ty);
             if codebook {
                 if bits(&y_f16) != bits(&got) {
                     failures.push(format!("matmul {name} rows {rows}: f16 products on a codebook format"));
@@ -1525,7 +1525,7 @@ fn vulkan_ops_match_the_oracle_and_cpu() {
                     failures.push(format!("vulkan matmul {name} rows {rows} {how}: NMSE {e:.2e}"));
                 }
                 // The codebook formats multiply in f32 there (strategy.rs).
-                let codebook = tinyllm::quant::support_of(ty).is_some_and(|s| s.wgsl_grid);
+                let codebook = kernels::codebook(ty);
                 if how == "workgroup f16" && has_f16 && k % 4 == 0 && e < 1e-11 && !codebook {
                     failures.push(format!("vulkan matmul {name} rows {rows}: f16 products do not show"));
                 }

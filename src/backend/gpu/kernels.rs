@@ -40,10 +40,14 @@ pub fn generated(name: &str) -> Option<&'static str> {
         .map(|i| VARIANTS[i].1)
 }
 
-/// Whether weights of type `ty` may be held in textures: not the codebook formats, whose
-/// buffers begin with their grid table (`grids.rs`).
+/// The codebook formats (IQ1-IQ3): their buffers begin with their grid table (`grids.rs`).
+pub fn codebook(ty: GgmlType) -> bool {
+    crate::quant::support_of(ty).is_some_and(|s| s.wgsl_grid)
+}
+
+/// Whether weights of type `ty` may be held in textures: not the codebook formats.
 pub fn in_textures(ty: GgmlType) -> bool {
-    crate::quant::support_of(ty).is_some_and(|s| s.wgsl && !s.wgsl_grid)
+    supports(ty) && !codebook(ty)
 }
 
 /// Whether weights of type `ty` can be multiplied and looked up.

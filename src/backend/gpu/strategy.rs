@@ -48,7 +48,10 @@ impl Strategy {
                     ty,
                     width,
                     subgroup: self.reduce_subgroups,
-                    f16: width == 4 && self.f16_matmul && !codebook(ty),
+                    // The codebook formats multiply in f32 even where f16 products are on: with f16 products
+                    // the llama IQ3_XXS fixture's probabilities moved 6.5e-2 from llama.cpp's on lavapipe,
+                    // beyond the 5e-2 rule; in f32 every IQ fixture is within it.
+                    f16: width == 4 && self.f16_matmul && !super::kernels::codebook(ty),
                 }
             }
             MatmulVariant::Rows | MatmulVariant::Texture => Kernel::MatmulRows(ty),
@@ -70,15 +73,6 @@ impl Strategy {
             subgroup: self.tex_subgroups,
         }
     }
-}
-
-/// The codebook formats (IQ1-IQ3), which multiply in f32 even where f16 products are on: with
-/// f16 products the llama IQ3_XXS fixture's probabilities moved 6.5e-2 from llama.cpp's on
-/// lavapipe, beyond the 5e-2 rule; in f32 every IQ fixture is within it (1.8e-2 to 4.9e-2:
-/// these 1- to 3-bit random-weight models sit near ties, and llama.cpp's own two attention
-/// paths part by up to 3.7e-2 on them).
-fn codebook(ty: GgmlType) -> bool {
-    crate::quant::support_of(ty).is_some_and(|s| s.wgsl_grid)
 }
 
 /// Rows per part of weight `name` (`n_out` rows of `row_bytes`): at most `max_binding` bytes
