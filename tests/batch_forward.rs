@@ -438,6 +438,9 @@ impl Backend for OneAtATime {
     ) -> Result<(), BackendError> {
         self.0.delta_gates(alpha, beta, rows, dt_bias, a)
     }
+    fn delta_form(&self, rows: usize) -> Form {
+        self.0.delta_form(rows)
+    }
     fn delta_net(
         &self,
         p: &DeltaNet,

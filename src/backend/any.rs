@@ -480,6 +480,16 @@ impl Backend for AnyBackend {
             .delta_gates(alpha, beta, rows, dt_bias, a))
     }
 
+    fn delta_form(&self, rows: usize) -> Form {
+        match self {
+            AnyBackend::Cpu(b) => b.delta_form(rows),
+            #[cfg(tinyllm_webgpu)]
+            AnyBackend::WebGpu(b) => b.delta_form(rows),
+            #[cfg(not(target_arch = "wasm32"))]
+            AnyBackend::Vulkan(b) => b.delta_form(rows),
+        }
+    }
+
     fn delta_net(
         &self,
         p: &DeltaNet,

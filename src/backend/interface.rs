@@ -230,6 +230,12 @@ pub trait Backend: Send + Sync + 'static {
         a: &Self::Weight,
     ) -> Result<(), BackendError>;
 
+    /// The [`Form`] in which this backend's [`Backend::delta_net`] walks `rows` tokens of one
+    /// sequence fastest. Both forms give the same outputs to f32 rounding, so this is a speed
+    /// choice the backend makes: the GPUs take chunks ([`recurrent::chunks_from`]), the CPU
+    /// goes token by token.
+    fn delta_form(&self, rows: usize) -> Form;
+
     /// The gated delta rule ([`DeltaNet`]) over the rows `seq`: q and k of `qkv` L2-normed, q
     /// scaled, each value head reading its key head, then [`recurrent::delta_token`] for each
     /// token from `state` on, in `form` (both forms agree to f32 rounding). `out` gets each

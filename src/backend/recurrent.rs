@@ -97,25 +97,6 @@ impl Conv {
     }
 }
 
-/// The conv's scalar rule for one output value: `taps` are the channel's `kernel` inputs, oldest
-/// first, `w` its weights. Summed in f32 from the oldest tap, as ggml does.
-pub fn conv_value(taps: impl Iterator<Item = f32>, w: &[f32], silu: bool) -> f32 {
-    let mut sum = 0f32;
-    for (x, &c) in taps.zip(w) {
-        sum += x * c;
-    }
-    if silu {
-        self::silu(sum)
-    } else {
-        sum
-    }
-}
-
-/// `x · sigmoid(x)`, as ggml computes it.
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
 /// `1 / (1 + e^-x)`, as ggml computes it.
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -179,11 +160,23 @@ pub enum Form {
     Recurrent,
     /// Chunks of this many tokens, each solved at once through the unit lower-triangular system
     /// of the WY representation (llama.cpp's `build_delta_net_chunking`): prefill. The last
-    /// chunk may be shorter; nothing is padded. Its point is matmul-shaped work for a GPU; on
-    /// the CPU's plain loops it is slower: a 24-layer Qwen3.5-0.8B-like model prefills 512
-    /// tokens at 95 tok/s in chunks of 16 against 130 tok/s token by token (2 threads, 16 heads
-    /// of 128; an earlier op-level timing on a loaded machine had them about equal).
+    /// chunk may be shorter; nothing is padded. Its point is matmul-shaped work for a GPU; the
+    /// CPU runs token by token, faster there (`cargo bench --bench recurrent`).
     Chunked(usize),
+}
+
+/// Tokens per chunk of the chunked form where a backend takes it ([`chunks_from`]).
+pub const PREFILL_CHUNK: usize = 16;
+
+/// Chunks of [`PREFILL_CHUNK`] tokens for a run of at least two chunks, token by token for
+/// shorter ones and decode: the choice of a backend on which the chunked form's matmul-shaped
+/// work pays.
+pub fn chunks_from(rows: usize) -> Form {
+    if rows >= 2 * PREFILL_CHUNK {
+        Form::Chunked(PREFILL_CHUNK)
+    } else {
+        Form::Recurrent
+    }
 }
 
 /// The shape of a gated-delta-net layer's recurrent core.
@@ -308,36 +301,67 @@ pub fn l2_normalize(x: &mut [f32], eps: f32, scale: f32) {
 /// S += k ⊗ d
 /// o  = Sᵀq
 /// ```
-/// `delta` is scratch of `d_v` values; `out` gets `o` (`d_v`).
-#[allow(clippy::too_many_arguments)]
-pub fn delta_token(
-    state: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: f32,
-    beta: f32,
-    delta: &mut [f32],
-    out: &mut [f32],
-) {
+/// `out` gets `o` (`d_v`).
+///
+/// Every step is per row of the state (per column `j` of `S`): `d_j` needs only row `j` after
+/// its decay, and `o_j` only row `j` after its update. So the steps run row by row, two passes
+/// over a row (decay with `Sᵀk`, then update with `Sᵀq`) while it is in the first-level cache,
+/// instead of four passes over the whole state (64 KiB per head at `d_k = d_v = 128`, more than
+/// that cache holds). Each value sees the same operations in the same order either way
+/// ([`dot`]'s lanes), so the bits do not depend on it.
+#[inline(always)]
+pub fn delta_token(state: &mut [f32], q: &[f32], k: &[f32], v: &[f32], g: f32, beta: f32, out: &mut [f32]) {
     let d_k = k.len();
     let decay = g.exp();
-    state.iter_mut().for_each(|s| *s *= decay);
-    for ((row, d), &vj) in state.chunks_exact(d_k).zip(delta.iter_mut()).zip(v) {
-        *d = (vj - dot(row, k)) * beta;
-    }
-    for (row, &d) in state.chunks_exact_mut(d_k).zip(delta.iter()) {
-        row.iter_mut().zip(k).for_each(|(s, &ki)| *s += ki * d);
-    }
-    for (row, o) in state.chunks_exact(d_k).zip(out.iter_mut()) {
-        *o = dot(row, q);
+    for ((row, &vj), o) in state.chunks_exact_mut(d_k).zip(v).zip(out.iter_mut()) {
+        let d = (vj - scaled_dot(row, decay, k)) * beta;
+        *o = updated_dot(row, k, d, q);
     }
 }
 
+/// `row *= decay`, then `row · k` as [`dot`] sums it.
+#[inline(always)]
+fn scaled_dot(row: &mut [f32], decay: f32, k: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut rows = row.chunks_exact_mut(LANES);
+    let mut ks = k.chunks_exact(LANES);
+    for (cr, ck) in (&mut rows).zip(&mut ks) {
+        for l in 0..LANES {
+            cr[l] *= decay;
+            acc[l] += cr[l] * ck[l];
+        }
+    }
+    let lanes: f32 = acc.iter().sum();
+    let rest = rows.into_remainder();
+    rest.iter_mut().for_each(|s| *s *= decay);
+    lanes + rest.iter().zip(ks.remainder()).map(|(s, x)| s * x).sum::<f32>()
+}
+
+/// `row += d · k`, then `row · q` as [`dot`] sums it.
+#[inline(always)]
+fn updated_dot(row: &mut [f32], k: &[f32], d: f32, q: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut rows = row.chunks_exact_mut(LANES);
+    let (mut ks, mut qs) = (k.chunks_exact(LANES), q.chunks_exact(LANES));
+    for ((cr, ck), cq) in (&mut rows).zip(&mut ks).zip(&mut qs) {
+        for l in 0..LANES {
+            cr[l] += ck[l] * d;
+            acc[l] += cr[l] * cq[l];
+        }
+    }
+    let lanes: f32 = acc.iter().sum();
+    let rest = rows.into_remainder();
+    rest.iter_mut().zip(ks.remainder()).for_each(|(s, &x)| *s += x * d);
+    lanes + rest.iter().zip(qs.remainder()).map(|(s, y)| s * y).sum::<f32>()
+}
+
+/// Independent accumulators of [`dot`]: one AVX or two SSE registers.
+const LANES: usize = 8;
+
 /// `a · b`, in f32, summed in eight interleaved lanes (so the compiler vectorizes it: the delta
 /// rule is mostly these dot products), then the lanes and the tail in order.
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 8;
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0f32; LANES];
@@ -393,11 +417,59 @@ mod tests {
         // S = 0: d = β v, S = k ⊗ d, o = (q·k) β v.
         let (q, k, v) = ([0.5f32, 0.5], [0.6f32, 0.8], [1.0f32, -2.0, 3.0]);
         let mut state = [0f32; 6];
-        let (mut delta, mut out) = ([0f32; 3], [0f32; 3]);
-        delta_token(&mut state, &q, &k, &v, -0.3, 0.5, &mut delta, &mut out);
+        let mut out = [0f32; 3];
+        delta_token(&mut state, &q, &k, &v, -0.3, 0.5, &mut out);
         let qk = 0.5 * 0.6 + 0.5 * 0.8;
         for j in 0..3 {
             assert!((out[j] - qk * 0.5 * v[j]).abs() < 1e-6);
+        }
+    }
+
+    /// The rule as four passes over the whole state, step by step as written in
+    /// [`delta_token`]'s doc.
+    fn four_passes(state: &mut [f32], q: &[f32], k: &[f32], v: &[f32], g: f32, beta: f32, out: &mut [f32]) {
+        let decay = g.exp();
+        state.iter_mut().for_each(|s| *s *= decay);
+        let delta: Vec<f32> = state
+            .chunks_exact(k.len())
+            .zip(v)
+            .map(|(row, &vj)| (vj - dot(row, k)) * beta)
+            .collect();
+        for (row, &d) in state.chunks_exact_mut(k.len()).zip(&delta) {
+            row.iter_mut().zip(k).for_each(|(s, &ki)| *s += ki * d);
+        }
+        for (row, o) in state.chunks_exact(k.len()).zip(out.iter_mut()) {
+            *o = dot(row, q);
+        }
+    }
+
+    #[test]
+    fn row_by_row_token_gives_the_four_passes_bits() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut f = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        // Widths with and without a tail past the eight lanes.
+        for (dk, dv) in [(128, 128), (13, 5), (8, 3), (3, 4)] {
+            let mut a: Vec<f32> = (0..dk * dv).map(|_| f()).collect();
+            let mut b = a.clone();
+            for _ in 0..4 {
+                let (q, k, v): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+                    (0..dk).map(|_| f()).collect(),
+                    (0..dk).map(|_| f()).collect(),
+                    (0..dv).map(|_| f()).collect(),
+                );
+                let (g, beta) = (-0.5 + 0.4 * f(), 0.5 + 0.4 * f());
+                let (mut oa, mut ob) = (vec![0f32; dv], vec![0f32; dv]);
+                delta_token(&mut a, &q, &k, &v, g, beta, &mut oa);
+                four_passes(&mut b, &q, &k, &v, g, beta, &mut ob);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&oa), bits(&ob), "outputs, {dk} x {dv}");
+                assert_eq!(bits(&a), bits(&b), "state, {dk} x {dv}");
+            }
         }
     }
 

@@ -36,10 +36,6 @@ use crate::backend::{
 };
 use crate::gguf::{GgufFile, Value};
 
-/// Prefill chunks of at least twice this many tokens take the delta rule's chunked form
-/// (matmul-shaped work), shorter ones and decode the token-by-token form.
-const DELTA_CHUNK: usize = 16;
-
 /// The gated delta net's sizes (`ssm.*` keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ssm {
@@ -517,11 +513,7 @@ impl<B: Backend> Qwen35<B> {
             let rows = SeqRows { row0, rows: n };
             let st = hybrid_of(seq.state)?.layer_mut(ri)?;
             be.ssm_conv(&hs.mixed, &w.conv, &conv, rows, &mut st.conv, &mut hs.conv_out)?;
-            let form = if n >= 2 * DELTA_CHUNK {
-                Form::Chunked(DELTA_CHUNK)
-            } else {
-                Form::Recurrent
-            };
+            let form = be.delta_form(n);
             be.delta_net(
                 &delta,
                 form,

@@ -374,8 +374,8 @@ async fn wasm_kernels_match_the_vec_dot_oracle() {
     }
 }
 
-/// Each set's SwiGLU gate against the scalar one (`swiglu_scalar`, the native AVX2 gate's twin
-/// too): within 4 f32 ulps where the result is a normal number, over magnitudes from 1e-6 to
+/// Each set's SwiGLU gate and SiLU against the scalar ones (`swiglu_scalar`, `silu_scalar`, the
+/// native AVX2 kernels' twins too): within 4 f32 ulps where the result is a normal number, over magnitudes from 1e-6 to
 /// 100, both signs, lengths that leave a scalar tail, and NaN passed through.
 #[wasm_bindgen_test]
 fn wasm_swiglu_matches_the_scalar_gate() {
@@ -396,20 +396,25 @@ fn wasm_swiglu_matches_the_scalar_gate() {
             let (mut fast, mut slow) = (gate.clone(), gate.clone());
             (kernels.swiglu)(&mut fast, &up);
             tinyllm::backend::cpu::kernels::swiglu_scalar(&mut slow, &up);
+            // SiLU alone, the same values through the set's kernel and the scalar twin.
+            let (mut fast_silu, mut slow_silu) = (gate.clone(), gate.clone());
+            (kernels.silu)(&mut fast_silu);
+            tinyllm::backend::cpu::kernels::silu_scalar(&mut slow_silu);
             for i in 0..len {
-                let (f, s) = (fast[i], slow[i]);
-                let tol = if s.abs() < f32::MIN_POSITIVE * 1e4 {
-                    1e-30
-                } else {
-                    4.0 * f32::EPSILON * s.abs()
-                };
-                assert!(
-                    (f - s).abs() <= tol,
-                    "{}: swiglu({}) · {}: {f} vs {s}",
-                    kernels.variant,
-                    gate[i],
-                    up[i]
-                );
+                for (what, f, s) in [("swiglu", fast[i], slow[i]), ("silu", fast_silu[i], slow_silu[i])] {
+                    let tol = if s.abs() < f32::MIN_POSITIVE * 1e4 {
+                        1e-30
+                    } else {
+                        4.0 * f32::EPSILON * s.abs()
+                    };
+                    assert!(
+                        (f - s).abs() <= tol,
+                        "{}: {what}({}) · {}: {f} vs {s}",
+                        kernels.variant,
+                        gate[i],
+                        up[i]
+                    );
+                }
             }
         }
         let mut g = vec![f32::NAN; 9];
@@ -417,6 +422,13 @@ fn wasm_swiglu_matches_the_scalar_gate() {
         assert!(
             g.iter().all(|v| v.is_nan()),
             "{}: NaN must stay NaN: {g:?}",
+            kernels.variant
+        );
+        let mut g = vec![f32::NAN; 9];
+        (kernels.silu)(&mut g);
+        assert!(
+            g.iter().all(|v| v.is_nan()),
+            "{}: NaN must stay NaN in silu: {g:?}",
             kernels.variant
         );
     }

@@ -38,6 +38,8 @@ pub struct Kernels {
     pub interleaves: fn(GgmlType) -> bool,
     /// `gate[i] = silu(gate[i]) · up[i]` (the SwiGLU gate).
     pub swiglu: fn(gate: &mut [f32], up: &[f32]),
+    /// `x[i] = silu(x[i])` (the recurrent layers' conv output and gated norm).
+    pub silu: fn(x: &mut [f32]),
     /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `relaxed`, `simd128`, `portable`,
     /// `oracle`).
     pub variant: &'static str,
@@ -88,6 +90,7 @@ impl Kernels {
             tile: tile_wasm::<super::wasm::Simd128>,
             interleaves: super::wasm::interleaves,
             swiglu: super::wasm::activation::swiglu,
+            silu: super::wasm::activation::silu,
             variant: "simd128",
         }
     }
@@ -119,6 +122,7 @@ impl Kernels {
             tile,
             interleaves: super::simd::interleaves,
             swiglu: swiglu_avx2,
+            silu: silu_avx2,
             variant,
         })
     }
@@ -130,6 +134,7 @@ impl Kernels {
             tile: tile_portable,
             interleaves: |_| false,
             swiglu: swiglu_scalar,
+            silu: silu_scalar,
             variant: "portable",
         }
     }
@@ -141,6 +146,7 @@ impl Kernels {
             tile: tile_oracle,
             interleaves: |_| false,
             swiglu: swiglu_scalar,
+            silu: silu_scalar,
             variant: "oracle",
         }
     }
@@ -209,6 +215,17 @@ pub fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
 fn swiglu_avx2(gate: &mut [f32], up: &[f32]) {
     // SAFETY: as in `prepare_avx2`.
     unsafe { super::simd::activation::swiglu(gate, up) }
+}
+
+/// The scalar SiLU ([`super::ops::silu`]), the slow twin of the AVX2 one.
+pub fn silu_scalar(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = super::ops::silu(*v));
+}
+
+#[cfg(target_arch = "x86_64")]
+fn silu_avx2(x: &mut [f32]) {
+    // SAFETY: as in `prepare_avx2`.
+    unsafe { super::simd::activation::silu(x) }
 }
 
 /// The AVX2 tile with the dot products of ISA (a [`super::simd::Isa`] discriminant).

@@ -632,28 +632,42 @@ impl Backend for CpuBackend {
         let span = seq.row0 * ch..(seq.row0 + rows) * ch;
         // x: [rows][ch] this sequence's inputs; st: [ch][hist] the inputs before them.
         let (x, st, wv, silu) = (&x.0[span.clone()], &state.0[..ch * hist], &*wv, p.silu);
-        // Input `u` of channel `c` in the sequence "state, then x".
-        let input = |u: usize, c: usize| {
+        // wt: [kernel][ch] and sx: [hist][ch], the weights and the state's inputs transposed,
+        // so that each tap meets a whole input row (the loop over channels vectorizes).
+        let wt: Vec<f32> = (0..kk).flat_map(|j| (0..ch).map(move |c| wv[c * kk + j])).collect();
+        let sx: Vec<f32> = (0..hist).flat_map(|u| (0..ch).map(move |c| st[c * hist + u])).collect();
+        // Input row `u` of the sequence "state, then x".
+        let input = |u: usize| {
             if u < hist {
-                st[c * hist + u]
+                &sx[u * ch..(u + 1) * ch]
             } else {
-                x[(u - hist) * ch + c]
+                &x[(u - hist) * ch..(u - hist + 1) * ch]
             }
         };
+        let silu_fn = self.kernels.silu;
         self.pool.for_chunks(&mut out.0[span], CONV_ROWS * ch, |i, o| {
             for (r, orow) in o.chunks_exact_mut(ch).enumerate() {
-                // Output row t's taps are inputs t..t + kernel of "state, then x".
+                // Output row t's taps are input rows t..t + kernel, each value summed in f32
+                // from the oldest tap, as ggml's `ssm_conv` sums it.
                 let t = i * CONV_ROWS + r;
-                for (c, ov) in orow.iter_mut().enumerate() {
-                    *ov = rule::conv_value((t..t + kk).map(|u| input(u, c)), &wv[c * kk..(c + 1) * kk], silu);
+                orow.fill(0.0);
+                for (j, w) in wt.chunks_exact(ch).enumerate() {
+                    for ((ov, &a), &b) in orow.iter_mut().zip(input(t + j)).zip(w) {
+                        *ov += a * b;
+                    }
+                }
+                if silu {
+                    silu_fn(orow);
                 }
             }
         });
-        // The new state: the last `hist` inputs of "state, then x".
-        let new: Vec<f32> = (0..ch)
-            .flat_map(|c| (rows..rows + hist).map(move |u| (u, c)))
-            .map(|(u, c)| input(u, c))
-            .collect();
+        // The new state: the last `hist` input rows of "state, then x", as [ch][hist].
+        let mut new = vec![0f32; ch * hist];
+        for u in 0..hist {
+            for (c, &v) in input(rows + u).iter().enumerate() {
+                new[c * hist + u] = v;
+            }
+        }
         state.0[..ch * hist].copy_from_slice(&new);
         Ok(())
     }
@@ -676,6 +690,13 @@ impl Backend for CpuBackend {
             }
         }
         Ok(())
+    }
+
+    /// Token by token: with each row of a head's state kept in registers through a token
+    /// (`recurrent::simd`), it is faster here than the chunked form's loops (`cargo bench
+    /// --bench recurrent`), and prefill gives decode's bits.
+    fn delta_form(&self, _rows: usize) -> Form {
+        Form::Recurrent
     }
 
     fn delta_net(
@@ -768,9 +789,13 @@ impl Backend for CpuBackend {
         let per_task = norm_task_values(g);
         self.pool.for_chunks(&mut x.0[..groups * g], per_task, |i, xs| {
             let zs = &z[i * per_task..i * per_task + xs.len()];
+            // gate: [g] silu(z) of one group.
+            let mut gate = vec![0f32; g];
             for (xg, zg) in xs.chunks_exact_mut(g).zip(zs.chunks_exact(g)) {
                 ops::rmsnorm_inplace(xg, wv, eps);
-                xg.iter_mut().zip(zg).for_each(|(v, &zv)| *v *= rule::silu(zv));
+                gate.copy_from_slice(zg);
+                (self.kernels.silu)(&mut gate);
+                xg.iter_mut().zip(&gate).for_each(|(v, &s)| *v *= s);
             }
         });
         Ok(())

@@ -846,6 +846,10 @@ impl<D: Device> Backend for GpuBackend<D> {
 
     /// Token by token in either form (delta_net.wgsl): the forms agree to f32 rounding, and
     /// one token's work is already spread over every state column.
+    fn delta_form(&self, rows: usize) -> Form {
+        recurrent::chunks_from(rows)
+    }
+
     fn delta_net(
         &self,
         p: &DeltaNet,

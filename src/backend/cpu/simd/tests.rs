@@ -446,7 +446,7 @@ fn column_tiles_write_only_their_columns() {
     }
 }
 
-/// The AVX2 SwiGLU gate against the scalar one (libm's `expf`): within 4 ulps wherever the
+/// The AVX2 SwiGLU gate and SiLU against the scalar ones (libm's `expf`): within 4 ulps wherever the
 /// result is a normal number, over magnitudes from 1e-6 to 100, both signs, lengths that leave
 /// a scalar tail, and NaN passed through.
 #[test]
@@ -468,19 +468,27 @@ fn swiglu_matches_the_scalar_gate() {
         let (mut fast, mut slow) = (gate.clone(), gate.clone());
         (kern.swiglu)(&mut fast, &up);
         super::super::kernels::swiglu_scalar(&mut slow, &up);
+        // SiLU alone, the same values through the AVX2 kernel and the scalar twin.
+        let (mut fast_silu, mut slow_silu) = (gate.clone(), gate.clone());
+        (kern.silu)(&mut fast_silu);
+        super::super::kernels::silu_scalar(&mut slow_silu);
         for i in 0..len {
-            let (f, s) = (fast[i], slow[i]);
-            let tol = if s.abs() < f32::MIN_POSITIVE * 1e4 {
-                1e-30
-            } else {
-                4.0 * f32::EPSILON * s.abs()
-            };
-            assert!((f - s).abs() <= tol, "swiglu({}) · {}: {f} vs {s}", gate[i], up[i]);
+            for (what, f, s) in [("swiglu", fast[i], slow[i]), ("silu", fast_silu[i], slow_silu[i])] {
+                let tol = if s.abs() < f32::MIN_POSITIVE * 1e4 {
+                    1e-30
+                } else {
+                    4.0 * f32::EPSILON * s.abs()
+                };
+                assert!((f - s).abs() <= tol, "{what}({}) · {}: {f} vs {s}", gate[i], up[i]);
+            }
         }
     }
     let mut g = vec![f32::NAN; 9];
     (kern.swiglu)(&mut g, &[1.0; 9]);
     assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN: {g:?}");
+    let mut g = vec![f32::NAN; 9];
+    (kern.silu)(&mut g);
+    assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN in silu: {g:?}");
 }
 
 /// The row formats (IQ1-IQ3, TQ1_0) take three paths by batch size (groups met as unpacked, a

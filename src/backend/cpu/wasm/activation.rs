@@ -1,4 +1,4 @@
-//! The SwiGLU gate, `silu(gate) · up`, four values at a time: the WebAssembly twin of
+//! SiLU, alone and as the SwiGLU gate `silu(gate) · up`, four values at a time: the WebAssembly twin of
 //! `simd/activation.rs`, with the same `e^-x = 2^n · e^r` (two-part `ln 2`, Taylor series to
 //! degree 7). SIMD128 has no fused multiply-add; the two-part `ln 2` keeps the reduction exact
 //! without one (`LN2_HI` has 16 significant bits, `n` at most 8), so only Horner's rounding
@@ -29,10 +29,19 @@ fn exp(x: v128) -> v128 {
     f32x4_mul(p, two_n)
 }
 
+/// `x / (1 + e^-x)` of four values. Beyond ±87 the clamp changes `e^-x` but not the result
+/// (see the AVX2 twin); NaN passes through the clamp (pmin/pmax keep the first operand) and the
+/// division.
+#[inline]
+fn silu4(x: v128) -> v128 {
+    let (lo, hi, one) = (f32x4_splat(-87.0), f32x4_splat(87.0), f32x4_splat(1.0));
+    let e = exp(f32x4_pmin(f32x4_pmax(f32x4_neg(x), lo), hi));
+    f32x4_div(x, f32x4_add(one, e))
+}
+
 /// `gate[i] = silu(gate[i]) · up[i]` over the shorter of the two.
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     let n = gate.len().min(up.len());
-    let (lo, hi, one) = (f32x4_splat(-87.0), f32x4_splat(87.0), f32x4_splat(1.0));
     let (g4, u4) = (gate[..n].chunks_exact_mut(4), up[..n].chunks_exact(4));
     let tail = n - n % 4;
     for (g, u) in g4.zip(u4) {
@@ -40,14 +49,20 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
         unsafe {
             let x = v128_load(g.as_ptr().cast());
             let u = v128_load(u.as_ptr().cast());
-            // Beyond ±87 the clamp changes e^-x but not the result (see the AVX2 twin); NaN
-            // passes through the clamp (pmin/pmax keep the first operand) and the division.
-            let e = exp(f32x4_pmin(f32x4_pmax(f32x4_neg(x), lo), hi));
-            let s = f32x4_div(x, f32x4_add(one, e));
-            v128_store(g.as_mut_ptr().cast(), f32x4_mul(s, u));
+            v128_store(g.as_mut_ptr().cast(), f32x4_mul(silu4(x), u));
         }
     }
     for (g, &u) in gate[tail..n].iter_mut().zip(&up[tail..n]) {
         *g = ops::silu(*g) * u;
     }
+}
+
+/// `x[i] = silu(x[i])` in place.
+pub fn silu(x: &mut [f32]) {
+    let mut chunks = x.chunks_exact_mut(4);
+    for c in &mut chunks {
+        // SAFETY: `c` is four f32; unaligned loads and stores are allowed.
+        unsafe { v128_store(c.as_mut_ptr().cast(), silu4(v128_load(c.as_ptr().cast()))) };
+    }
+    chunks.into_remainder().iter_mut().for_each(|v| *v = ops::silu(*v));
 }

@@ -1,0 +1,91 @@
+//! The CPU's gated delta rule (`delta_net`) at the width of the qwen35 synthetic model and of
+//! Qwen3.5-0.8B (16 key and 16 value heads of 128): a prefill of `ROWS` tokens in the
+//! token-by-token form and in chunks, and one decoded token, with one thread and with every
+//! core.
+//!
+//! `cargo bench -p tinyllm --bench recurrent`; prints one table (milliseconds per call, one
+//! layer).
+
+use std::time::{Duration, Instant};
+
+use tinyllm::backend::cpu::CpuBackend;
+use tinyllm::backend::recurrent::{DeltaNet, Form, KeyHeads, SeqRows};
+use tinyllm::backend::Backend;
+
+/// Tokens of the prefill call.
+const ROWS: usize = 512;
+
+/// xorshift64*: enough randomness for benchmark data, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn unit(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| scale * self.unit()).collect()
+    }
+}
+
+/// Seconds per call of `f`, best of several runs of at least 0.3 s.
+fn time(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let (start, mut calls) = (Instant::now(), 0u32);
+        while start.elapsed() < Duration::from_millis(300) || calls == 0 {
+            f();
+            calls += 1;
+        }
+        best = best.min(start.elapsed().as_secs_f64() / f64::from(calls));
+    }
+    best
+}
+
+/// Milliseconds per `delta_net` call of `rows` tokens in `form`.
+fn run(be: &CpuBackend, p: &DeltaNet, form: Form, rows: usize) -> f64 {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let hv = p.n_v_heads;
+    let upload = |v: &[f32]| {
+        let mut b = be.alloc(v.len()).expect("alloc");
+        be.write(&mut b, v).expect("write");
+        b
+    };
+    let qkv = upload(&rng.vec(rows * p.qkv_dim(), 2.0));
+    // Log-decays in (-1, 0) and betas in (0, 1), as the gates give.
+    let gate = upload(&(0..rows * hv).map(|_| -0.5 - 0.5 * rng.unit()).collect::<Vec<_>>());
+    let beta = upload(&(0..rows * hv).map(|_| 0.5 + 0.5 * rng.unit()).collect::<Vec<_>>());
+    let mut state = upload(&rng.vec(p.state_len(), 0.1));
+    let mut out = be.alloc(rows * p.out_dim()).expect("out");
+    let seq = SeqRows { row0: 0, rows };
+    1e3 * time(|| {
+        be.delta_net(p, form, seq, &qkv, &gate, &beta, &mut state, &mut out)
+            .expect("delta_net")
+    })
+}
+
+fn main() {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let p = DeltaNet {
+        n_k_heads: 16,
+        n_v_heads: 16,
+        d_k: 128,
+        d_v: 128,
+        key_heads: KeyHeads::Tiled,
+        l2_eps: Some(1e-6),
+    };
+    println!("delta_net, 16 heads of 128: ms per call (prefill: {ROWS} tokens; decode: 1)");
+    println!(
+        "{:>7} {:>16} {:>16} {:>10}",
+        "threads", "prefill by token", "prefill chunk16", "decode"
+    );
+    for t in [1, threads] {
+        let be = CpuBackend::new(t).expect("cpu backend");
+        let rec = run(&be, &p, Form::Recurrent, ROWS);
+        let chunked = run(&be, &p, Form::Chunked(16), ROWS);
+        let decode = run(&be, &p, Form::Recurrent, 1);
+        println!("{t:>7} {rec:>16.2} {chunked:>16.2} {decode:>10.4}");
+    }
+}
