@@ -1,7 +1,8 @@
 //! CPU attention over an f16 and a q8_0 KV cache (`--cache-type`) at a deep context: one
 //! decode row attending `CTX` positions, and a prefill chunk of `CHUNK` rows ending there, for
-//! the head layouts of qwen2.5-0.5b (14 heads over 2 KV heads of 64) and gemma-3-270m (4 over
-//! 1 of 256), one layer, with one thread and with every core.
+//! the head layouts of qwen2.5-0.5b (14 heads over 2 KV heads of 64), gemma-3-270m (4 over 1 of
+//! 256), the qwen3moe synthetic model (32 over 4 of 128) and MLA's latent head (16 over 1 of
+//! 576, deepseek2's 512 + 64), one layer, with one thread and with every core.
 //!
 //! `cargo bench -p tinyllm --bench attention`; prints one table (milliseconds per call).
 
@@ -85,7 +86,12 @@ fn main() {
         "{:<14} {:>7} {:>6} {:>12} {:>12}",
         "heads", "threads", "cache", "decode ms", "prefill ms"
     );
-    for (name, shape) in [("14/2 x 64", (14, 2, 64)), ("4/1 x 256", (4, 1, 256))] {
+    for (name, shape) in [
+        ("14/2 x 64", (14, 2, 64)),
+        ("4/1 x 256", (4, 1, 256)),
+        ("32/4 x 128", (32, 4, 128)),
+        ("16/1 x 576", (16, 1, 576)),
+    ] {
         for t in [1, threads] {
             let be = CpuBackend::new(t).expect("cpu backend");
             for (kv, _) in KvType::ALL {

@@ -336,32 +336,70 @@ fn block_rows<const F16C: bool>(
             let nt = (b.heads - g0).min(HEAD_TILE);
             let qs = &q16[g0 * hdk..(g0 + nt) * hdk];
             match nt {
-                4 => score_tile::<4>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                3 => score_tile::<3>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                2 => score_tile::<2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                _ => score_tile::<1>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                4 => score_tile::<4, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                3 => score_tile::<3, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                2 => score_tile::<2, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                _ => score_tile::<1, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
             }
             g0 += nt;
         }
         softmax_heads(p, sinks, scores, n, m, inv);
-        // Head by head: the probabilities (rounded to f16) weigh the V rows in key order, so
-        // each output value is the same sum as key by key over all heads, while one head's
-        // output stays in registers.
+        // The probabilities (rounded to f16) weigh the V rows in key order, so each output
+        // value is the same sum as key by key over all heads.
+        for (g, &inv) in inv.iter().enumerate() {
+            let probs = &mut scores[g * n..g * n + m];
+            probs.iter_mut().for_each(|s| *s *= inv);
+            round_f16_in_place::<F16C>(probs);
+        }
         let o = &mut out[r * b.heads * hdv..(r + 1) * b.heads * hdv];
         let vrows = &vf[(first - lo) * hdv..(pos + 1 - lo) * hdv];
+        weigh_heads(scores, n, m, vrows, hdv, o);
+    }
+}
+
+/// `o[g] = Σ_j probs[g][j] · vrows[j]` for every head `g` of `o` (`[heads][hdv]`; `probs` is
+/// head `g`'s `m` probabilities at `scores[g * n..]`), in key order from zero, skipping zero
+/// probabilities. Key by key, each V row meets every head before the next row: all the heads of
+/// a task share its KV head (8 for qwen3moe, 16 for MLA's one latent head), so a V row comes
+/// from the cache once for all of them instead of once per head, while the heads' sums (a few
+/// KiB) stay in the first-level cache.
+/// Heads of 64 values keep their sums in registers instead, head by head ([`weigh_64`]).
+#[inline(always)]
+fn weigh_heads(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+    if hdv == 64 {
         for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
-            let probs = &mut scores[g * n..g * n + m];
-            probs.iter_mut().for_each(|s| *s *= inv[g]);
-            round_f16_in_place::<F16C>(probs);
-            match hdv {
-                64 => weigh::<64>(probs, vrows, og),
-                128 => weigh::<128>(probs, vrows, og),
-                256 => weigh::<256>(probs, vrows, og),
-                512 => weigh::<512>(probs, vrows, og),
-                _ => weigh_any(probs, vrows, og),
+            weigh_64(&scores[g * n..g * n + m], vrows, og);
+        }
+        return;
+    }
+    o.fill(0.0);
+    for (j, v) in vrows.chunks_exact(hdv).take(m).enumerate() {
+        for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
+            let pj = scores[g * n + j];
+            if pj == 0.0 {
+                continue;
+            }
+            for (a, &v) in og.iter_mut().zip(v) {
+                *a += pj * v;
             }
         }
     }
+}
+
+/// One head of 64 values: `o = Σ_j probs[j] · vrows[j]` (`vrows`: `[probs.len()][64]`), in key
+/// order from zero, skipping zero probabilities, the sums in eight registers.
+#[inline(always)]
+fn weigh_64(probs: &[f32], vrows: &[f32], o: &mut [f32]) {
+    let mut acc = [0f32; 64];
+    for (&pj, v) in probs.iter().zip(vrows.chunks_exact(64)) {
+        if pj == 0.0 {
+            continue;
+        }
+        for (a, &v) in acc.iter_mut().zip(v) {
+            *a += pj * v;
+        }
+    }
+    o.copy_from_slice(&acc);
 }
 
 /// The softmax numerators of each head's first `m` scores in place (`scores`: `[heads][n]`,
@@ -385,36 +423,6 @@ pub(super) fn softmax_heads(p: &AttnParams, sinks: Sinks<'_>, scores: &mut [f32]
 #[inline(always)]
 fn soft_cap(x: f32, cap: f32) -> f32 {
     (x * (1.0 / cap)).tanh() * cap
-}
-
-/// `o = Σ_j probs[j] · vrows[j]` (`vrows`: `[probs.len()][HD]`), in key order from zero,
-/// skipping zero probabilities, with the accumulator in registers.
-#[inline(always)]
-fn weigh<const HD: usize>(probs: &[f32], vrows: &[f32], o: &mut [f32]) {
-    let mut acc = [0f32; HD];
-    for (&pj, v) in probs.iter().zip(vrows.chunks_exact(HD)) {
-        if pj == 0.0 {
-            continue;
-        }
-        for (a, &v) in acc.iter_mut().zip(v) {
-            *a += pj * v;
-        }
-    }
-    o.copy_from_slice(&acc);
-}
-
-/// [`weigh`] for any head size.
-#[inline(always)]
-fn weigh_any(probs: &[f32], vrows: &[f32], o: &mut [f32]) {
-    o.fill(0.0);
-    for (&pj, v) in probs.iter().zip(vrows.chunks_exact(o.len())) {
-        if pj == 0.0 {
-            continue;
-        }
-        for (a, &v) in o.iter_mut().zip(v) {
-            *a += pj * v;
-        }
-    }
 }
 
 /// The softmax numerators in place, `s[j] = e^(s[j] - max)` by [`exp`], and their sum in f64:
@@ -509,8 +517,22 @@ unsafe fn round_f16_f16c(x: &mut [f32]) {
 
 /// `scores[g * stride + j] = (qs[g] · krows[j]) * scale` for the `N` query heads in `qs`
 /// (`[N][hd]`) and every K row in `krows` (`[_][hd]`), each product summed as the per-head `dot` of the tests does.
+/// With `AVX2` (set only in the AVX2 build), [`score_tile_avx2`]: the same sums in registers.
 #[inline(always)]
-fn score_tile<const N: usize>(qs: &[f32], krows: &[f32], hd: usize, scale: f32, scores: &mut [f32], stride: usize) {
+fn score_tile<const N: usize, const AVX2: bool>(
+    qs: &[f32],
+    krows: &[f32],
+    hd: usize,
+    scale: f32,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2 and F16C.
+        unsafe { score_tile_avx2::<N>(qs, krows, hd, scale, scores, stride) };
+        return;
+    }
     let full = hd / LANES * LANES;
     for (j, k) in krows.chunks_exact(hd).enumerate() {
         let mut acc = [[0f32; LANES]; N];
@@ -531,6 +553,79 @@ fn score_tile<const N: usize>(qs: &[f32], krows: &[f32], hd: usize, scale: f32, 
                 .sum();
             scores[g * stride + j] = (acc[g].iter().sum::<f32>() + tail) * scale;
         }
+    }
+}
+
+/// [`score_tile`] in AVX2 registers: lane `i` of head `g`'s accumulator is the scalar code's
+/// `acc[g][i]` (products and sums separately rounded, no FMA), its lanes then summed in order
+/// from -0.0 as `Iterator::sum` does, then the tail: the same bits. Two K rows at a time, so each
+/// load of a query vector serves both. (The compiler's own vectorization of the scalar loop
+/// shuffled lanes between registers: two fifths of deepseek2's prefill attention.)
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn score_tile_avx2<const N: usize>(
+    qs: &[f32],
+    krows: &[f32],
+    hd: usize,
+    scale: f32,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    use std::arch::x86_64::*;
+    let full = hd / LANES * LANES;
+    let rows = krows.len() / hd;
+    // The dot products of `N` heads with K rows `j..j + R`, into `scores`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows_of<const N: usize, const R: usize>(
+        qs: &[f32],
+        krows: &[f32],
+        hd: usize,
+        full: usize,
+        j: usize,
+        scale: f32,
+        scores: &mut [f32],
+        stride: usize,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); N]; R];
+        let (q, k) = (qs.as_ptr(), krows.as_ptr().add(j * hd));
+        for c in (0..full).step_by(LANES) {
+            let mut kc = [_mm256_setzero_ps(); R];
+            for (r, kc) in kc.iter_mut().enumerate() {
+                *kc = _mm256_loadu_ps(k.add(r * hd + c));
+            }
+            for g in 0..N {
+                let qc = _mm256_loadu_ps(q.add(g * hd + c));
+                for r in 0..R {
+                    acc[r][g] = _mm256_add_ps(acc[r][g], _mm256_mul_ps(qc, kc[r]));
+                }
+            }
+        }
+        for r in 0..R {
+            let kr = &krows[(j + r) * hd..(j + r + 1) * hd];
+            for g in 0..N {
+                let mut lanes = [0f32; LANES];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][g]);
+                let tail: f32 = qs[g * hd + full..(g + 1) * hd]
+                    .iter()
+                    .zip(&kr[full..])
+                    .map(|(x, y)| x * y)
+                    .sum();
+                scores[g * stride + j + r] = (lanes.iter().sum::<f32>() + tail) * scale;
+            }
+        }
+    }
+    let mut j = 0;
+    while j + 2 <= rows {
+        rows_of::<N, 2>(qs, krows, hd, full, j, scale, scores, stride);
+        j += 2;
+    }
+    if j < rows {
+        rows_of::<N, 1>(qs, krows, hd, full, j, scale, scores, stride);
     }
 }
 

@@ -52,6 +52,9 @@ use weight::WeightData;
 const CONV_ROWS: usize = 16;
 /// Output rows per matmul task (rows of `W`): whole interleaved tiles.
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
+/// Rows per worker from which a batch's activations are prepared in parallel
+/// ([`CpuBackend::prepare_rows`]): below it the split costs more than it saves.
+const PREPARE_SPLIT_ROWS: usize = 8;
 /// Values per task of element-wise ops.
 const ELEMENTWISE_CHUNK: usize = 1 << 14;
 /// The fewest values of a gated activation per task: in the threaded wasm build a few
@@ -136,6 +139,25 @@ impl CpuBackend {
     pub fn kernel_variant(&self) -> &'static str {
         self.kernels.variant
     }
+}
+
+thread_local! {
+    /// `matmul_id`'s outputs in expert order, kept per calling thread (see [`with_matid_scratch`]).
+    static MATID_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on this thread's kept `matmul_id` scratch of `len` values (contents unspecified): it
+/// grows to the largest batch seen instead of being mapped afresh for every call. The buffer is
+/// taken out while `f` runs, so a call that a waiting worker picks up in between (rayon runs
+/// other jobs while it waits) gets a buffer of its own instead of a borrow error.
+fn with_matid_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    let mut buf = MATID_SCRATCH.take();
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+    let r = f(&mut buf[..len]);
+    MATID_SCRATCH.set(buf);
+    r
 }
 
 /// An f32 activation buffer.
@@ -276,7 +298,7 @@ impl Backend for CpuBackend {
                 .trim_start_matches('.');
             format!("matmul {role} {:?} {n}x{k} rows {rows}", w.ty)
         });
-        let act = (self.kernels.prepare)(w.ty, &x.0[..rows * k], k)?;
+        let act = self.prepare_rows(w.ty, &x.0[..rows * k], k)?;
         let tile_fn = self.kernels.tile;
         let (ty, layout) = (w.ty, w.layout());
         // Each task takes MATMUL_TILE weight rows, meets them with every activation row and
@@ -546,49 +568,58 @@ impl Backend for CpuBackend {
                 _ => groups.push((ids[p], i, 1)),
             }
         }
-        // xg: [pairs, k] inputs in expert order; og: [pairs, n] outputs in the same order.
-        let mut xg = vec![0f32; pairs * k];
-        for (dst, &p) in xg.chunks_exact_mut(k).zip(&order) {
-            let r = m.input_of(p);
-            dst.copy_from_slice(&x.0[r * k..(r + 1) * k]);
-        }
-        let acts = groups
-            .iter()
-            .map(|&(_, first, count)| (self.kernels.prepare)(w.ty, &xg[first * k..(first + count) * k], k))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut og = vec![0f32; pairs * n];
-        let tiles = n.div_ceil(MATMUL_TILE);
-        let cols: Vec<Columns> = {
-            let mut rest = og.as_mut_slice();
-            let mut cols = Vec::with_capacity(groups.len());
-            for &(_, _, count) in &groups {
-                let (head, tail) = rest.split_at_mut(count * n);
-                cols.push(Columns::new(head, count, n));
-                rest = tail;
-            }
-            cols
-        };
-        let (tile_fn, ty, layout) = (self.kernels.tile, w.ty, w.layout());
-        self.pool.for_each_index(groups.len() * tiles, |t| {
-            let (g, tile) = (t / tiles, t % tiles);
-            let e = groups[g].0;
-            let r0 = tile * MATMUL_TILE;
-            let nw = MATMUL_TILE.min(n - r0);
-            // SAFETY: task `t` alone handles rows `r0..r0 + nw` of expert group `g`, so it alone
-            // touches those columns of the group's part of `og`, and `r0 + nw <= n`.
-            let mut out_tile = unsafe { cols[g].tile(r0, nw) };
-            tile_fn(ty, layout, k, w.rows(e * n + r0, nw), &acts[g], &mut out_tile);
+        // all: every input row prepared once (a token's row feeds all its experts); each
+        // group's activations are its pairs' rows of it, in expert order.
+        let all = self.prepare_rows(w.ty, &x.0[..m.inputs() * k], k)?;
+        let inputs: Vec<usize> = order.iter().map(|&p| m.input_of(p)).collect();
+        let mut acts: Vec<Option<tile::Activations>> = (0..groups.len()).map(|_| None).collect();
+        self.pool.for_chunks(&mut acts, 1, |g, slot| {
+            let (_, first, count) = groups[g];
+            slot[0] = Some(all.gather(&inputs[first..first + count]));
         });
-        drop(cols);
+        drop(all);
+        let acts: Vec<tile::Activations> = acts.into_iter().flatten().collect();
         let bias = bias.map(CpuWeight::values).transpose()?;
-        for (src, &p) in og.chunks_exact(n).zip(&order) {
-            let dst = &mut out.0[p * n..(p + 1) * n];
-            dst.copy_from_slice(src);
-            if let Some(b) = &bias {
-                let e = ids[p];
-                dst.iter_mut().zip(&b[e * n..(e + 1) * n]).for_each(|(d, &v)| *d += v);
+        let tiles = n.div_ceil(MATMUL_TILE);
+        let (tile_fn, ty, layout) = (self.kernels.tile, w.ty, w.layout());
+        // og: [pairs, n] outputs in expert order, in a buffer kept across calls (a fresh one of
+        // tens of MB per call was mapped and zeroed by the kernel: a fifth of a prefill).
+        with_matid_scratch(pairs * n, |og| {
+            let cols: Vec<Columns> = {
+                let mut rest = &mut og[..];
+                let mut cols = Vec::with_capacity(groups.len());
+                for &(_, _, count) in &groups {
+                    let (head, tail) = rest.split_at_mut(count * n);
+                    cols.push(Columns::new(head, count, n));
+                    rest = tail;
+                }
+                cols
+            };
+            self.pool.for_each_index(groups.len() * tiles, |t| {
+                let (g, tile) = (t / tiles, t % tiles);
+                let e = groups[g].0;
+                let r0 = tile * MATMUL_TILE;
+                let nw = MATMUL_TILE.min(n - r0);
+                // SAFETY: task `t` alone handles rows `r0..r0 + nw` of expert group `g`, so it
+                // alone touches those columns of the group's part of `og`, and `r0 + nw <= n`.
+                let mut out_tile = unsafe { cols[g].tile(r0, nw) };
+                tile_fn(ty, layout, k, w.rows(e * n + r0, nw), &acts[g], &mut out_tile);
+            });
+            drop(cols);
+            // Back to pair order: pair p's row is row slot[p] of og.
+            let mut slot = vec![0usize; pairs];
+            for (i, &p) in order.iter().enumerate() {
+                slot[p] = i;
             }
-        }
+            let og = &*og;
+            self.pool.for_chunks(&mut out.0[..pairs * n], n, |p, dst| {
+                dst.copy_from_slice(&og[slot[p] * n..(slot[p] + 1) * n]);
+                if let Some(b) = &bias {
+                    let e = ids[p];
+                    dst.iter_mut().zip(&b[e * n..(e + 1) * n]).for_each(|(d, &v)| *d += v);
+                }
+            });
+        });
         Ok(())
     }
 
@@ -864,6 +895,29 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
+    /// `kernels.prepare` of the rows of `x` (`k` values each): a batch of at least
+    /// [`PREPARE_SPLIT_ROWS`] rows per worker in one piece per worker, prepared in parallel and
+    /// joined ([`tile::Activations::concat`]), the same activations as one call without one
+    /// thread converting the whole batch while the others wait.
+    fn prepare_rows(&self, ty: quant::GgmlType, x: &[f32], k: usize) -> Result<tile::Activations, BackendError> {
+        let rows = x.len().checked_div(k).unwrap_or(0);
+        let threads = self.pool.threads();
+        if threads < 2 || rows < threads * PREPARE_SPLIT_ROWS {
+            return Ok((self.kernels.prepare)(ty, x, k)?);
+        }
+        let per = rows.div_ceil(threads);
+        // parts: [pieces] each piece's activations, filled by its task.
+        let mut parts: Vec<Option<Result<tile::Activations, quant::QuantError>>> =
+            (0..rows.div_ceil(per)).map(|_| None).collect();
+        let prepare = self.kernels.prepare;
+        self.pool.for_chunks(&mut parts, 1, |i, slot| {
+            let (r0, r1) = (i * per, ((i + 1) * per).min(rows));
+            slot[0] = Some(prepare(ty, &x[r0 * k..r1 * k], k));
+        });
+        let parts = parts.into_iter().flatten().collect::<Result<Vec<_>, _>>()?;
+        Ok(tile::Activations::concat(parts))
+    }
+
     /// A gated activation over `len` values: `apply(gate_chunk, up_chunk)` on matching pieces.
     fn gated(
         &self,

@@ -69,6 +69,57 @@ impl Activations {
     pub(super) fn row(&self, r: usize) -> &[f32] {
         self.values.get(r * self.k..(r + 1) * self.k).unwrap_or(&[])
     }
+
+    /// The activations of rows `rows` of these (indices below [`Activations::rows`]), in that
+    /// order. Every conversion is row by row (blocks never cross a row) and each field holds
+    /// the same number of values per row, one row after the other, so this is what preparing
+    /// those rows of the input would give, without converting a row that several outputs read
+    /// again for each.
+    pub(super) fn gather(&self, rows: &[usize]) -> Activations {
+        Activations {
+            rows: rows.len(),
+            k: self.k,
+            values: gather_rows(&self.values, self.rows, rows),
+            bytes: gather_rows(&self.bytes, self.rows, rows),
+            row_bytes: self.row_bytes,
+            scales: gather_rows(&self.scales, self.rows, rows),
+            dsums: gather_rows(&self.dsums, self.rows, rows),
+            offsets: gather_rows(&self.offsets, self.rows, rows),
+        }
+    }
+
+    /// `parts` one after the other, as one preparation of their rows together would give
+    /// (see [`Activations::gather`]). The parts must come from one weight type and `k`.
+    pub(super) fn concat(parts: Vec<Activations>) -> Activations {
+        let mut parts = parts.into_iter();
+        let Some(mut all) = parts.next() else {
+            return Activations::empty(0, 0);
+        };
+        for p in parts {
+            debug_assert!(p.k == all.k && p.row_bytes == all.row_bytes);
+            all.rows += p.rows;
+            all.values.extend_from_slice(&p.values);
+            all.bytes.extend_from_slice(&p.bytes);
+            all.scales.extend_from_slice(&p.scales);
+            all.dsums.extend_from_slice(&p.dsums);
+            all.offsets.extend_from_slice(&p.offsets);
+        }
+        all
+    }
+}
+
+/// Rows `rows` of `v`, a field of `n` equal rows one after the other (empty stays empty).
+fn gather_rows<T: Copy>(v: &[T], n: usize, rows: &[usize]) -> Vec<T> {
+    if v.is_empty() || n == 0 {
+        return Vec::new();
+    }
+    debug_assert!(v.len().is_multiple_of(n));
+    let per = v.len() / n;
+    let mut out = Vec::with_capacity(per * rows.len());
+    for &r in rows {
+        out.extend_from_slice(&v[r * per..(r + 1) * per]);
+    }
+    out
 }
 
 /// How a weight's bytes are arranged.
