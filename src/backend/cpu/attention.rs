@@ -357,13 +357,21 @@ fn block_rows<const F16C: bool>(
     }
 }
 
+/// Keys per block of [`weigh_heads`]: their V rows stay in the first-level cache while every
+/// head meets them.
+const KEY_BLOCK: usize = 8;
+
+/// Output values of one head that [`weigh_heads`] keeps in registers across a block of keys.
+const V_COLS: usize = 32;
+
 /// `o[g] = Σ_j probs[g][j] · vrows[j]` for every head `g` of `o` (`[heads][hdv]`; `probs` is
 /// head `g`'s `m` probabilities at `scores[g * n..]`), in key order from zero, skipping zero
-/// probabilities. Key by key, each V row meets every head before the next row: all the heads of
-/// a task share its KV head (8 for qwen3moe, 16 for MLA's one latent head), so a V row comes
-/// from the cache once for all of them instead of once per head, while the heads' sums (a few
-/// KiB) stay in the first-level cache.
-/// Heads of 64 values keep their sums in registers instead, head by head ([`weigh_64`]).
+/// probabilities. All the heads of a task share its KV head (8 for qwen3moe, 16 for MLA's one
+/// latent head), so the keys go in blocks of [`KEY_BLOCK`]: the block's V rows come from the
+/// cache once for all the heads, and each head's sums go through registers [`V_COLS`] at a time
+/// over the whole block instead of through memory at every key. Each sum still adds its keys in
+/// order. Heads of 64 values keep all their sums in registers, head by head ([`weigh_64`]);
+/// widths that are no multiple of [`V_COLS`] go key by key.
 #[inline(always)]
 fn weigh_heads(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
     if hdv == 64 {
@@ -373,14 +381,40 @@ fn weigh_heads(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o:
         return;
     }
     o.fill(0.0);
-    for (j, v) in vrows.chunks_exact(hdv).take(m).enumerate() {
+    if !hdv.is_multiple_of(V_COLS) {
+        for (j, v) in vrows.chunks_exact(hdv).take(m).enumerate() {
+            for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
+                let pj = scores[g * n + j];
+                if pj == 0.0 {
+                    continue;
+                }
+                for (a, &v) in og.iter_mut().zip(v) {
+                    *a += pj * v;
+                }
+            }
+        }
+        return;
+    }
+    for j0 in (0..m).step_by(KEY_BLOCK) {
+        let kb = KEY_BLOCK.min(m - j0);
+        let block = &vrows[j0 * hdv..(j0 + kb) * hdv];
         for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
-            let pj = scores[g * n + j];
-            if pj == 0.0 {
+            let probs = &scores[g * n + j0..g * n + j0 + kb];
+            if probs.iter().all(|&p| p == 0.0) {
                 continue;
             }
-            for (a, &v) in og.iter_mut().zip(v) {
-                *a += pj * v;
+            for (c0, oc) in og.chunks_exact_mut(V_COLS).enumerate() {
+                let mut acc = [0f32; V_COLS];
+                acc.copy_from_slice(oc);
+                for (&pj, v) in probs.iter().zip(block.chunks_exact(hdv)) {
+                    if pj == 0.0 {
+                        continue;
+                    }
+                    for (a, &v) in acc.iter_mut().zip(&v[c0 * V_COLS..(c0 + 1) * V_COLS]) {
+                        *a += pj * v;
+                    }
+                }
+                oc.copy_from_slice(&acc);
             }
         }
     }
