@@ -6,41 +6,22 @@
 //!
 //! `cargo bench -p tinyllm --bench attention`; prints one table (milliseconds per call).
 
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
+
+use common::{time, Rng};
 
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::{AttnParams, Backend, KvType, SeqAttn};
+
+/// Each timing runs at least this long, best of three.
+const AT_LEAST: Duration = Duration::from_millis(300);
 
 /// Positions the decode row sees (the last is its own).
 const CTX: usize = 4096;
 /// Rows of the prefill chunk, ending at position `CTX - 1`.
 const CHUNK: usize = 512;
-
-/// xorshift64*: enough randomness for benchmark data, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn unit(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
-/// Seconds per call of `f`, best of several runs of at least 0.3 s.
-fn time(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let (start, mut calls) = (Instant::now(), 0u32);
-        while start.elapsed() < Duration::from_millis(300) || calls == 0 {
-            f();
-            calls += 1;
-        }
-        best = best.min(start.elapsed().as_secs_f64() / f64::from(calls));
-    }
-    best
-}
 
 /// Milliseconds per attention call of `rows` rows ending at position `CTX - 1`, caches of
 /// format `kv` filled with random rows.
@@ -76,7 +57,9 @@ fn run(be: &CpuBackend, (n_head, n_head_kv, hd): (usize, usize, usize), kv: KvTy
         k_cache: &kc,
         v_cache: &vc,
     }];
-    1e3 * time(|| be.run_pass(|| be.attention(&q, &seq, None, &mut out).expect("attention")))
+    1e3 * time(AT_LEAST, || {
+        be.run_pass(|| be.attention(&q, &seq, None, &mut out).expect("attention"))
+    })
 }
 
 fn main() {

@@ -6,12 +6,19 @@
 //!
 //! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
 
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
+
+use common::{time, Rng};
 
 use half::f16;
 use tinyllm::backend::cpu::interleave::{self, TILE_ROWS};
 use tinyllm::backend::cpu::kernels::{simd_types, Kernels, Layout, TileOut};
 use tinyllm::quant::GgmlType;
+
+/// Each timing runs at least this long, best of three.
+const AT_LEAST: Duration = Duration::from_millis(200);
 
 /// Values per row and rows of the matvec matrix.
 const K: usize = 4096;
@@ -19,20 +26,6 @@ const N: usize = 4096;
 /// Weight rows and activation rows of the matmul.
 const MM_N: usize = 1024;
 const MM_ROWS: usize = 512;
-
-/// xorshift64*: enough randomness for benchmark data, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
 
 /// Random weights of `ty` with sane f16 scales (small and positive, as quantizers write).
 fn weights(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
@@ -63,21 +56,6 @@ fn weights(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
         }
     }
     w
-}
-
-/// Seconds per call of `f`, best of several runs of at least 0.2 s.
-fn time(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let (start, mut calls) = (Instant::now(), 0u32);
-        while start.elapsed() < Duration::from_millis(200) || calls == 0 {
-            f();
-            calls += 1;
-        }
-        best = best.min(start.elapsed().as_secs_f64() / f64::from(calls));
-    }
-    best
 }
 
 /// `w` in the layout the backend would give kernel set `kern`, and that layout.
@@ -159,19 +137,19 @@ fn main() {
         let gb = w.len() as f64 / 1e9;
         let (wb, wf) = (placed(best, ty, K, &w), placed(fast, ty, K, &w));
         let mut out = vec![0f32; N];
-        let mv1 = gb / time(|| matmul(best, ty, K, N, &wb, &x1, &mut out, 1));
-        let mvn = gb / time(|| matmul(best, ty, K, N, &wb, &x1, &mut out, threads));
+        let mv1 = gb / time(AT_LEAST, || matmul(best, ty, K, N, &wb, &x1, &mut out, 1));
+        let mvn = gb / time(AT_LEAST, || matmul(best, ty, K, N, &wb, &x1, &mut out, threads));
         let mut out4 = vec![0f32; 4 * N];
-        let mv4 = gb / time(|| matmul(best, ty, K, N, &wb, &x4, &mut out4, threads));
+        let mv4 = gb / time(AT_LEAST, || matmul(best, ty, K, N, &wb, &x4, &mut out4, threads));
         let mut out8 = vec![0f32; 8 * N];
-        let mv8 = gb / time(|| matmul(best, ty, K, N, &wb, &x8, &mut out8, threads));
-        let mvf = gb / time(|| matmul(fast, ty, K, N, &wf, &x1, &mut out, 1));
+        let mv8 = gb / time(AT_LEAST, || matmul(best, ty, K, N, &wb, &x8, &mut out8, threads));
+        let mvf = gb / time(AT_LEAST, || matmul(fast, ty, K, N, &wf, &x1, &mut out, 1));
         let wm = &w[..w.len() / N * MM_N];
         let (wb, wf) = (placed(best, ty, K, wm), placed(fast, ty, K, wm));
         let mut out = vec![0f32; MM_N * MM_ROWS];
         let ops = 2.0 * (MM_N * K * MM_ROWS) as f64 / 1e9;
-        let mm = ops / time(|| matmul(best, ty, K, MM_N, &wb, &xm, &mut out, threads));
-        let mmf = ops / time(|| matmul(fast, ty, K, MM_N, &wf, &xm, &mut out, threads));
+        let mm = ops / time(AT_LEAST, || matmul(best, ty, K, MM_N, &wb, &xm, &mut out, threads));
+        let mmf = ops / time(AT_LEAST, || matmul(fast, ty, K, MM_N, &wf, &xm, &mut out, threads));
         println!(
             "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>14.2} {:>14.2} {:>12.2} {:>14.1} {:>14.1}",
             ty.name(),

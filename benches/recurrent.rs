@@ -6,43 +6,21 @@
 //! `cargo bench -p tinyllm --bench recurrent`; prints one table (milliseconds per call, one
 //! layer).
 
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
+
+use common::{time, Rng};
 
 use tinyllm::backend::cpu::CpuBackend;
 use tinyllm::backend::recurrent::{DeltaNet, Form, KeyHeads, SeqRows};
 use tinyllm::backend::Backend;
 
+/// Each timing runs at least this long, best of three.
+const AT_LEAST: Duration = Duration::from_millis(300);
+
 /// Tokens of the prefill call.
 const ROWS: usize = 512;
-
-/// xorshift64*: enough randomness for benchmark data, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn unit(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| scale * self.unit()).collect()
-    }
-}
-
-/// Seconds per call of `f`, best of several runs of at least 0.3 s.
-fn time(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let (start, mut calls) = (Instant::now(), 0u32);
-        while start.elapsed() < Duration::from_millis(300) || calls == 0 {
-            f();
-            calls += 1;
-        }
-        best = best.min(start.elapsed().as_secs_f64() / f64::from(calls));
-    }
-    best
-}
 
 /// Milliseconds per `delta_net` call of `rows` tokens in `form`.
 fn run(be: &CpuBackend, p: &DeltaNet, form: Form, rows: usize) -> f64 {
@@ -60,7 +38,7 @@ fn run(be: &CpuBackend, p: &DeltaNet, form: Form, rows: usize) -> f64 {
     let mut state = upload(&rng.vec(p.state_len(), 0.1));
     let mut out = be.alloc(rows * p.out_dim()).expect("out");
     let seq = SeqRows { row0: 0, rows };
-    1e3 * time(|| {
+    1e3 * time(AT_LEAST, || {
         be.delta_net(p, form, seq, &qkv, &gate, &beta, &mut state, &mut out)
             .expect("delta_net")
     })

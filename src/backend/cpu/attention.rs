@@ -580,14 +580,17 @@ fn score_tile<const N: usize, const AVX2: bool>(
             }
         }
         for g in 0..N {
-            let tail: f32 = qs[g * hd + full..(g + 1) * hd]
-                .iter()
-                .zip(&k[full..])
-                .map(|(x, y)| x * y)
-                .sum();
-            scores[g * stride + j] = (acc[g].iter().sum::<f32>() + tail) * scale;
+            scores[g * stride + j] = score(&acc[g], &qs[g * hd..(g + 1) * hd], k, full, scale);
         }
     }
+}
+
+/// One score of [`score_tile`] from its lanes' sums over the first `full` values of `q` and `k`:
+/// the lanes in order, then the tail's products, times `scale` (the per-head `dot` of the tests).
+#[inline(always)]
+fn score(lanes: &[f32; LANES], q: &[f32], k: &[f32], full: usize, scale: f32) -> f32 {
+    let tail: f32 = q[full..].iter().zip(&k[full..]).map(|(x, y)| x * y).sum();
+    (lanes.iter().sum::<f32>() + tail) * scale
 }
 
 /// [`score_tile`] in AVX2 registers: lane `i` of head `g`'s accumulator is the scalar code's
@@ -644,12 +647,7 @@ unsafe fn score_tile_avx2<const N: usize>(
             for g in 0..N {
                 let mut lanes = [0f32; LANES];
                 _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][g]);
-                let tail: f32 = qs[g * hd + full..(g + 1) * hd]
-                    .iter()
-                    .zip(&kr[full..])
-                    .map(|(x, y)| x * y)
-                    .sum();
-                scores[g * stride + j + r] = (lanes.iter().sum::<f32>() + tail) * scale;
+                scores[g * stride + j + r] = score(&lanes, &qs[g * hd..(g + 1) * hd], kr, full, scale);
             }
         }
     }
