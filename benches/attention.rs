@@ -31,13 +31,13 @@ fn run(be: &CpuBackend, (n_head, n_head_kv, hd): (usize, usize, usize), kv: KvTy
     let mut kc = be.alloc_kv(CTX * width, kv).expect("k cache");
     let mut vc = be.alloc_kv(CTX * width, kv).expect("v cache");
     let mut src = be.alloc(CTX * width).expect("rows");
-    let values: Vec<f32> = (0..CTX * width).map(|_| 2.0 * rng.unit()).collect();
+    let values: Vec<f32> = (0..CTX * width).map(|_| 2.0 * rng.f()).collect();
     be.write(&mut src, &values).expect("write");
     let positions: Vec<u32> = (0..CTX as u32).collect();
     be.kv_store(&mut kc, &src, 0, width, &positions).expect("store k");
     be.kv_store(&mut vc, &src, 0, width, &positions).expect("store v");
     let mut q = be.alloc(rows * n_head * hd).expect("q");
-    let qv: Vec<f32> = (0..rows * n_head * hd).map(|_| 2.0 * rng.unit()).collect();
+    let qv: Vec<f32> = (0..rows * n_head * hd).map(|_| 2.0 * rng.f()).collect();
     be.write(&mut q, &qv).expect("write");
     let mut out = be.alloc(rows * n_head * hd).expect("out");
     let seq = [SeqAttn {

@@ -34,12 +34,12 @@ fn weights(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
     match ty {
         GgmlType::F32 => {
             for c in w.chunks_exact_mut(4) {
-                c.copy_from_slice(&rng.unit().to_le_bytes());
+                c.copy_from_slice(&rng.f().to_le_bytes());
             }
         }
         GgmlType::F16 | GgmlType::BF16 => {
             for c in w.chunks_exact_mut(2) {
-                c.copy_from_slice(&f16::from_f32(rng.unit()).to_le_bytes());
+                c.copy_from_slice(&f16::from_f32(rng.f()).to_le_bytes());
             }
         }
         _ => {
@@ -50,7 +50,7 @@ fn weights(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
             };
             for b in w.chunks_exact_mut(ty.block_bytes()) {
                 for &at in scale_at {
-                    b[at..at + 2].copy_from_slice(&f16::from_f32(0.01 + 0.01 * rng.unit()).to_le_bytes());
+                    b[at..at + 2].copy_from_slice(&f16::from_f32(0.01 + 0.01 * rng.f()).to_le_bytes());
                 }
             }
         }
@@ -109,10 +109,10 @@ fn main() {
     let best = Kernels::detect();
     let fast = Kernels::portable();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let x1: Vec<f32> = (0..K).map(|_| rng.unit()).collect();
-    let x4: Vec<f32> = (0..4 * K).map(|_| rng.unit()).collect();
-    let x8: Vec<f32> = (0..8 * K).map(|_| rng.unit()).collect();
-    let xm: Vec<f32> = (0..K * MM_ROWS).map(|_| rng.unit()).collect();
+    let x1: Vec<f32> = (0..K).map(|_| rng.f()).collect();
+    let x4: Vec<f32> = (0..4 * K).map(|_| rng.f()).collect();
+    let x8: Vec<f32> = (0..8 * K).map(|_| rng.f()).collect();
+    let xm: Vec<f32> = (0..K * MM_ROWS).map(|_| rng.f()).collect();
     println!(
         "kernels: {} ({threads} threads); matvec {N}x{K}, matmul {MM_N}x{K} x {MM_ROWS} rows",
         best.variant

@@ -33,8 +33,8 @@ fn run(be: &CpuBackend, p: &DeltaNet, form: Form, rows: usize) -> f64 {
     };
     let qkv = upload(&rng.vec(rows * p.qkv_dim(), 2.0));
     // Log-decays in (-1, 0) and betas in (0, 1), as the gates give.
-    let gate = upload(&(0..rows * hv).map(|_| -0.5 - 0.5 * rng.unit()).collect::<Vec<_>>());
-    let beta = upload(&(0..rows * hv).map(|_| 0.5 + 0.5 * rng.unit()).collect::<Vec<_>>());
+    let gate = upload(&(0..rows * hv).map(|_| -0.5 - 0.5 * rng.f()).collect::<Vec<_>>());
+    let beta = upload(&(0..rows * hv).map(|_| 0.5 + 0.5 * rng.f()).collect::<Vec<_>>());
     let mut state = upload(&rng.vec(p.state_len(), 0.1));
     let mut out = be.alloc(rows * p.out_dim()).expect("out");
     let seq = SeqRows { row0: 0, rows };

@@ -1,31 +1,15 @@
-//! What the benchmarks share: random data without a dependency, and a timer.
+//! What the benchmarks share: the tests' random numbers, and a timer.
 
 // Each bench compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
-/// xorshift64*: enough randomness for benchmark data, no dependency.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-
-    /// `n` values uniform in [-scale, scale).
-    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| scale * self.unit()).collect()
-    }
-}
+/// The tests' xorshift64* (`tests/common/rng.rs`): enough randomness for benchmark data, no
+/// dependency, one generator for both.
+#[path = "../../tests/common/rng.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// Seconds per call of `f`, best of three runs of at least `at_least` each.
 pub fn time(at_least: Duration, mut f: impl FnMut()) -> f64 {
