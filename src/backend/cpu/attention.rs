@@ -200,7 +200,7 @@ pub fn attend_block(
     let n = p.pos0 + b.row0 + b.rows - first_visible(p.pos0 + b.row0, p.window);
     with_task_scratch(scratch_len(p, b.heads, n), |scratch| {
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
+        if avx2_build() {
             // SAFETY: the features `attend_block_avx2` enables were just detected.
             unsafe { attend_block_avx2(q, k_cache, v_cache, p, sinks, b, scratch, out) };
             return;
@@ -209,13 +209,24 @@ pub fn attend_block(
     });
 }
 
-/// [`attend_block_generic`] compiled for AVX2. It enables no FMA: the products and sums stay
-/// separately rounded, as in the generic build.
+/// Whether this CPU runs [`attend_block_avx2`].
+#[cfg(target_arch = "x86_64")]
+fn avx2_build() -> bool {
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("f16c")
+        && std::is_x86_feature_detected!("fma")
+}
+
+/// [`attend_block_generic`] compiled for AVX2. The compiler fuses nothing (Rust does not
+/// contract `a * b + c`); the two kernels that use FMA on purpose ([`score_tile_avx2`],
+/// [`weigh_heads_avx2`]) multiply an f16 value by an f16 value, a product that f32 holds
+/// exactly (11 + 11 significant bits), so the fused sum is the separately rounded one: the
+/// bits of the generic build.
 ///
 /// # Safety
-/// The CPU must support AVX2 and F16C.
+/// The CPU must support AVX2, F16C and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
+#[target_feature(enable = "avx2,f16c,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn attend_block_avx2(
     q: &[f32],
@@ -230,14 +241,14 @@ unsafe fn attend_block_avx2(
     attend_block_generic::<true>(q, k_cache, v_cache, p, sinks, b, scratch, out);
 }
 
-/// `dst[i] = src[i]` widened to f32 (exact either way): with `F16C`, eight at a time with the
+/// `dst[i] = src[i]` widened to f32 (exact either way): with `AVX2`, eight at a time with the
 /// conversion instruction, which `half`'s slice conversion reaches only through a run-time
 /// check per call, a cost that showed in decode profiles (one call per K and V row).
 #[inline(always)]
-fn widen<const F16C: bool>(src: &[f16], dst: &mut [f32]) {
+fn widen<const AVX2: bool>(src: &[f16], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if F16C {
-        // SAFETY: `F16C` is set only by `attend_block_avx2`, which enables AVX2 and F16C.
+    if AVX2 {
+        // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2, F16C and FMA.
         unsafe { widen_f16c(src, dst) };
         return;
     }
@@ -268,7 +279,7 @@ unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
 /// [`scratch_len`] values.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn attend_block_generic<const F16C: bool>(
+fn attend_block_generic<const AVX2: bool>(
     q: &[f32],
     k_cache: &[f16],
     v_cache: &[f16],
@@ -293,11 +304,11 @@ fn attend_block_generic<const F16C: bool>(
     let (scores, inv) = rest.split_at_mut(b.heads * n);
     for (j, (kr, vr)) in kf.chunks_exact_mut(hdk).zip(vf.chunks_exact_mut(hdv)).enumerate() {
         let (kb, vb) = ((lo + j) * k_dim + b.kvh * hdk, (lo + j) * v_row + b.kvh * v_head);
-        widen::<F16C>(&k_cache[kb..kb + hdk], kr);
-        widen::<F16C>(&v_cache[vb..vb + hdv], vr);
+        widen::<AVX2>(&k_cache[kb..kb + hdk], kr);
+        widen::<AVX2>(&v_cache[vb..vb + hdv], vr);
     }
     let sinks = sinks.map(|s| &s[b.head0..b.head0 + b.heads]);
-    block_rows::<F16C>(q, p, sinks, b, lo, kf, vf, q16, scores, inv, out);
+    block_rows::<AVX2>(q, p, sinks, b, lo, kf, vf, q16, scores, inv, out);
 }
 
 /// The rows of `b` once its visible K/V rows (from `lo`) are widened in `kf` (`[_][hdk]`) and
@@ -305,7 +316,7 @@ fn attend_block_generic<const F16C: bool>(
 /// scratch. `sinks` are the block's heads' sink logits.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn block_rows<const F16C: bool>(
+fn block_rows<const AVX2: bool>(
     q: &[f32],
     p: &AttnParams,
     sinks: Sinks<'_>,
@@ -328,7 +339,7 @@ fn block_rows<const F16C: bool>(
         let first = first_visible(pos, p.window);
         let m = pos + 1 - first;
         let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hdk..][..b.heads * hdk];
-        round_f16::<F16C>(qrow, q16);
+        round_f16::<AVX2>(qrow, q16);
         // q·k for every visible key, HEAD_TILE heads at a time.
         let krows = &kf[(first - lo) * hdk..(pos + 1 - lo) * hdk];
         let mut g0 = 0;
@@ -336,10 +347,10 @@ fn block_rows<const F16C: bool>(
             let nt = (b.heads - g0).min(HEAD_TILE);
             let qs = &q16[g0 * hdk..(g0 + nt) * hdk];
             match nt {
-                4 => score_tile::<4, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                3 => score_tile::<3, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                2 => score_tile::<2, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                _ => score_tile::<1, F16C>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                4 => score_tile::<4, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                3 => score_tile::<3, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                2 => score_tile::<2, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+                _ => score_tile::<1, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
             }
             g0 += nt;
         }
@@ -349,11 +360,11 @@ fn block_rows<const F16C: bool>(
         for (g, &inv) in inv.iter().enumerate() {
             let probs = &mut scores[g * n..g * n + m];
             probs.iter_mut().for_each(|s| *s *= inv);
-            round_f16_in_place::<F16C>(probs);
+            round_f16_in_place::<AVX2>(probs);
         }
         let o = &mut out[r * b.heads * hdv..(r + 1) * b.heads * hdv];
         let vrows = &vf[(first - lo) * hdv..(pos + 1 - lo) * hdv];
-        weigh_heads(scores, n, m, vrows, hdv, o);
+        weigh_heads::<AVX2>(scores, n, m, vrows, hdv, o);
     }
 }
 
@@ -372,8 +383,17 @@ const V_COLS: usize = 32;
 /// over the whole block instead of through memory at every key. Each sum still adds its keys in
 /// order. Heads of 64 values keep all their sums in registers, head by head ([`weigh_64`]);
 /// widths that are no multiple of [`V_COLS`] go key by key.
+/// With `AVX2` (set only in the AVX2 build), [`weigh_heads_avx2`] for widths that are a
+/// multiple of [`V_COLS`].
 #[inline(always)]
-fn weigh_heads(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+fn weigh_heads<const AVX2: bool>(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 && hdv.is_multiple_of(V_COLS) {
+        // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2, F16C and FMA;
+        // the probabilities were rounded to f16 and the V rows widened from f16.
+        unsafe { weigh_heads_avx2(scores, n, m, vrows, hdv, o) };
+        return;
+    }
     if hdv == 64 {
         for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
             weigh_64(&scores[g * n..g * n + m], vrows, og);
@@ -415,6 +435,66 @@ fn weigh_heads(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o:
                     }
                 }
                 oc.copy_from_slice(&acc);
+            }
+        }
+    }
+}
+
+/// [`weigh_heads`] in AVX2 registers for `hdv` a multiple of [`V_COLS`]: the same sums in
+/// the same key order, the products through FMA (a probability rounded to f16 times an f16 V
+/// value is exact in f32, so the fused sum is the separately rounded one). Each head's sums
+/// stay in eight registers (64 values; four where the width is an odd multiple of 32) across a
+/// block of [`KEY_BLOCK`] keys, or across all keys where that is the whole head, so that
+/// eight FMAs are in flight.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; the values of `scores` and `vrows` must be f16 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+    /// `acc[c0..c0 + 8 REGS]` of one head += `Σ_j probs[j] · v[j]` over the block's keys
+    /// (`v`: the block's first V row, rows `hdv` apart), zero probabilities skipped.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn cols<const REGS: usize>(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
+        use std::arch::x86_64::*;
+        let mut acc = [_mm256_setzero_ps(); REGS];
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(out.add(8 * i));
+        }
+        for (j, &pj) in probs.iter().enumerate() {
+            if pj == 0.0 {
+                continue;
+            }
+            let (pv, vj) = (_mm256_set1_ps(pj), v.add(j * hdv));
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vj.add(8 * i)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(8 * i), *a);
+        }
+    }
+    let wide = hdv.is_multiple_of(64);
+    let step = if wide { 64 } else { V_COLS };
+    // One head of 64 keeps its sums in registers over every key.
+    let block = if hdv == 64 { m.max(1) } else { KEY_BLOCK };
+    o.fill(0.0);
+    for j0 in (0..m).step_by(block) {
+        let kb = block.min(m - j0);
+        let v = vrows.as_ptr().add(j0 * hdv);
+        for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
+            let probs = &scores[g * n + j0..g * n + j0 + kb];
+            if probs.iter().all(|&p| p == 0.0) {
+                continue;
+            }
+            for c0 in (0..hdv).step_by(step) {
+                let out = og.as_mut_ptr().add(c0);
+                if wide {
+                    cols::<8>(probs, v.add(c0), hdv, out);
+                } else {
+                    cols::<4>(probs, v.add(c0), hdv, out);
+                }
             }
         }
     }
@@ -513,17 +593,17 @@ fn exp(x: f32) -> f32 {
 
 /// `dst[i] = src[i]` rounded to f16 (nearest, ties to even) and back.
 #[inline(always)]
-fn round_f16<const F16C: bool>(src: &[f32], dst: &mut [f32]) {
+fn round_f16<const AVX2: bool>(src: &[f32], dst: &mut [f32]) {
     dst.copy_from_slice(src);
-    round_f16_in_place::<F16C>(dst);
+    round_f16_in_place::<AVX2>(dst);
 }
 
-/// Each value rounded to f16 (nearest, ties to even) and back; with `F16C` eight at a time.
+/// Each value rounded to f16 (nearest, ties to even) and back; with `AVX2` eight at a time.
 #[inline(always)]
-fn round_f16_in_place<const F16C: bool>(x: &mut [f32]) {
+fn round_f16_in_place<const AVX2: bool>(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if F16C {
-        // SAFETY: `F16C` is set only by `attend_block_avx2`, which enables AVX2 and F16C.
+    if AVX2 {
+        // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2, F16C and FMA.
         unsafe { round_f16_f16c(x) };
         return;
     }
@@ -563,7 +643,7 @@ fn score_tile<const N: usize, const AVX2: bool>(
 ) {
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
-        // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2 and F16C.
+        // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2, F16C and FMA.
         unsafe { score_tile_avx2::<N>(qs, krows, hd, scale, scores, stride) };
         return;
     }
@@ -594,15 +674,16 @@ fn score(lanes: &[f32; LANES], q: &[f32], k: &[f32], full: usize, scale: f32) ->
 }
 
 /// [`score_tile`] in AVX2 registers: lane `i` of head `g`'s accumulator is the scalar code's
-/// `acc[g][i]` (products and sums separately rounded, no FMA), its lanes then summed in order
-/// from -0.0 as `Iterator::sum` does, then the tail: the same bits. Two K rows at a time, so each
-/// load of a query vector serves both. (The compiler's own vectorization of the scalar loop
-/// shuffled lanes between registers: two fifths of deepseek2's prefill attention.)
+/// `acc[g][i]`, its lanes then summed in order from -0.0 as `Iterator::sum` does, then the
+/// tail: the same bits. The products go through FMA: q is rounded to f16 and K is f16, so each
+/// product is exact in f32 and the fused sum is the scalar code's rounded sum. Two K rows at a
+/// time, so each load of a query vector serves both. (The compiler's own vectorization of the
+/// scalar loop shuffled lanes between registers: two fifths of deepseek2's prefill attention.)
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2 and FMA; the values of `qs` and `krows` must be f16 values.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn score_tile_avx2<const N: usize>(
     qs: &[f32],
     krows: &[f32],
@@ -616,7 +697,7 @@ unsafe fn score_tile_avx2<const N: usize>(
     let rows = krows.len() / hd;
     // The dot products of `N` heads with K rows `j..j + R`, into `scores`.
     #[inline]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn rows_of<const N: usize, const R: usize>(
         qs: &[f32],
@@ -638,7 +719,7 @@ unsafe fn score_tile_avx2<const N: usize>(
             for g in 0..N {
                 let qc = _mm256_loadu_ps(q.add(g * hd + c));
                 for r in 0..R {
-                    acc[r][g] = _mm256_add_ps(acc[r][g], _mm256_mul_ps(qc, kc[r]));
+                    acc[r][g] = _mm256_fmadd_ps(qc, kc[r], acc[r][g]);
                 }
             }
         }
@@ -962,10 +1043,18 @@ pub(super) mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn portable_build_equals_avx2_build() {
-        if !(std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")) {
+        if !super::avx2_build() {
             return;
         }
-        for (hd, softcap, with_sinks) in [((68, 68), None, false), ((72, 40), Some(3.0), true)] {
+        // Widths that are no multiple of 32, then the AVX2 build's V kernels: 64 values in
+        // registers over all keys, and an odd multiple of 32 in blocks of keys.
+        let cases = [
+            ((68, 68), None, false),
+            ((72, 40), Some(3.0), true),
+            ((64, 64), None, false),
+            ((96, 160), Some(3.0), true),
+        ];
+        for (hd, softcap, with_sinks) in cases {
             let p = AttnParams {
                 window: Some(12),
                 scale: 0.4,
