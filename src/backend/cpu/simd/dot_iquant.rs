@@ -95,10 +95,104 @@ unsafe fn stored_signs(p: *const u8) -> __m256i {
     lanes64(std::array::from_fn(|l| SIGNS[usize::from(*p.add(l))]))
 }
 
-/// The kernels of format `K`.
-struct Grid<const K: u8>;
+/// `table[idx[l]]` for the four i32 lanes of `idx` (each below the table's length).
+#[inline(always)]
+unsafe fn gather64(table: &[u64], idx: __m128i) -> __m256i {
+    _mm256_i32gather_epi64::<8>(table.as_ptr() as *const i64, idx)
+}
 
-impl<const K: u8> SuperBlocks for Grid<K> {
+/// `table[idx[l]]` for the eight i32 lanes of `idx` (each below the table's length).
+#[inline(always)]
+unsafe fn gather32(table: &[u32], idx: __m256i) -> __m256i {
+    _mm256_i32gather_epi32::<4>(table.as_ptr() as *const i32, idx)
+}
+
+/// The four bytes at `p` as i32 lanes.
+#[inline(always)]
+unsafe fn bytes4(p: *const u8) -> __m128i {
+    _mm_cvtepu8_epi32(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)))
+}
+
+/// The eight bytes at `p` as i32 lanes.
+#[inline(always)]
+unsafe fn bytes8(p: *const u8) -> __m256i {
+    _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i))
+}
+
+/// [`ksigns`] through one gather.
+#[inline(always)]
+unsafe fn ksigns_gathered(aux: u32) -> __m256i {
+    let fields = _mm_srlv_epi32(_mm_set1_epi32(aux as i32), _mm_setr_epi32(0, 7, 14, 21));
+    gather64(&KSIGNS, _mm_and_si128(fields, _mm_set1_epi32(127)))
+}
+
+/// The kernels of format `K`. With `GATHER`, the table entries a group names come through the
+/// AVX2 gathers instead of one load and one insert each (a lane shuffle, all on one port on
+/// Intel cores): the same values, so the same bits (see [`gathers_pay`]).
+struct Grid<const K: u8, const GATHER: bool>;
+
+impl<const K: u8, const GATHER: bool> Grid<K, GATHER> {
+    /// [`SuperBlocks::group`] with the gathers.
+    #[inline(always)]
+    unsafe fn gathered(p: *const u8, g: usize) -> Group {
+        let word = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u32);
+        let byte = |o: usize| i32::from(*p.add(o));
+        match K {
+            IQ2_XXS => {
+                let aux = word(6 + 8 * g);
+                Group {
+                    mags: gather64(&IQ2XXS_GRID, bytes4(p.add(2 + 8 * g))),
+                    signs: ksigns_gathered(aux),
+                    scales: _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+                }
+            }
+            IQ3_XXS => {
+                let aux = word(66 + 4 * g);
+                Group {
+                    mags: gather32(&IQ3XXS_GRID, bytes8(p.add(2 + 8 * g))),
+                    signs: ksigns_gathered(aux),
+                    scales: _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16),
+                }
+            }
+            IQ2_XS => {
+                let halves = _mm_cvtepu16_epi32(_mm_loadl_epi64(p.add(2 + 8 * g) as *const __m128i));
+                let sc = byte(66 + g) as u32;
+                Group {
+                    mags: gather64(&IQ2XS_GRID, _mm_and_si128(halves, _mm_set1_epi32(511))),
+                    signs: gather64(&KSIGNS, _mm_srli_epi32::<9>(halves)),
+                    scales: odd_halves(sc & 0xf, sc >> 4),
+                }
+            }
+            IQ2_S => {
+                // Index l: byte l, and bits 2l, 2l + 1 of `qh` as its bits 8 and 9.
+                let qh = _mm_sllv_epi32(_mm_set1_epi32(byte(66 + g)), _mm_setr_epi32(8, 6, 4, 2));
+                let idx = _mm_or_si128(bytes4(p.add(2 + 4 * g)), _mm_and_si128(qh, _mm_set1_epi32(0x300)));
+                let sc = byte(74 + g) as u32;
+                Group {
+                    mags: gather64(&IQ2S_GRID, idx),
+                    signs: gather64(&SIGNS, bytes4(p.add(34 + 4 * g))),
+                    scales: odd_halves(sc & 0xf, sc >> 4),
+                }
+            }
+            _ => {
+                // Index i: byte i, and bit i of `qh` as its bit 8.
+                let qh = _mm256_sllv_epi32(
+                    _mm256_set1_epi32(byte(66 + g)),
+                    _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1),
+                );
+                let idx = _mm256_or_si256(bytes8(p.add(2 + 8 * g)), _mm256_and_si256(qh, _mm256_set1_epi32(0x100)));
+                let s = (byte(106 + g / 2) as u32 >> (4 * (g % 2))) & 0xf;
+                Group {
+                    mags: gather32(&IQ3S_GRID, idx),
+                    signs: gather64(&SIGNS, bytes4(p.add(74 + 4 * g))),
+                    scales: _mm256_set1_epi16((2 * s + 1) as i16),
+                }
+            }
+        }
+    }
+}
+
+impl<const K: u8, const GATHER: bool> SuperBlocks for Grid<K, GATHER> {
     const BYTES: usize = block_bytes(K);
     const FACTOR: f32 = factor(K);
     type Head = f32;
@@ -116,6 +210,9 @@ impl<const K: u8> SuperBlocks for Grid<K> {
 
     #[inline(always)]
     unsafe fn group(p: *const u8, _: &f32, g: usize) -> Group {
+        if GATHER {
+            return Self::gathered(p, g);
+        }
         let word = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u32);
         let wide = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u64);
         let byte = |o: usize| u32::from(*p.add(o));
@@ -183,20 +280,106 @@ impl<const K: u8> SuperBlocks for Grid<K> {
     }
 }
 
-/// The kernel of `ty`, if it is one of this file's formats.
-pub(super) fn kernel(ty: GgmlType) -> Option<RowsFn> {
-    Some(match ty {
-        GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS>>,
-        GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS>>,
-        GgmlType::IQ2_XS => run::<Grid<IQ2_XS>>,
-        GgmlType::IQ2_S => run::<Grid<IQ2_S>>,
-        GgmlType::IQ3_S => run::<Grid<IQ3_S>>,
-        _ => return None,
+/// The kernel of `ty`, if it is one of this file's formats: with `gather`, the build whose
+/// table lookups are AVX2 gathers.
+pub(super) fn kernel(ty: GgmlType, gather: bool) -> Option<RowsFn> {
+    fn of<const G: bool>(ty: GgmlType) -> Option<RowsFn> {
+        Some(match ty {
+            GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS, G>>,
+            GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS, G>>,
+            GgmlType::IQ2_XS => run::<Grid<IQ2_XS, G>>,
+            GgmlType::IQ2_S => run::<Grid<IQ2_S, G>>,
+            GgmlType::IQ3_S => run::<Grid<IQ3_S, G>>,
+            _ => return None,
+        })
+    }
+    if gather {
+        of::<true>(ty)
+    } else {
+        of::<false>(ty)
+    }
+}
+
+/// Whether this CPU's gathers beat a load and an insert per entry, so that the grid formats
+/// use [`Grid`]'s gathers. `TINYLLM_CPU_GATHER=1` or `0` decides by hand.
+///
+/// The rule is what was measured and what is known: on the Intel Xeon (AVX-512, gathers not
+/// slowed by the microcode fix for Gather Data Sampling) the gathers made IQ3_XXS's one-row
+/// product 18% faster on one thread and 38% on two, best of five alternating runs
+/// (`cargo bench --bench kernels -- IQ3_XXS`). The inserts all go through one shuffle port
+/// there, the gathers' loads do not. llama.cpp's IQ3_S kernel notes the opposite on a Ryzen
+/// 7950X (AMD), and Intel's GDS microcode (Skylake to Ice Lake and Tiger Lake) makes gathers
+/// several times slower; neither was measured here, so both keep the inserts.
+pub fn gathers_pay() -> bool {
+    static PAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAY.get_or_init(|| match std::env::var("TINYLLM_CPU_GATHER").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => {
+            // CPUID leaf 0: the vendor string.
+            let id = std::arch::x86_64::__cpuid(0);
+            let intel = (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e);
+            let gds = std::fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling")
+                .is_ok_and(|s| s.starts_with("Mitigation"));
+            intel && std::is_x86_feature_detected!("avx512f") && !gds
+        }
     })
 }
 
 #[cfg(test)]
 mod tests {
+    use crate::backend::cpu::simd::Isa;
+    use crate::backend::cpu::tile::TileOut;
+    use crate::quant::GgmlType;
+
+    /// The gathers' build gives the inserts' bits, for every format, on random blocks (any
+    /// byte is a valid index or sign field) with small scales, at one, three and nine rows.
+    #[test]
+    fn gathered_groups_give_the_loaded_groups_bits() {
+        if !crate::backend::cpu::simd::available() {
+            return;
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let k = 512;
+        for ty in [
+            GgmlType::IQ2_XXS,
+            GgmlType::IQ3_XXS,
+            GgmlType::IQ2_XS,
+            GgmlType::IQ2_S,
+            GgmlType::IQ3_S,
+        ] {
+            let nw = 5;
+            let mut w: Vec<u8> = (0..nw * k / 256 * ty.block_bytes()).map(|_| next() as u8).collect();
+            for b in w.chunks_exact_mut(ty.block_bytes()) {
+                b[..2].copy_from_slice(&half::f16::from_f32(0.01 + (next() % 100) as f32 * 1e-4).to_le_bytes());
+            }
+            for rows in [1, 3, 9] {
+                let x: Vec<f32> = (0..rows * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+                // SAFETY: `available` was checked.
+                let act = unsafe { crate::backend::cpu::simd::q8::prepare(ty, &x, k) }.expect("whole blocks");
+                let mut isas = Isa::vnni();
+                isas.push(Isa::Avx2);
+                for isa in isas {
+                    let mut outs = [vec![0f32; rows * nw], vec![0f32; rows * nw]];
+                    for (gather, o) in [false, true].into_iter().zip(&mut outs) {
+                        let run = super::kernel(ty, gather).expect("a grid format");
+                        // SAFETY: `available` and the ISA were checked; the lengths are whole rows.
+                        unsafe { run(k, &w, &act, &mut TileOut::new(o, rows), isa) };
+                    }
+                    let same = outs[0].iter().zip(&outs[1]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{ty:?}, {rows} rows, {isa:?}");
+                    assert!(outs[0].iter().any(|&v| v != 0.0), "{ty:?}: no output");
+                }
+            }
+        }
+    }
+
     #[test]
     fn sign_tables_follow_ggml_s_ksigns() {
         for (i, &k) in crate::quant::KSIGNS_IQ2XS.iter().enumerate() {
