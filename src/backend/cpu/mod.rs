@@ -665,8 +665,11 @@ impl Backend for CpuBackend {
         let (x, st, wv, silu) = (&x.0[span.clone()], &state.0[..ch * hist], &*wv, p.silu);
         // wt: [kernel][ch] and sx: [hist][ch], the weights and the state's inputs transposed,
         // so that each tap meets a whole input row (the loop over channels vectorizes).
-        let wt: Vec<f32> = (0..kk).flat_map(|j| (0..ch).map(move |c| wv[c * kk + j])).collect();
-        let sx: Vec<f32> = (0..hist).flat_map(|u| (0..ch).map(move |c| st[c * hist + u])).collect();
+        let (mut wt, mut sx) = (vec![0f32; kk * ch], vec![0f32; hist * ch]);
+        for c in 0..ch {
+            (0..kk).for_each(|j| wt[j * ch + c] = wv[c * kk + j]);
+            (0..hist).for_each(|u| sx[u * ch + c] = st[c * hist + u]);
+        }
         // Input row `u` of the sequence "state, then x".
         let input = |u: usize| {
             if u < hist {

@@ -2,8 +2,7 @@
 //! from the file mapping, copied, or interleaved into the SIMD kernels' tiles, with the
 //! accessors the ops read rows through.
 
-use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::interleave;
 use super::pool::Pool;
@@ -26,6 +25,9 @@ pub struct CpuWeight {
     /// each.
     pub(super) mats: usize,
     pub(super) data: WeightData,
+    /// `[n_out][n_in]` every value as f32, decoded by the first [`CpuWeight::values`] call (only
+    /// small matrices ask: a conv kernel, once per layer per token).
+    decoded: OnceLock<Vec<f32>>,
 }
 
 #[derive(Debug)]
@@ -99,15 +101,23 @@ impl CpuWeight {
 
     /// All the weight's values as f32: borrowed for vectors and biases (decoded at load),
     /// decoded now for small matrices (a conv kernel).
-    pub(super) fn values(&self) -> Result<Cow<'_, [f32]>, BackendError> {
+    pub(super) fn values(&self) -> Result<&[f32], BackendError> {
         if let WeightData::Dense(v) = &self.data {
-            return Ok(Cow::Borrowed(v));
+            return Ok(v);
+        }
+        if let Some(v) = self.decoded.get() {
+            return Ok(v);
         }
         let mut out = vec![0f32; self.n_in * self.n_out.max(1)];
-        for (r, row) in out.chunks_exact_mut(self.n_in).enumerate() {
-            self.decode_row(r, row)?;
+        if self.layout() == Layout::Rows {
+            // The rows are contiguous: one call for all of them.
+            quant::dequantize(self.ty, self.rows(0, self.n_out.max(1)), &mut out)?;
+        } else {
+            for (r, row) in out.chunks_exact_mut(self.n_in).enumerate() {
+                self.decode_row(r, row)?;
+            }
         }
-        Ok(Cow::Owned(out))
+        Ok(self.decoded.get_or_init(|| out))
     }
 
     /// A weight from a tensor's bytes: 1-D decoded to f32, 2-D interleaved where the kernels
@@ -144,6 +154,7 @@ impl CpuWeight {
             n_out,
             mats,
             data,
+            decoded: OnceLock::new(),
         })
     }
 }
