@@ -530,7 +530,7 @@ impl Backend for CpuBackend {
         for r in 0..rows {
             route.row(
                 &logits.0[r * n..(r + 1) * n],
-                bias.as_deref(),
+                bias,
                 &mut ids.0[r * k..(r + 1) * k],
                 &mut weights.0[r * k..(r + 1) * k],
             );
@@ -662,7 +662,7 @@ impl Backend for CpuBackend {
         let hist = kk - 1;
         let span = seq.row0 * ch..(seq.row0 + rows) * ch;
         // x: [rows][ch] this sequence's inputs; st: [ch][hist] the inputs before them.
-        let (x, st, wv, silu) = (&x.0[span.clone()], &state.0[..ch * hist], &*wv, p.silu);
+        let (x, st, silu) = (&x.0[span.clone()], &state.0[..ch * hist], p.silu);
         // wt: [kernel][ch] and sx: [hist][ch], the weights and the state's inputs transposed,
         // so that each tap meets a whole input row (the loop over channels vectorizes).
         let (mut wt, mut sx) = (vec![0f32; kk * ch], vec![0f32; hist * ch]);
