@@ -99,8 +99,8 @@ impl CpuWeight {
         Ok(())
     }
 
-    /// All the weight's values as f32: borrowed for vectors and biases (decoded at load),
-    /// decoded now for small matrices (a conv kernel).
+    /// All the weight's values as f32: borrowed for vectors and biases (decoded at load), and
+    /// for small matrices (a conv kernel) decoded by the first call and kept.
     pub(super) fn values(&self) -> Result<&[f32], BackendError> {
         if let WeightData::Dense(v) = &self.data {
             return Ok(v);
@@ -109,13 +109,8 @@ impl CpuWeight {
             return Ok(v);
         }
         let mut out = vec![0f32; self.n_in * self.n_out.max(1)];
-        if self.layout() == Layout::Rows {
-            // The rows are contiguous: one call for all of them.
-            quant::dequantize(self.ty, self.rows(0, self.n_out.max(1)), &mut out)?;
-        } else {
-            for (r, row) in out.chunks_exact_mut(self.n_in).enumerate() {
-                self.decode_row(r, row)?;
-            }
+        for (r, row) in out.chunks_exact_mut(self.n_in).enumerate() {
+            self.decode_row(r, row)?;
         }
         Ok(self.decoded.get_or_init(|| out))
     }

@@ -328,63 +328,6 @@ pub fn gathers_pay() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::lanes::Isa;
-    use super::super::q8;
-    use crate::backend::cpu::tile::TileOut;
-    use crate::quant::GgmlType;
-
-    /// The gathers' build gives the inserts' bits, for every format, on random blocks (any
-    /// byte is a valid index or sign field) with small scales, at one, three and nine rows.
-    #[test]
-    fn gathered_groups_give_the_loaded_groups_bits() {
-        // The features of `simd::available` (in this file's parent, which it does not import).
-        if !(std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c"))
-        {
-            return;
-        }
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        let k = 512;
-        for ty in [
-            GgmlType::IQ2_XXS,
-            GgmlType::IQ3_XXS,
-            GgmlType::IQ2_XS,
-            GgmlType::IQ2_S,
-            GgmlType::IQ3_S,
-        ] {
-            let nw = 5;
-            let mut w: Vec<u8> = (0..nw * k / 256 * ty.block_bytes()).map(|_| next() as u8).collect();
-            for b in w.chunks_exact_mut(ty.block_bytes()) {
-                b[..2].copy_from_slice(&half::f16::from_f32(0.01 + (next() % 100) as f32 * 1e-4).to_le_bytes());
-            }
-            for rows in [1, 3, 9] {
-                let x: Vec<f32> = (0..rows * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
-                // SAFETY: the features were checked.
-                let act = unsafe { q8::prepare(ty, &x, k) }.expect("whole blocks");
-                let mut isas = Isa::vnni();
-                isas.push(Isa::Avx2);
-                for isa in isas {
-                    let mut outs = [vec![0f32; rows * nw], vec![0f32; rows * nw]];
-                    for (gather, o) in [false, true].into_iter().zip(&mut outs) {
-                        let run = super::kernel(ty, gather).expect("a grid format");
-                        // SAFETY: the features and the ISA were checked; the lengths are whole rows.
-                        unsafe { run(k, &w, &act, &mut TileOut::new(o, rows), isa) };
-                    }
-                    let same = outs[0].iter().zip(&outs[1]).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{ty:?}, {rows} rows, {isa:?}");
-                    assert!(outs[0].iter().any(|&v| v != 0.0), "{ty:?}: no output");
-                }
-            }
-        }
-    }
-
     #[test]
     fn sign_tables_follow_ggml_s_ksigns() {
         for (i, &k) in crate::quant::KSIGNS_IQ2XS.iter().enumerate() {

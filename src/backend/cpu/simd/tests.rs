@@ -520,3 +520,39 @@ fn row_formats_give_every_path_the_same_bits() {
         }
     }
 }
+
+/// The grid formats' gathers build (`dot_iquant::gathers_pay`) gives the bits of the build that
+/// loads and inserts each table entry, on every ISA this CPU has, at one, three and nine rows
+/// (the one-row, fused and, with VNNI, tiled paths).
+#[test]
+fn gathered_grid_groups_give_the_inserted_groups_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let fast = avx2();
+    let mut isas = vec![Isa::Avx2];
+    isas.extend(Isa::vnni());
+    use GgmlType::*;
+    for ty in [IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S] {
+        let (k, nw) = (512, 5);
+        let w = weights(&mut rng, ty, k, nw);
+        for rows in [1, 3, 9] {
+            let act = (fast.prepare)(ty, &activations(&mut rng, rows * k), k).unwrap();
+            for &isa in &isas {
+                let mut outs = [vec![f32::NAN; rows * nw], vec![f32::NAN; rows * nw]];
+                for (gather, o) in [false, true].into_iter().zip(&mut outs) {
+                    let run = super::dot_iquant::kernel(ty, gather).expect("a grid format");
+                    // SAFETY: `avx2()` checked AVX2, FMA and F16C, `Isa::vnni` the VNNI ISAs;
+                    // the weights are `nw` whole rows of `k`.
+                    unsafe { run(k, &w, &act, &mut TileOut::new(o, rows), isa) };
+                }
+                for (i, (a, b)) in outs[0].iter().zip(&outs[1]).enumerate() {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{ty} {isa:?}: output {i} of {rows} rows");
+                }
+                assert!(
+                    outs[0].iter().all(|v| v.is_finite()),
+                    "{ty} {isa:?}: an output was not written"
+                );
+                assert!(outs[0].iter().any(|&v| v != 0.0), "{ty} {isa:?}: no output");
+            }
+        }
+    }
+}
