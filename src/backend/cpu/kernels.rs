@@ -8,7 +8,8 @@
 //! * `avx2` (default where the CPU has AVX2, FMA and F16C): integer dot products of the
 //!   quantized blocks in registers, register-blocked over several weight and activation rows
 //!   (see [`super::simd`]); `avxvnni` and `avx512vnni` are the same kernels with VNNI dot
-//!   products. Types they do not cover fall back to `portable`.
+//!   products, and `avx512` takes batches sixteen weight rows at a time in 512-bit vectors.
+//!   All give the same bits. Types they do not cover fall back to `portable`.
 //! * `simd128` and `relaxed` (wasm32 builds with `+simd128`, and `+relaxed-simd` for the
 //!   second; the browser package): the same integer dot products on interleaved tiles in
 //!   128-bit vectors ([`super::wasm`]), SIMD128's widening products or relaxed SIMD's byte dot
@@ -40,16 +41,16 @@ pub struct Kernels {
     pub swiglu: fn(gate: &mut [f32], up: &[f32]),
     /// `x[i] = silu(x[i])` (the recurrent layers' conv output and gated norm).
     pub silu: fn(x: &mut [f32]),
-    /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `relaxed`, `simd128`, `portable`,
+    /// Name of the variant (`avx2`, `avxvnni`, `avx512vnni`, `avx512`, `relaxed`, `simd128`, `portable`,
     /// `oracle`).
     pub variant: &'static str,
 }
 
 impl Kernels {
     /// The best kernels this CPU supports. The environment variable `TINYLLM_CPU_KERNELS`
-    /// (`portable`, `oracle`, `avx2` for the AVX2 set without VNNI, `avxvnni`, `avx512vnni`)
-    /// overrides the choice, for comparisons and bisecting; a set this CPU lacks gives the best
-    /// it has.
+    /// (`portable`, `oracle`, `avx2` for the AVX2 set without VNNI, `avxvnni`, `avx512vnni`,
+    /// `avx512`) overrides the choice, for comparisons and bisecting; a set this CPU lacks gives
+    /// the best it has.
     pub fn detect() -> Self {
         let choice = std::env::var("TINYLLM_CPU_KERNELS");
         match choice.as_deref() {
@@ -66,6 +67,7 @@ impl Kernels {
                 Ok("avx2") => Isa::Avx2,
                 Ok("avxvnni") => Isa::AvxVnni,
                 Ok("avx512vnni") => Isa::Avx512Vnni,
+                Ok("avx512") => Isa::Avx512,
                 _ => best,
             };
             if let Some(k) = Self::simd(isa).or_else(|| Self::simd(best)) {
@@ -116,6 +118,7 @@ impl Kernels {
             Isa::Avx2 => (tile_avx2::<{ Isa::Avx2 as u8 }>, "avx2"),
             Isa::AvxVnni => (tile_avx2::<{ Isa::AvxVnni as u8 }>, "avxvnni"),
             Isa::Avx512Vnni => (tile_avx2::<{ Isa::Avx512Vnni as u8 }>, "avx512vnni"),
+            Isa::Avx512 => (tile_avx2::<{ Isa::Avx512 as u8 }>, "avx512"),
         };
         Some(Kernels {
             prepare: prepare_avx2,

@@ -210,6 +210,23 @@ impl<'a> TileOut<'a> {
         unsafe { self.ptr.add(a * self.stride + w).write(v) }
     }
 
+    /// Outputs `(a, w0..w0 + n)`, to write at once.
+    ///
+    /// # Panics
+    /// If `a >= rows()` or `w0 + n > nw()` (a kernel bug, as in [`TileOut::set`]).
+    #[inline]
+    pub fn run_mut(&mut self, a: usize, w0: usize, n: usize) -> &mut [f32] {
+        assert!(
+            a < self.rows && w0.checked_add(n).is_some_and(|e| e <= self.nw),
+            "tile outputs ({a}, {w0}..+{n}) outside {}x{}",
+            self.rows,
+            self.nw
+        );
+        // SAFETY: inside the tile, which the constructors made writable and ours alone; the
+        // borrow of `self` keeps any other write out while the slice lives.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(a * self.stride + w0), n) }
+    }
+
     /// Set every output to `v`.
     pub fn fill(&mut self, v: f32) {
         for a in 0..self.rows {

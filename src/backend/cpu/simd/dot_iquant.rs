@@ -195,6 +195,8 @@ impl<const K: u8, const GATHER: bool> Grid<K, GATHER> {
 impl<const K: u8, const GATHER: bool> SuperBlocks for Grid<K, GATHER> {
     const BYTES: usize = block_bytes(K);
     const FACTOR: f32 = factor(K);
+    // IQ2_XXS, IQ3_XXS and IQ3_S have one scale per group of 32.
+    const SCALE_SPAN: usize = if matches!(K, IQ2_XXS | IQ3_XXS | IQ3_S) { 32 } else { 16 };
     type Head = f32;
     type Group = Group;
 

@@ -26,7 +26,8 @@ use std::arch::x86_64::*;
 
 use super::super::interleave::TILE_ROWS as R;
 use super::dot_legacy::PREFETCH_AHEAD;
-use super::lanes::{dpbusd, store_lanes, AVX2};
+use super::lanes::{dpbusd, store_lanes, AVX2, AVX512};
+use super::wide::{self, WideBlock, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
@@ -724,7 +725,81 @@ const fn unpack_min_rows(kind: u8) -> usize {
     }
 }
 
-interleaved_driver!();
+/// Batches on [`super::lanes::Isa::Avx512`]: two tiles side by side in 512-bit vectors
+/// ([`super::wide`]), each unpacked as for the 256-bit kernels.
+#[inline(always)]
+unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let tb = nb * R * block_bytes(K);
+    let mut halves = [Unpacked::EMPTY, Unpacked::EMPTY];
+    // blocks: [nb] the sixteen rows' super-blocks.
+    let mut blocks = vec![WideBlock::ZERO; nb];
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(WIDE_ROWS);
+        for (h, half) in halves.iter_mut().enumerate() {
+            if h * R < nr {
+                unpack::<K, AVX512>(weights.as_ptr().add((w0 / R + h) * tb), nb, half);
+            }
+        }
+        for (b, x) in blocks.iter_mut().enumerate() {
+            for (h, half) in halves.iter().enumerate() {
+                widen::<K>((h * R < nr).then_some(half), b, h, x);
+            }
+        }
+        for_row_groups!(act.rows, |a0, CC| match K {
+            Q4_K => wide::dot::<8, 0, true, CC>(&blocks, act, w0, nr, a0, out),
+            Q2_K => wide::dot::<4, 0, true, CC>(&blocks, act, w0, nr, a0, out),
+            Q6_K => wide::dot::<4, 5, false, CC>(&blocks, act, w0, nr, a0, out),
+            Q3_K => wide::dot::<4, 2, false, CC>(&blocks, act, w0, nr, a0, out),
+            // TQ2_0: one scale per super-block, sub-block scales of 1.
+            _ => wide::dot::<64, 0, false, CC>(&blocks, act, w0, nr, a0, out),
+        });
+        w0 += nr;
+    }
+}
+
+/// Half `h` (rows `8h..8h + 8`) of `x` from block `b` of the unpacked tile `tile`, or zeros
+/// where there is no such tile. The sub-blocks and pairs are those [`wide_tiles`] names: Q4_K's
+/// eight sub-blocks of 32, its minimums paired with themselves to meet the 16-value sums (the
+/// 256-bit kernel pairs them with 32-value sums: the same integer); TQ2_0's one sub-block.
+#[inline(always)]
+unsafe fn widen<const K: u8>(tile: Option<&Unpacked>, b: usize, h: usize, x: &mut WideBlock) {
+    let zero = _mm256_setzero_si256();
+    let Some(t) = tile else {
+        x.u.iter_mut()
+            .chain(&mut x.sc)
+            .chain(&mut x.pair)
+            .for_each(|v| v[h] = zero);
+        x.d[h] = _mm256_setzero_ps();
+        x.dmin[h] = _mm256_setzero_ps();
+        return;
+    };
+    for (g, u) in x.u.iter_mut().enumerate() {
+        u[h] = t.u[64 * b + g];
+    }
+    let s = &t.scales[b];
+    for (sc, &v) in x.sc.iter_mut().zip(&s.sc) {
+        sc[h] = v;
+    }
+    if K == Q4_K {
+        for j in 0..4 {
+            // (m_2j, m_2j+1) as i16 to (m_2j, m_2j) and (m_2j+1, m_2j+1).
+            let p = s.pair[j];
+            let lo = _mm256_and_si256(p, _mm256_set1_epi32(0xffff));
+            let hi = _mm256_srli_epi32::<16>(p);
+            x.pair[2 * j][h] = _mm256_or_si256(lo, _mm256_slli_epi32::<16>(lo));
+            x.pair[2 * j + 1][h] = _mm256_or_si256(hi, _mm256_slli_epi32::<16>(hi));
+        }
+    } else {
+        for (pair, &v) in x.pair.iter_mut().zip(&s.pair) {
+            pair[h] = v;
+        }
+    }
+    x.d[h] = s.d;
+    x.dmin[h] = s.dmin;
+}
+
+interleaved_driver!(wide_tiles);
 
 /// The entry point for weights of `ty` with the dot products of `isa`, if this module covers
 /// `ty` (see [`super::tile`], which checked the lengths).

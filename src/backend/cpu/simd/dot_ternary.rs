@@ -27,6 +27,8 @@ struct Tq1;
 
 impl SuperBlocks for Tq1 {
     const BYTES: usize = BLOCK;
+    // Every scale is 1.
+    const SCALE_SPAN: usize = 32;
     type Head = Head;
     /// The group's codes.
     type Group = __m256i;

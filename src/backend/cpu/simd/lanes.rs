@@ -28,20 +28,28 @@ pub enum Isa {
     Avx2 = 0,
     AvxVnni = 1,
     Avx512Vnni = 2,
+    /// [`Isa::Avx512Vnni`]'s dot products, and batches (prefill) in 512-bit register tiles of
+    /// sixteen weight rows (`super::wide`): the same sums, so the same bits.
+    Avx512 = 3,
 }
 
 impl Isa {
     /// Every ISA, at the index of its discriminant (the kernels' const parameter).
-    pub const ALL: [Isa; 3] = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni];
+    pub const ALL: [Isa; 4] = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Avx512];
 
     /// The VNNI encodings this CPU has, best first (besides [`super::available`]'s features). The
     /// AVX-512VL one comes first: with it the compiler has 32 vector registers (and may use
     /// other AVX-512 instructions) for the same 256-bit kernels, which measured 5-25% faster
     /// than the AVX one (`cargo bench --bench kernels`, 4 rows: Q5_0 41-43 against 38-40 GB/s,
     /// Q8_0 56-59 against 46-52, Q6_K 38 against 32-33).
+    ///
+    /// [`Isa::Avx512`] comes before both where the CPU has AVX-512 BW too.
     pub fn vnni() -> Vec<Isa> {
         let mut v = Vec::new();
         if std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl") {
+            if std::is_x86_feature_detected!("avx512bw") {
+                v.push(Isa::Avx512);
+            }
             v.push(Isa::Avx512Vnni);
         }
         if std::is_x86_feature_detected!("avxvnni") {
@@ -55,10 +63,11 @@ impl Isa {
 pub(super) const AVX2: u8 = Isa::Avx2 as u8;
 pub(super) const AVX_VNNI: u8 = Isa::AvxVnni as u8;
 pub(super) const AVX512_VNNI: u8 = Isa::Avx512Vnni as u8;
+pub(super) const AVX512: u8 = Isa::Avx512 as u8;
 
 /// `acc` plus, per 32-bit lane, the four products of `u`'s unsigned bytes with `s`'s signed
-/// bytes (`vpdpbusd`). Only for `V` = [`AVX_VNNI`] or [`AVX512_VNNI`], inlined into a function
-/// with that ISA's target features.
+/// bytes (`vpdpbusd`). Only for `V` = [`AVX_VNNI`], [`AVX512_VNNI`] or [`AVX512`], inlined into a
+/// function with that ISA's target features.
 #[inline(always)]
 pub(super) unsafe fn dpbusd<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     if V == AVX_VNNI {
@@ -107,10 +116,13 @@ pub(super) unsafe fn bit_bytes(bits: u32) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn store_lanes(v: __m256, nr: usize, w0: usize, a: usize, out: &mut TileOut<'_>) {
-    let mut lanes = [0f32; LANE_ROWS];
-    _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-    for (i, &x) in lanes[..nr].iter().enumerate() {
-        out.set(a, w0 + i, x);
+    let dst = out.run_mut(a, w0, nr);
+    if nr == LANE_ROWS {
+        _mm256_storeu_ps(dst.as_mut_ptr(), v);
+    } else {
+        let mut lanes = [0f32; LANE_ROWS];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+        dst.copy_from_slice(&lanes[..nr]);
     }
 }
 

@@ -89,6 +89,11 @@ macro_rules! isa_entries {
             $run::<K, { $crate::backend::cpu::simd::lanes::AVX512_VNNI }>(nb, nw, w, act, out)
         }
 
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        unsafe fn run_avx512<const K: u8>(nb: usize, nw: usize, w: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+            $run::<K, { $crate::backend::cpu::simd::lanes::AVX512 }>(nb, nw, w, act, out)
+        }
+
         fn $entry<const K: u8>(
             isa: $crate::backend::cpu::simd::lanes::Isa,
         ) -> $crate::backend::cpu::simd::lanes::RunFn {
@@ -96,6 +101,7 @@ macro_rules! isa_entries {
                 $crate::backend::cpu::simd::lanes::Isa::Avx2 => run_avx2::<K>,
                 $crate::backend::cpu::simd::lanes::Isa::AvxVnni => run_avxvnni::<K>,
                 $crate::backend::cpu::simd::lanes::Isa::Avx512Vnni => run_avx512vnni::<K>,
+                $crate::backend::cpu::simd::lanes::Isa::Avx512 => run_avx512::<K>,
             }
         }
     };
@@ -107,8 +113,11 @@ macro_rules! isa_entries {
 /// at least `unpack_min_rows(K)` rows unpack each tile into the module's `Unpacked` first
 /// (`unpack::<K, V>`, which sizes it). Then [`isa_entries!`] makes its entry points. It uses
 /// those names, `R` and `block_bytes` of the module it expands in.
+///
+/// With a `$wide` function (`dot_ktile`), batches on [`Isa::Avx512`] go to `$wide::<K>` instead,
+/// which takes them sixteen rows at a time (`wide`).
 macro_rules! interleaved_driver {
-    () => {
+    ($($wide:ident)?) => {
         /// See `interleaved_driver!`.
         #[inline(always)]
         unsafe fn run<const K: u8, const V: u8>(
@@ -120,6 +129,11 @@ macro_rules! interleaved_driver {
         ) {
             let tb = nb * R * block_bytes(K);
             let buffered = act.rows >= unpack_min_rows(K);
+            $(
+                if buffered && V == $crate::backend::cpu::simd::lanes::AVX512 {
+                    return $wide::<K>(nb, nw, weights, act, out);
+                }
+            )?
             let mut x = Unpacked::EMPTY;
             let mut w0 = 0;
             while w0 < nw {
@@ -157,6 +171,7 @@ pub(super) mod q8;
 mod superblocks;
 #[cfg(test)]
 mod tests;
+mod wide;
 
 use crate::backend::cpu::tile::{Activations, Layout, TileOut};
 use crate::quant::GgmlType;

@@ -11,11 +11,13 @@
 //!   group as it is unpacked, in registers.
 //! * More rows (prefill) with VNNI ([`super::lanes::Isa`]): eight weight rows at a time are
 //!   unpacked into the lane-per-row layout of the interleaved kernels (a row per 32-bit lane,
-//!   four values each, as signed values plus 128 in unsigned bytes), with each row's 16-value
-//!   sub-block scales as i32 lanes, once per weight tile; then `vpdpbusd` meets them with a
-//!   broadcast of four activation bytes, a sub-block's sums meet its scales in `mullo`, and the
-//!   128 comes off through the activations' 16-value sums. Integer work per value is then that
-//!   of the interleaved formats, and the unpacking is shared by every activation row.
+//!   four values each, as signed values plus 128 in unsigned bytes), with each row's sub-block
+//!   scales (of 16 values, or of 32 where a format's groups have one) as i32 lanes, once per
+//!   weight tile; then `vpdpbusd` meets them with a broadcast of four activation bytes, a
+//!   sub-block's sums meet its scales in `mullo`, and the 128 comes off through the
+//!   activations' 16-value sums. Integer work per value is then that of the interleaved
+//!   formats, and the unpacking is shared by every activation row. On
+//!   [`super::lanes::Isa::Avx512`], sixteen rows at a time in 512-bit vectors ([`super::wide`]).
 //! * More rows without VNNI: a super-block's eight groups are unpacked once into a buffer and
 //!   every row meets them.
 
@@ -23,6 +25,7 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 use super::lanes::{dpbusd, store_lanes, Isa, AVX512_VNNI, AVX_VNNI, LANE_ROWS};
+use super::wide::{self, WideBlock, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 
 /// Bytes of one Q8_K block: f32 scale at 0, 256 values at 4, 16 i16 sums at [`ACT_BSUMS`].
@@ -40,6 +43,9 @@ pub(super) trait SuperBlocks {
     const BYTES: usize;
     /// What `d_w` is multiplied by (the grids' fixed-point scale; a power of two, so exact).
     const FACTOR: f32 = 1.0;
+    /// Values per scale: 32 where both halves of every group share their scale (see
+    /// [`SuperBlocks::values`]), so that the tiled kernels apply it once per group; else 16.
+    const SCALE_SPAN: usize = 16;
     /// What every group of a super-block shares, decoded once (its scale `d`, and what the
     /// groups read: TQ1_0's trits).
     type Head;
@@ -123,6 +129,8 @@ pub(super) unsafe fn run<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activat
         buffered::<F>(k, weights, act, out);
     } else if isa == Isa::AvxVnni {
         tiled_avxvnni::<F>(k, weights, act, out);
+    } else if isa == Isa::Avx512 {
+        tiled_wide::<F>(k, weights, act, out);
     } else {
         tiled_avx512vnni::<F>(k, weights, act, out);
     }
@@ -196,20 +204,6 @@ unsafe fn buffered<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, 
     }
 }
 
-/// One super-block of eight weight rows, unpacked for [`tiled`]: lane `i` of each vector is row
-/// `i`.
-#[derive(Clone, Copy)]
-struct TileBlock {
-    /// Value group `g` (values `4g..4g + 4`) as signed values plus 128, unsigned.
-    u: [__m256i; 64],
-    /// Sub-block `t`'s scale (values `16t..16t + 16`) as i32.
-    sc: [__m256i; 16],
-    /// Sub-block scales `2j`, `2j + 1` as an i16 pair, to meet a pair of the 16-value `bsums`.
-    pair: [__m256i; 8],
-    /// `d_w·FACTOR`.
-    d: __m256,
-}
-
 /// The eight 32-bit lanes of each of `rows` transposed: lane `j` of output `i` is lane `i` of
 /// `rows[j]`.
 #[inline(always)]
@@ -246,8 +240,13 @@ unsafe fn transpose8(rows: [__m256i; 8]) -> [__m256i; 8] {
     ]
 }
 
-/// Super-block `b` of weight rows `w0..w0 + nr` (`nb` per row, file layout at `weights`) into
-/// `x`; the lanes of rows past `nr` are zero.
+/// Super-block `b` of weight rows `w0..w0 + nr` (`nr` at most eight, `nb` super-blocks per
+/// row, file layout at `weights`) into half `h` of `x` (its rows `8h..8h + 8`, see
+/// [`WideBlock`]): lane `i` of each vector is row `w0 + i`, and the lanes of rows past `nr` are
+/// zero. Value group `g` (values `4g..4g + 4`) as signed values plus 128, unsigned; sub-block
+/// `t`'s scale (values `SPAN·t..SPAN·(t + 1)`, `SPAN` the format's
+/// [`SuperBlocks::SCALE_SPAN`]) as i32; scales `2j`, `2j + 1` of 16 values as an i16 pair, to
+/// meet a pair of the 16-value `bsums`; `d_w·FACTOR`.
 #[inline(always)]
 unsafe fn unpack_tile<F: SuperBlocks>(
     weights: *const u8,
@@ -255,9 +254,11 @@ unsafe fn unpack_tile<F: SuperBlocks>(
     w0: usize,
     nr: usize,
     b: usize,
-    x: &mut TileBlock,
+    x: &mut WideBlock,
+    h: usize,
 ) {
     let bias = _mm256_set1_epi8(-128);
+    // sc: [16-value sub-block][row] the scales.
     let mut sc = [[0i32; LANE_ROWS]; 16];
     let mut d = [0f32; LANE_ROWS];
     // vals: [group][row] a row's group of 32 values.
@@ -276,24 +277,26 @@ unsafe fn unpack_tile<F: SuperBlocks>(
     }
     for (g, rows) in vals.into_iter().enumerate() {
         // Lane m of row i holds its values 32g + 4m..: group 8g + m takes lane m of each row.
-        let cols = transpose8(rows);
-        x.u[8 * g..8 * g + 8].copy_from_slice(&cols);
+        for (m, col) in transpose8(rows).into_iter().enumerate() {
+            x.u[8 * g + m][h] = col;
+        }
     }
-    for (t, s) in sc.iter().enumerate() {
-        x.sc[t] = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
+    let sc = sc.map(|s| _mm256_loadu_si256(s.as_ptr() as *const __m256i));
+    for t in 0..256 / F::SCALE_SPAN {
+        x.sc[t][h] = sc[t * F::SCALE_SPAN / 16];
     }
     for j in 0..8 {
         // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16.
-        x.pair[j] = _mm256_or_si256(x.sc[2 * j], _mm256_slli_epi32::<16>(x.sc[2 * j + 1]));
+        x.pair[j][h] = _mm256_or_si256(sc[2 * j], _mm256_slli_epi32::<16>(sc[2 * j + 1]));
     }
-    x.d = _mm256_loadu_ps(d.as_ptr());
+    x.d[h] = _mm256_loadu_ps(d.as_ptr());
 }
 
 /// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` from the unpacked tile `blocks` (one per
-/// super-block).
+/// super-block), whose sub-blocks are `SPAN` value groups of four.
 #[inline(always)]
-unsafe fn tile_dot<const CC: usize, const V: u8>(
-    blocks: &[TileBlock],
+unsafe fn tile_dot<const CC: usize, const V: u8, const SPAN: usize>(
+    blocks: &[WideBlock],
     act: &Activations,
     w0: usize,
     nr: usize,
@@ -304,18 +307,18 @@ unsafe fn tile_dot<const CC: usize, const V: u8>(
     let mut acc = [_mm256_setzero_ps(); CC];
     for (b, x) in blocks.iter().enumerate() {
         let mut isum = [_mm256_setzero_si256(); CC];
-        for t in 0..16 {
+        for t in 0..64 / SPAN {
             let mut s32 = [_mm256_setzero_si256(); CC];
-            for m in 0..4 {
-                let g = 4 * t + m;
+            for m in 0..SPAN {
+                let g = SPAN * t + m;
                 for c in 0..CC {
                     let y = a.add(c * act.row_bytes + b * ACT_BLOCK + 4 + 4 * g);
                     let y = _mm256_set1_epi32(std::ptr::read_unaligned(y as *const i32));
-                    s32[c] = dpbusd::<V>(s32[c], x.u[g], y);
+                    s32[c] = dpbusd::<V>(s32[c], x.u[g][0], y);
                 }
             }
             for c in 0..CC {
-                isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(s32[c], x.sc[t]));
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(s32[c], x.sc[t][0]));
             }
         }
         for c in 0..CC {
@@ -323,12 +326,12 @@ unsafe fn tile_dot<const CC: usize, const V: u8>(
             let mut psum = _mm256_setzero_si256();
             for j in 0..8 {
                 let pair = _mm256_set1_epi32(std::ptr::read_unaligned(y.add(ACT_BSUMS + 4 * j) as *const i32));
-                psum = _mm256_add_epi32(psum, _mm256_madd_epi16(x.pair[j], pair));
+                psum = _mm256_add_epi32(psum, _mm256_madd_epi16(x.pair[j][0], pair));
             }
             // The 128 each unsigned value carries.
             isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<7>(psum));
             let dy = _mm256_set1_ps(act_scale(y));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(x.d, dy), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(x.d[0], dy), acc[c]);
         }
     }
     for c in 0..CC {
@@ -341,22 +344,47 @@ unsafe fn tile_dot<const CC: usize, const V: u8>(
 #[inline(always)]
 unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let nb = k / 256;
-    let empty = TileBlock {
-        u: [_mm256_setzero_si256(); 64],
-        sc: [_mm256_setzero_si256(); 16],
-        pair: [_mm256_setzero_si256(); 8],
-        d: _mm256_setzero_ps(),
-    };
-    // blocks: [nb] the current weight tile's super-blocks.
-    let mut blocks = vec![empty; nb];
+    // blocks: [nb] the current weight tile's super-blocks, in their first halves.
+    let mut blocks = vec![WideBlock::ZERO; nb];
     let nw = out.nw();
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(LANE_ROWS);
         for (b, x) in blocks.iter_mut().enumerate() {
-            unpack_tile::<F>(weights.as_ptr(), nb, w0, nr, b, x);
+            unpack_tile::<F>(weights.as_ptr(), nb, w0, nr, b, x, 0);
         }
-        for_row_groups!(act.rows, |a0, CC| tile_dot::<CC, V>(&blocks, act, w0, nr, a0, out));
+        for_row_groups!(act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
+            tile_dot::<CC, V, 8>(&blocks, act, w0, nr, a0, out)
+        } else {
+            tile_dot::<CC, V, 4>(&blocks, act, w0, nr, a0, out)
+        });
+        w0 += nr;
+    }
+}
+
+/// [`tiled`] on [`Isa::Avx512`]: sixteen weight rows at a time, two tiles side by side in
+/// 512-bit vectors ([`super::wide`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn tiled_wide<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let nb = k / 256;
+    // blocks: [nb] the sixteen rows' super-blocks.
+    let mut blocks = vec![WideBlock::ZERO; nb];
+    let nw = out.nw();
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(WIDE_ROWS);
+        for (b, x) in blocks.iter_mut().enumerate() {
+            for h in 0..2 {
+                // Rows past the end unpack as zeros.
+                let hr = nr.saturating_sub(h * LANE_ROWS).min(LANE_ROWS);
+                unpack_tile::<F>(weights.as_ptr(), nb, w0 + h * LANE_ROWS, hr, b, x, h);
+            }
+        }
+        for_row_groups!(act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
+            wide::dot::<8, 7, false, CC>(&blocks, act, w0, nr, a0, out)
+        } else {
+            wide::dot::<4, 7, false, CC>(&blocks, act, w0, nr, a0, out)
+        });
         w0 += nr;
     }
 }
