@@ -440,6 +440,37 @@ impl Unpacked {
     };
 }
 
+/// The 64 value groups of the tile block at `p`, each handed to `put(g, values)`: group `g` is
+/// values `4g..4g + 4` of all eight rows (the order of [`Unpacked`]).
+#[inline(always)]
+unsafe fn block_groups<const K: u8>(p: *const u8, mut put: impl FnMut(usize, __m256i)) {
+    if K == Q4_K {
+        for j in 0..4 {
+            for r in 0..8 {
+                let [lo, hi] = q4k_groups(p, j, r);
+                put(16 * j + r, lo);
+                put(16 * j + 8 + r, hi);
+            }
+        }
+    } else if K == Q2_K || K == Q3_K || K == TQ2_0 {
+        for n in 0..2 {
+            for m in 0..8 {
+                for (j, v) in low_groups::<K>(p, n, m).into_iter().enumerate() {
+                    put(32 * n + 8 * j + m, v);
+                }
+            }
+        }
+    } else {
+        for n in 0..2 {
+            for l in 0..8 {
+                for (k, v) in q6k_groups(p, n, l).into_iter().enumerate() {
+                    put(32 * n + 8 * k + l, v);
+                }
+            }
+        }
+    }
+}
+
 /// Unpack the tile at `tile` (`nb` super-blocks) into `out`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut Unpacked) {
@@ -450,30 +481,7 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
         let u = out.u.len();
         out.u.resize(u + 64, _mm256_setzero_si256());
         let u = &mut out.u[u..];
-        if K == Q4_K {
-            for j in 0..4 {
-                for r in 0..8 {
-                    [u[16 * j + r], u[16 * j + 8 + r]] = q4k_groups(p, j, r);
-                }
-            }
-        } else if K == Q2_K || K == Q3_K || K == TQ2_0 {
-            for n in 0..2 {
-                for m in 0..8 {
-                    for (j, v) in low_groups::<K>(p, n, m).into_iter().enumerate() {
-                        u[32 * n + 8 * j + m] = v;
-                    }
-                }
-            }
-        } else {
-            for n in 0..2 {
-                for l in 0..8 {
-                    let q = q6k_groups(p, n, l);
-                    for (k, v) in q.into_iter().enumerate() {
-                        u[32 * n + 8 * k + l] = v;
-                    }
-                }
-            }
-        }
+        block_groups::<K>(p, |g, v| u[g] = v);
         out.scales.push(scales::<K, V, true>(p));
     }
 }
@@ -730,23 +738,24 @@ const fn unpack_min_rows(kind: u8) -> usize {
 #[inline(always)]
 unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let tb = nb * R * block_bytes(K);
-    let mut halves = [Unpacked::EMPTY, Unpacked::EMPTY];
     // blocks: [nb] the sixteen rows' super-blocks.
     let mut blocks = vec![WideBlock::ZERO; nb];
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(WIDE_ROWS);
-        for (h, half) in halves.iter_mut().enumerate() {
-            if h * R < nr {
-                unpack::<K, AVX512>(weights.as_ptr().add((w0 / R + h) * tb), nb, half);
+        for h in 0..2 {
+            let tile = weights.as_ptr().add((w0 / R + h) * tb);
+            for (b, x) in blocks.iter_mut().enumerate() {
+                if h * R >= nr {
+                    x.zero_half(h);
+                    continue;
+                }
+                let p = tile.add(b * R * block_bytes(K));
+                block_groups::<K>(p, |g, v| x.u[g][h] = v);
+                widen::<K>(&scales::<K, AVX512, true>(p), h, x);
             }
         }
-        for (b, x) in blocks.iter_mut().enumerate() {
-            for (h, half) in halves.iter().enumerate() {
-                widen::<K>((h * R < nr).then_some(half), b, h, x);
-            }
-        }
-        for_row_groups!(act.rows, |a0, CC| match K {
+        for_row_groups!(wide act.rows, |a0, CC| match K {
             Q4_K => wide::dot::<8, 0, true, CC>(&blocks, act, w0, nr, a0, out),
             Q2_K => wide::dot::<4, 0, true, CC>(&blocks, act, w0, nr, a0, out),
             Q6_K => wide::dot::<4, 5, false, CC>(&blocks, act, w0, nr, a0, out),
@@ -758,26 +767,12 @@ unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Ac
     }
 }
 
-/// Half `h` (rows `8h..8h + 8`) of `x` from block `b` of the unpacked tile `tile`, or zeros
-/// where there is no such tile. The sub-blocks and pairs are those [`wide_tiles`] names: Q4_K's
-/// eight sub-blocks of 32, its minimums paired with themselves to meet the 16-value sums (the
-/// 256-bit kernel pairs them with 32-value sums: the same integer); TQ2_0's one sub-block.
+/// The factors of half `h` (rows `8h..8h + 8`) of `x` from those of a tile block, `s`. The
+/// sub-blocks and pairs are those [`wide_tiles`] names: Q4_K's eight sub-blocks of 32, its
+/// minimums paired with themselves to meet the 16-value sums (the 256-bit kernel pairs them
+/// with 32-value sums: the same integer); TQ2_0's one sub-block.
 #[inline(always)]
-unsafe fn widen<const K: u8>(tile: Option<&Unpacked>, b: usize, h: usize, x: &mut WideBlock) {
-    let zero = _mm256_setzero_si256();
-    let Some(t) = tile else {
-        x.u.iter_mut()
-            .chain(&mut x.sc)
-            .chain(&mut x.pair)
-            .for_each(|v| v[h] = zero);
-        x.d[h] = _mm256_setzero_ps();
-        x.dmin[h] = _mm256_setzero_ps();
-        return;
-    };
-    for (g, u) in x.u.iter_mut().enumerate() {
-        u[h] = t.u[64 * b + g];
-    }
-    let s = &t.scales[b];
+unsafe fn widen<const K: u8>(s: &Scales, h: usize, x: &mut WideBlock) {
     for (sc, &v) in x.sc.iter_mut().zip(&s.sc) {
         sc[h] = v;
     }
@@ -799,7 +794,13 @@ unsafe fn widen<const K: u8>(tile: Option<&Unpacked>, b: usize, h: usize, x: &mu
     x.dmin[h] = s.dmin;
 }
 
-interleaved_driver!(wide_tiles);
+/// Batches from which [`wide_tiles`] takes over on [`super::lanes::Isa::Avx512`]: those that
+/// unpack their tiles anyway.
+const fn wide_min_rows(kind: u8) -> usize {
+    unpack_min_rows(kind)
+}
+
+interleaved_driver!();
 
 /// The entry point for weights of `ty` with the dot products of `isa`, if this module covers
 /// `ty` (see [`super::tile`], which checked the lengths).

@@ -30,6 +30,7 @@ use std::arch::x86_64::*;
 
 use super::super::interleave::TILE_ROWS as R;
 use super::lanes::{dpbusd, store_lanes, AVX2};
+use super::wide::{self, WideBlock32, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
 
@@ -383,6 +384,58 @@ const fn unpack_min_rows(kind: u8) -> usize {
         Q8_0 => usize::MAX,
         IQ4_NL | MXFP4 => 32,
         _ => 8,
+    }
+}
+
+/// Batches of at least this many rows on [`super::lanes::Isa::Avx512`] go to [`wide_tiles`].
+/// Unpacking there is per sixteen rows, and saves its cost on every activation row.
+const fn wide_min_rows(_kind: u8) -> usize {
+    8
+}
+
+/// Batches on [`super::lanes::Isa::Avx512`]: two tiles side by side in 512-bit vectors
+/// ([`super::wide`]), each group unpacked once as the VNNI path's operand.
+#[inline(always)]
+unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+    let tb = nb * R * block_bytes(K);
+    // blocks: [nb] the sixteen rows' blocks.
+    let mut blocks = vec![WideBlock32::ZERO; nb];
+    let mut w0 = 0;
+    while w0 < nw {
+        let nr = (nw - w0).min(WIDE_ROWS);
+        for (b, x) in blocks.iter_mut().enumerate() {
+            for h in 0..2 {
+                if h * R >= nr {
+                    for u in &mut x.u {
+                        u[h] = _mm256_setzero_si256();
+                    }
+                    x.d[h] = _mm256_setzero_ps();
+                    x.m[h] = _mm256_setzero_ps();
+                    continue;
+                }
+                let p = weights.as_ptr().add((w0 / R + h) * tb + b * R * block_bytes(K));
+                for g in 0..8 {
+                    let (u, s) = group::<K>(p, g);
+                    // Signed values go in as `w + 128`, as in `dot`'s VNNI path.
+                    x.u[g][h] = if signed(K) {
+                        _mm256_xor_si256(s, _mm256_set1_epi8(-128))
+                    } else {
+                        u
+                    };
+                }
+                x.d[h] = scales::<K>(p);
+                if has_min(K) {
+                    x.m[h] = halves(p.add(off_m(K)));
+                }
+            }
+        }
+        for_row_groups!(wide act.rows, |a0, CC| if has_min(K) {
+            wide::dot32::<false, true, CC>(&blocks, act, w0, nr, a0, out)
+        } else {
+            // The 4/5-bit formats' offset, or the signed ones' -128·Σq_a.
+            wide::dot32::<true, false, CC>(&blocks, act, w0, nr, a0, out)
+        });
+        w0 += nr;
     }
 }
 

@@ -32,8 +32,45 @@
 #![allow(clippy::needless_range_loop)]
 
 /// Run `$call` for each group of up to [`LANE_C`] activation rows of `$rows`, with `$a0` the
-/// group's first row and `$cc` its width as a constant (the register tile's shape).
+/// group's first row and `$cc` its width as a constant (the register tile's shape). With
+/// `wide`, groups of eight while they last (the 512-bit kernels of `wide`, whose 32 registers
+/// hold eight rows' sums: `cargo bench --bench kernels`, Q4_K 512 rows, 373-416 against
+/// 310 GOP/s with four).
 macro_rules! for_row_groups {
+    (wide $rows:expr, |$a0:ident, $cc:ident| $call:expr) => {{
+        let rows: usize = $rows;
+        let mut $a0 = 0;
+        while $a0 < rows {
+            let c = match rows - $a0 {
+                8.. => 8,
+                4..=7 => 4,
+                c => c,
+            };
+            match c {
+                8 => {
+                    const $cc: usize = 8;
+                    $call
+                }
+                4 => {
+                    const $cc: usize = 4;
+                    $call
+                }
+                3 => {
+                    const $cc: usize = 3;
+                    $call
+                }
+                2 => {
+                    const $cc: usize = 2;
+                    $call
+                }
+                _ => {
+                    const $cc: usize = 1;
+                    $call
+                }
+            }
+            $a0 += c;
+        }
+    }};
     ($rows:expr, |$a0:ident, $cc:ident| $call:expr) => {{
         let rows: usize = $rows;
         let mut $a0 = 0;
@@ -114,10 +151,10 @@ macro_rules! isa_entries {
 /// (`unpack::<K, V>`, which sizes it). Then [`isa_entries!`] makes its entry points. It uses
 /// those names, `R` and `block_bytes` of the module it expands in.
 ///
-/// With a `$wide` function (`dot_ktile`), batches on [`Isa::Avx512`] go to `$wide::<K>` instead,
-/// which takes them sixteen rows at a time (`wide`).
+/// On [`Isa::Avx512`], batches of at least `wide_min_rows(K)` rows go to the module's
+/// `wide_tiles::<K>` instead, which takes them sixteen weight rows at a time (`wide`).
 macro_rules! interleaved_driver {
-    ($($wide:ident)?) => {
+    () => {
         /// See `interleaved_driver!`.
         #[inline(always)]
         unsafe fn run<const K: u8, const V: u8>(
@@ -129,11 +166,9 @@ macro_rules! interleaved_driver {
         ) {
             let tb = nb * R * block_bytes(K);
             let buffered = act.rows >= unpack_min_rows(K);
-            $(
-                if buffered && V == $crate::backend::cpu::simd::lanes::AVX512 {
-                    return $wide::<K>(nb, nw, weights, act, out);
-                }
-            )?
+            if V == $crate::backend::cpu::simd::lanes::AVX512 && act.rows >= wide_min_rows(K) {
+                return wide_tiles::<K>(nb, nw, weights, act, out);
+            }
             let mut x = Unpacked::EMPTY;
             let mut w0 = 0;
             while w0 < nw {

@@ -380,7 +380,7 @@ unsafe fn tiled_wide<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations
                 unpack_tile::<F>(weights.as_ptr(), nb, w0 + h * LANE_ROWS, hr, b, x, h);
             }
         }
-        for_row_groups!(act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
+        for_row_groups!(wide act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
             wide::dot::<8, 7, false, CC>(&blocks, act, w0, nr, a0, out)
         } else {
             wide::dot::<4, 7, false, CC>(&blocks, act, w0, nr, a0, out)

@@ -1,6 +1,7 @@
 //! Batches (prefill) in 512-bit register tiles of sixteen weight rows, for the lane-per-row
-//! kernels on 256-value super-blocks against Q8_K activations (`dot_ktile`'s buffered tiles,
-//! `superblocks`' unpacked ones) on CPUs with AVX-512 VNNI ([`super::lanes::Isa::Avx512`]).
+//! kernels: on 256-value super-blocks against Q8_K activations (`dot_ktile`'s buffered tiles,
+//! `superblocks`' unpacked ones, [`dot`]) and on the 32-value formats against Q8_0 (`dot_legacy`,
+//! [`dot32`]), on CPUs with AVX-512 VNNI ([`super::lanes::Isa::Avx512`]).
 //!
 //! Those kernels unpack a tile of eight weight rows once per batch into vectors holding four
 //! values of every row (a row per 32-bit lane), then meet each with a broadcast of four
@@ -50,6 +51,17 @@ impl WideBlock {
         // SAFETY: all-zero bits are valid for integer and float vectors.
         unsafe { std::mem::zeroed() }
     };
+
+    /// Zero half `h`: rows `8h..8h + 8`, past the weights' end.
+    pub fn zero_half(&mut self, h: usize) {
+        // SAFETY: all-zero bits are valid vectors.
+        let (zi, zf): (__m256i, __m256) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        for v in self.u.iter_mut().chain(&mut self.sc).chain(&mut self.pair) {
+            v[h] = zi;
+        }
+        self.d[h] = zf;
+        self.dmin[h] = zf;
+    }
 }
 
 #[inline(always)]
@@ -118,13 +130,90 @@ pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, 
         }
     }
     for c in 0..CC {
-        let dst = out.run_mut(a0 + c, w0, nr);
-        if nr == WIDE_ROWS {
-            _mm512_storeu_ps(dst.as_mut_ptr(), acc[c]);
-        } else {
-            let mut lanes = [0f32; WIDE_ROWS];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), acc[c]);
-            dst.copy_from_slice(&lanes[..nr]);
+        store16(acc[c], nr, w0, a0 + c, out);
+    }
+}
+
+/// One 32-value block of sixteen weight rows of a 32-value format (`dot_legacy`), unpacked:
+/// halves as in [`WideBlock`].
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct WideBlock32 {
+    /// Value group `g` (values `4g..4g + 4`) as the unsigned `vpdpbusd` operand.
+    pub u: [[__m256i; 2]; 8],
+    /// `d_w`.
+    pub d: [__m256; 2],
+    /// The minimum `m_w` (Q4_1, Q5_1).
+    pub m: [__m256; 2],
+}
+
+impl WideBlock32 {
+    /// All zeros: what the rows past the weights' end hold.
+    pub const ZERO: WideBlock32 = {
+        // SAFETY: all-zero bits are valid for integer and float vectors.
+        unsafe { std::mem::zeroed() }
+    };
+}
+
+/// [`dot`] for the 32-value formats against Q8_0 activations (`dot_legacy`'s steps per block:
+/// the integer sum plus, with `OFFSET`, the activation block's precomputed offset, times
+/// `d_w·d_a` into `acc`; with `MIN`, `m_w·(d_a·Σq_a)` into a second sum added at the end).
+#[inline(always)]
+pub(super) unsafe fn dot32<const OFFSET: bool, const MIN: bool, const CC: usize>(
+    blocks: &[WideBlock32],
+    act: &Activations,
+    w0: usize,
+    nr: usize,
+    a0: usize,
+    out: &mut TileOut<'_>,
+) {
+    /// Bytes of one Q8_0 activation block: f16 scale, 32 values.
+    const ACT_BLOCK32: usize = 34;
+    let nb = blocks.len();
+    let a = act.bytes.as_ptr().add(a0 * act.row_bytes + 2);
+    let da = act.scales.as_ptr().add(a0 * nb);
+    let sa = act.dsums.as_ptr().wrapping_add(a0 * nb);
+    let oa = act.offsets.as_ptr().wrapping_add(a0 * nb);
+    let mut acc = [_mm512_setzero_ps(); CC];
+    let mut macc = [_mm512_setzero_ps(); CC];
+    for (b, x) in blocks.iter().enumerate() {
+        let mut isum = [_mm512_setzero_si512(); CC];
+        for g in 0..8 {
+            let u = load_i(&x.u[g]);
+            for c in 0..CC {
+                let y = a.add(c * act.row_bytes + b * ACT_BLOCK32 + 4 * g);
+                isum[c] = _mm512_dpbusd_epi32(isum[c], u, _mm512_set1_epi32(std::ptr::read_unaligned(y as *const i32)));
+            }
         }
+        let d = load_f(&x.d);
+        for c in 0..CC {
+            let mut isum = isum[c];
+            if OFFSET {
+                isum = _mm512_add_epi32(isum, _mm512_set1_epi32(*oa.add(c * nb + b)));
+            }
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(*da.add(c * nb + b)));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[c]);
+            if MIN {
+                let m = load_f(&x.m);
+                macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(m, _mm512_set1_ps(*sa.add(c * nb + b))));
+            }
+        }
+    }
+    for c in 0..CC {
+        let v = if MIN { _mm512_add_ps(acc[c], macc[c]) } else { acc[c] };
+        store16(v, nr, w0, a0 + c, out);
+    }
+}
+
+/// Write lanes `0..nr` of `v` to outputs `(a, w0 + i)`.
+#[inline(always)]
+unsafe fn store16(v: __m512, nr: usize, w0: usize, a: usize, out: &mut TileOut<'_>) {
+    let dst = out.run_mut(a, w0, nr);
+    if nr == WIDE_ROWS {
+        _mm512_storeu_ps(dst.as_mut_ptr(), v);
+    } else {
+        let mut lanes = [0f32; WIDE_ROWS];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), v);
+        dst.copy_from_slice(&lanes[..nr]);
     }
 }
