@@ -2,7 +2,7 @@
 //! weights streamed with one thread and with every core, the same with four and with eight
 //! activation rows (the batched decode of four or eight streams), and matmul (prefill, 512
 //! activation rows) as GOP/s, for the best SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`,
-//! `avxvnni` or `avx512vnni` picks a set) and the portable ones.
+//! `avxvnni`, `avx512vnni` or `avx512` picks a set) and the portable ones.
 //!
 //! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
 
