@@ -16,8 +16,7 @@ use crate::quant::GgmlType;
 const Q5_K: u8 = 0;
 const IQ4_XS: u8 = 1;
 
-/// Bytes of one Q8_K block: f32 scale, 256 values, 16 i16 sums.
-const ACT_BLOCK: usize = 292;
+use super::q8::Q8K_BLOCK as ACT_BLOCK;
 const R: usize = 4;
 const C: usize = 3;
 

@@ -37,11 +37,7 @@ const Q2_K: u8 = 2;
 const Q3_K: u8 = 3;
 const TQ2_0: u8 = 4;
 
-/// A Q8_K activation block: f32 scale, then 256 values at [`ACT_VALUES`], then 16 i16 sums of
-/// 16 values each at [`ACT_BSUMS`].
-const ACT_BLOCK: usize = 292;
-const ACT_VALUES: usize = 4;
-const ACT_BSUMS: usize = 260;
+use super::q8::{Q8K_BLOCK as ACT_BLOCK, Q8K_BSUMS as ACT_BSUMS, Q8K_VALUES as ACT_VALUES};
 
 /// Whether kernels of `kind` for ISA `v` use `vpdpbusd`, on a buffered tile if `buf` (see
 /// the module doc).

@@ -42,8 +42,7 @@ const Q8_0: u8 = 4;
 const IQ4_NL: u8 = 5;
 const MXFP4: u8 = 6;
 
-/// Bytes of one activation block (Q8_0: f16 scale + 32 values).
-const ACT_BLOCK: usize = 34;
+use super::q8::Q8_0_BLOCK as ACT_BLOCK;
 
 use crate::quant::KVALUES_FP4;
 /// ggml's non-linear 4-bit levels of IQ4_NL/IQ4_XS (`kvalues_iq4nl`), the quant module's table.
@@ -406,11 +405,7 @@ unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Ac
         for (b, x) in blocks.iter_mut().enumerate() {
             for h in 0..2 {
                 if h * R >= nr {
-                    for u in &mut x.u {
-                        u[h] = _mm256_setzero_si256();
-                    }
-                    x.d[h] = _mm256_setzero_ps();
-                    x.m[h] = _mm256_setzero_ps();
+                    x.zero_half(h);
                     continue;
                 }
                 let p = weights.as_ptr().add((w0 / R + h) * tb + b * R * block_bytes(K));

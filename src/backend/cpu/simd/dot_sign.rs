@@ -15,9 +15,9 @@ use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::legacy::QK;
 use crate::quant::sign::QK1_0;
 
-/// Bytes of a Q1_0 block and of a Q8_0 activation block.
+/// Bytes of a Q1_0 block.
 const BLOCK: usize = 18;
-const ACT_BLOCK: usize = 34;
+use super::q8::Q8_0_BLOCK as ACT_BLOCK;
 /// Q8_0 blocks per Q1_0 block.
 const SUBS: usize = QK1_0 / QK;
 const R: usize = 4;

@@ -37,66 +37,29 @@
 /// hold eight rows' sums: `cargo bench --bench kernels`, Q4_K 512 rows, 373-416 against
 /// 310 GOP/s with four).
 macro_rules! for_row_groups {
-    (wide $rows:expr, |$a0:ident, $cc:ident| $call:expr) => {{
+    // Each group takes the widest of `$w` (widest first, ending with 1) that the rows left fill.
+    (@widths [$($w:literal),+] $rows:expr, |$a0:ident, $cc:ident| $call:expr) => {{
         let rows: usize = $rows;
         let mut $a0 = 0;
-        while $a0 < rows {
-            let c = match rows - $a0 {
-                8.. => 8,
-                4..=7 => 4,
-                c => c,
-            };
-            match c {
-                8 => {
-                    const $cc: usize = 8;
-                    $call
+        'groups: while $a0 < rows {
+            $(
+                if rows - $a0 >= $w {
+                    {
+                        const $cc: usize = $w;
+                        $call
+                    }
+                    $a0 += $w;
+                    continue 'groups;
                 }
-                4 => {
-                    const $cc: usize = 4;
-                    $call
-                }
-                3 => {
-                    const $cc: usize = 3;
-                    $call
-                }
-                2 => {
-                    const $cc: usize = 2;
-                    $call
-                }
-                _ => {
-                    const $cc: usize = 1;
-                    $call
-                }
-            }
-            $a0 += c;
+            )+
         }
     }};
-    ($rows:expr, |$a0:ident, $cc:ident| $call:expr) => {{
-        let rows: usize = $rows;
-        let mut $a0 = 0;
-        while $a0 < rows {
-            let c = (rows - $a0).min($crate::backend::cpu::simd::lanes::LANE_C);
-            match c {
-                4 => {
-                    const $cc: usize = 4;
-                    $call
-                }
-                3 => {
-                    const $cc: usize = 3;
-                    $call
-                }
-                2 => {
-                    const $cc: usize = 2;
-                    $call
-                }
-                _ => {
-                    const $cc: usize = 1;
-                    $call
-                }
-            }
-            $a0 += c;
-        }
-    }};
+    (wide $rows:expr, |$a0:ident, $cc:ident| $call:expr) => {
+        for_row_groups!(@widths [8, 4, 3, 2, 1] $rows, |$a0, $cc| $call)
+    };
+    ($rows:expr, |$a0:ident, $cc:ident| $call:expr) => {
+        for_row_groups!(@widths [4, 3, 2, 1] $rows, |$a0, $cc| $call)
+    };
 }
 
 /// Entry points of a kernel module's `$run::<K, V>` (`#[inline(always)]`, with no target

@@ -16,6 +16,15 @@ use crate::quant::kquant::{BlockQ8K, QK_K};
 use crate::quant::legacy::{BlockQ8_0, QK};
 use crate::quant::{GgmlType, QuantError};
 
+/// Bytes of a prepared Q8_K activation block ([`BlockQ8K`]), as the kernels read it through raw
+/// pointers: the f32 scale at 0, the 256 values at [`Q8K_VALUES`], 16 i16 sums of 16 values
+/// each at [`Q8K_BSUMS`].
+pub(super) const Q8K_BLOCK: usize = size_of::<BlockQ8K>();
+pub(super) const Q8K_VALUES: usize = std::mem::offset_of!(BlockQ8K, qs);
+pub(super) const Q8K_BSUMS: usize = std::mem::offset_of!(BlockQ8K, bsums);
+/// Bytes of a prepared Q8_0 activation block ([`BlockQ8_0`]): the f16 scale, then 32 values.
+pub(super) const Q8_0_BLOCK: usize = size_of::<BlockQ8_0>();
+
 /// Convert `x` (rows of `k` values) for weights of type `ty` (one of [`super::supports`]).
 ///
 /// # Safety

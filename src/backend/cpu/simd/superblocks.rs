@@ -28,9 +28,7 @@ use super::lanes::{dpbusd, store_lanes, Isa, AVX512_VNNI, AVX_VNNI, LANE_ROWS};
 use super::wide::{self, WideBlock, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 
-/// Bytes of one Q8_K block: f32 scale at 0, 256 values at 4, 16 i16 sums at [`ACT_BSUMS`].
-const ACT_BLOCK: usize = 292;
-const ACT_BSUMS: usize = 260;
+use super::q8::{Q8K_BLOCK as ACT_BLOCK, Q8K_BSUMS as ACT_BSUMS, Q8K_VALUES as ACT_VALUES};
 
 /// Activation rows from which VNNI CPUs unpack weight tiles (see the module doc). Measured with
 /// `cargo bench --bench kernels`.
@@ -110,7 +108,7 @@ unsafe fn act_scale(y: *const u8) -> f32 {
 /// The 32 activation bytes of group `g` (values `32g..32g + 32`) of the Q8_K block at `y`.
 #[inline(always)]
 unsafe fn act_group(y: *const u8, g: usize) -> __m256i {
-    _mm256_loadu_si256(y.add(4 + 32 * g) as *const __m256i)
+    _mm256_loadu_si256(y.add(ACT_VALUES + 32 * g) as *const __m256i)
 }
 
 /// A format's [`run`]: `(k, weights, act, out, isa)`.
@@ -292,6 +290,25 @@ unsafe fn unpack_tile<F: SuperBlocks>(
     x.d[h] = _mm256_loadu_ps(d.as_ptr());
 }
 
+/// Weight rows `w0..w0 + nr` (at most eight per half) into the first `halves` halves of
+/// `blocks`, one per super-block: rows `w0 + 8h..` into half `h`, rows past the end as zeros.
+#[inline(always)]
+unsafe fn unpack_rows<F: SuperBlocks>(
+    weights: *const u8,
+    w0: usize,
+    nr: usize,
+    halves: usize,
+    blocks: &mut [WideBlock],
+) {
+    let nb = blocks.len();
+    for (b, x) in blocks.iter_mut().enumerate() {
+        for h in 0..halves {
+            let hr = nr.saturating_sub(h * LANE_ROWS).min(LANE_ROWS);
+            unpack_tile::<F>(weights, nb, w0 + h * LANE_ROWS, hr, b, x, h);
+        }
+    }
+}
+
 /// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` from the unpacked tile `blocks` (one per
 /// super-block), whose sub-blocks are `SPAN` value groups of four.
 #[inline(always)]
@@ -312,7 +329,7 @@ unsafe fn tile_dot<const CC: usize, const V: u8, const SPAN: usize>(
             for m in 0..SPAN {
                 let g = SPAN * t + m;
                 for c in 0..CC {
-                    let y = a.add(c * act.row_bytes + b * ACT_BLOCK + 4 + 4 * g);
+                    let y = a.add(c * act.row_bytes + b * ACT_BLOCK + ACT_VALUES + 4 * g);
                     let y = _mm256_set1_epi32(std::ptr::read_unaligned(y as *const i32));
                     s32[c] = dpbusd::<V>(s32[c], x.u[g][0], y);
                 }
@@ -350,9 +367,7 @@ unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Act
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(LANE_ROWS);
-        for (b, x) in blocks.iter_mut().enumerate() {
-            unpack_tile::<F>(weights.as_ptr(), nb, w0, nr, b, x, 0);
-        }
+        unpack_rows::<F>(weights.as_ptr(), w0, nr, 1, &mut blocks);
         for_row_groups!(act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
             tile_dot::<CC, V, 8>(&blocks, act, w0, nr, a0, out)
         } else {
@@ -373,13 +388,7 @@ unsafe fn tiled_wide<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(WIDE_ROWS);
-        for (b, x) in blocks.iter_mut().enumerate() {
-            for h in 0..2 {
-                // Rows past the end unpack as zeros.
-                let hr = nr.saturating_sub(h * LANE_ROWS).min(LANE_ROWS);
-                unpack_tile::<F>(weights.as_ptr(), nb, w0 + h * LANE_ROWS, hr, b, x, h);
-            }
-        }
+        unpack_rows::<F>(weights.as_ptr(), w0, nr, 2, &mut blocks);
         for_row_groups!(wide act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
             wide::dot::<8, 7, false, CC>(&blocks, act, w0, nr, a0, out)
         } else {

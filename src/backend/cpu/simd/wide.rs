@@ -21,10 +21,7 @@ use crate::backend::cpu::tile::{Activations, TileOut};
 /// Weight rows per tile: two of the 256-bit kernels' tiles.
 pub(super) const WIDE_ROWS: usize = 2 * LANE_ROWS;
 
-/// A Q8_K activation block: f32 scale, 256 values at 4, 16 i16 sums of 16 values at
-/// [`ACT_BSUMS`].
-const ACT_BLOCK: usize = 292;
-const ACT_BSUMS: usize = 260;
+use super::q8::{Q8K_BLOCK as ACT_BLOCK, Q8K_BSUMS as ACT_BSUMS, Q8K_VALUES as ACT_VALUES, Q8_0_BLOCK};
 
 /// One super-block of sixteen weight rows, unpacked. Each entry is a 512-bit vector stored as
 /// its two 256-bit halves: the half-tiles' vectors as the 256-bit unpackers make them, rows
@@ -102,7 +99,7 @@ pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, 
                 let g = SPAN * s + m;
                 let u = load_i(&x.u[g]);
                 for c in 0..CC {
-                    let q = _mm512_set1_epi32(std::ptr::read_unaligned(y(c).add(4 + 4 * g) as *const i32));
+                    let q = _mm512_set1_epi32(std::ptr::read_unaligned(y(c).add(ACT_VALUES + 4 * g) as *const i32));
                     s32[c] = _mm512_dpbusd_epi32(s32[c], u, q);
                 }
             }
@@ -153,6 +150,17 @@ impl WideBlock32 {
         // SAFETY: all-zero bits are valid for integer and float vectors.
         unsafe { std::mem::zeroed() }
     };
+
+    /// Zero half `h`: rows `8h..8h + 8`, past the weights' end.
+    pub fn zero_half(&mut self, h: usize) {
+        // SAFETY: all-zero bits are valid vectors.
+        let (zi, zf): (__m256i, __m256) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        for u in &mut self.u {
+            u[h] = zi;
+        }
+        self.d[h] = zf;
+        self.m[h] = zf;
+    }
 }
 
 /// [`dot`] for the 32-value formats against Q8_0 activations (`dot_legacy`'s steps per block:
@@ -167,8 +175,6 @@ pub(super) unsafe fn dot32<const OFFSET: bool, const MIN: bool, const CC: usize>
     a0: usize,
     out: &mut TileOut<'_>,
 ) {
-    /// Bytes of one Q8_0 activation block: f16 scale, 32 values.
-    const ACT_BLOCK32: usize = 34;
     let nb = blocks.len();
     let a = act.bytes.as_ptr().add(a0 * act.row_bytes + 2);
     let da = act.scales.as_ptr().add(a0 * nb);
@@ -181,7 +187,7 @@ pub(super) unsafe fn dot32<const OFFSET: bool, const MIN: bool, const CC: usize>
         for g in 0..8 {
             let u = load_i(&x.u[g]);
             for c in 0..CC {
-                let y = a.add(c * act.row_bytes + b * ACT_BLOCK32 + 4 * g);
+                let y = a.add(c * act.row_bytes + b * Q8_0_BLOCK + 4 * g);
                 isum[c] = _mm512_dpbusd_epi32(isum[c], u, _mm512_set1_epi32(std::ptr::read_unaligned(y as *const i32)));
             }
         }
