@@ -1,7 +1,7 @@
 //! Matmul kernel throughput per weight type: matvec (decode, one activation row) as GB/s of
 //! weights streamed with one thread and with every core, the same with four and with eight
 //! activation rows (the batched decode of four or eight streams), and matmul (prefill, 512
-//! activation rows) as GOP/s, for the best SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`,
+//! activation rows, and the 32 rows an expert sees in a MoE prefill) as GOP/s, for the best SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`,
 //! `avxvnni`, `avx512vnni` or `avx512` picks a set) and the portable ones.
 //!
 //! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
@@ -26,6 +26,9 @@ const N: usize = 4096;
 /// Weight rows and activation rows of the matmul.
 const MM_N: usize = 1024;
 const MM_ROWS: usize = 512;
+/// Activation rows of the expert-shaped matmul: what one of 128 experts sees, top-8, of a
+/// 512-token prefill.
+const EXPERT_ROWS: usize = 32;
 
 /// Random weights of `ty` with sane f16 scales (small and positive, as quantizers write).
 fn weights(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> Vec<u8> {
@@ -118,7 +121,7 @@ fn main() {
         best.variant
     );
     println!(
-        "{:<8} {:>9} {:>12} {:>12} {:>14} {:>14} {:>12} {:>14} {:>14}",
+        "{:<8} {:>9} {:>12} {:>12} {:>14} {:>14} {:>12} {:>14} {:>14} {:>14}",
         "type",
         "MiB",
         "GB/s 1T",
@@ -127,6 +130,7 @@ fn main() {
         format!("8 rows GB/s {threads}T"),
         "portable GB/s 1T",
         format!("GOP/s {threads}T"),
+        format!("{EXPERT_ROWS} rows GOP/s"),
         "portable GOP/s"
     );
     for ty in simd_types() {
@@ -149,9 +153,15 @@ fn main() {
         let mut out = vec![0f32; MM_N * MM_ROWS];
         let ops = 2.0 * (MM_N * K * MM_ROWS) as f64 / 1e9;
         let mm = ops / time(AT_LEAST, || matmul(best, ty, K, MM_N, &wb, &xm, &mut out, threads));
+        let xe = &xm[..K * EXPERT_ROWS];
+        let eops = ops * EXPERT_ROWS as f64 / MM_ROWS as f64;
+        let mme = eops
+            / time(AT_LEAST, || {
+                matmul(best, ty, K, MM_N, &wb, xe, &mut out[..MM_N * EXPERT_ROWS], threads)
+            });
         let mmf = ops / time(AT_LEAST, || matmul(fast, ty, K, MM_N, &wf, &xm, &mut out, threads));
         println!(
-            "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>14.2} {:>14.2} {:>12.2} {:>14.1} {:>14.1}",
+            "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>14.2} {:>14.2} {:>12.2} {:>14.1} {:>14.1} {:>14.1}",
             ty.name(),
             w.len() as f64 / (1 << 20) as f64,
             mv1,
@@ -160,6 +170,7 @@ fn main() {
             mv8,
             mvf,
             mm,
+            mme,
             mmf
         );
     }

@@ -7,11 +7,20 @@
 //! and `maddubs`, then `madd` with the odd scales `2s + 1` of the two halves, sum
 //! `Σ ls·grid·±q8` exactly in i32 lanes over the super-block; the driver (`superblocks`) takes
 //! it from there, folding the format's constant into `d_w`.
+//!
+//! With AVX-512 ([`Pairs`]) a super-block is unpacked 64 values at a time: one gather of the
+//! grid entries per pair of groups; the sign fields of all groups at once, their `ksigns`
+//! parity bit from a `pshufb` of the field's folded nibble instead of a table, as a mask per
+//! pair; the scales of all sixteen quarters at once, spread to each pair's lanes by one
+//! permute. Against the one-group-at-a-time kernels on the Intel Xeon this made the one-row
+//! product 1.3-2x faster (IQ2_XS 2.0-2.6 against 3.0-3.2 GB/s on one thread).
 
 use std::arch::x86_64::*;
 
 use super::lanes::load_f16;
-use super::superblocks::{half_scales, lanes64, odd_halves, run, RowsFn, SuperBlocks};
+use super::superblocks::{
+    half_scales, ksign_bytes, lanes64, odd_halves, run_pairs, sign_masks, PairBlock, Pairs, RowsFn, SuperBlocks,
+};
 use crate::quant::{GgmlType, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 const IQ2_XXS: u8 = 0;
@@ -282,16 +291,177 @@ impl<const K: u8, const GATHER: bool> SuperBlocks for Grid<K, GATHER> {
     }
 }
 
+/// Eight table entries of eight values, `table[idx[l]]` for the i32 lanes of `idx`.
+#[inline(always)]
+unsafe fn entries64<const GATHER: bool>(table: &[u64], idx: __m256i) -> __m512i {
+    if GATHER {
+        _mm512_i32gather_epi64::<8>(idx, table.as_ptr() as *const i64)
+    } else {
+        let mut i = [0u32; 8];
+        _mm256_storeu_si256(i.as_mut_ptr() as *mut __m256i, idx);
+        let e: [u64; 8] = std::array::from_fn(|l| table[i[l] as usize]);
+        _mm512_loadu_si512(e.as_ptr() as *const __m512i)
+    }
+}
+
+/// Sixteen table entries of four values, `table[idx[l]]` for the i32 lanes of `idx`.
+#[inline(always)]
+unsafe fn entries32<const GATHER: bool>(table: &[u32], idx: __m512i) -> __m512i {
+    if GATHER {
+        _mm512_i32gather_epi32::<4>(idx, table.as_ptr() as *const i32)
+    } else {
+        let mut i = [0u32; 16];
+        _mm512_storeu_si512(i.as_mut_ptr() as *mut __m512i, idx);
+        let e: [u32; 16] = std::array::from_fn(|l| table[i[l] as usize]);
+        _mm512_loadu_si512(e.as_ptr() as *const __m512i)
+    }
+}
+
+/// The 16 bytes `q` (each below 16, in the order of the super-block's 16-value quarters) as
+/// [`PairBlock::odd`].
+#[inline(always)]
+unsafe fn odd_quarters(q: __m128i) -> __m512i {
+    let s = _mm256_cvtepu8_epi16(q);
+    _mm512_castsi256_si512(_mm256_or_si256(_mm256_slli_epi16::<1>(s), _mm256_set1_epi16(1)))
+}
+
+/// The low eight bytes of `b` as sixteen nibbles, the low one of each byte first.
+#[inline(always)]
+unsafe fn nibbles(b: __m128i) -> __m128i {
+    let m = _mm_set1_epi8(15);
+    _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16::<4>(b), m))
+}
+
+/// The signs and odd scales of the XXS formats' eight group words `aux` (four 7-bit sign
+/// fields, then a 4-bit scale of the group's 32 values): the 32 sign bytes (four per group)
+/// and the scales as [`odd_quarters`] makes them.
+#[inline(always)]
+unsafe fn group_words(aux: __m256i) -> (__m256i, __m512i) {
+    let aux = _mm512_castsi256_si512(aux);
+    let signs = _mm256_set_m128i(word_signs(aux, 4), word_signs(aux, 0));
+    // Group g's scale in i32 lane g, then in both its i16 lanes 2g, 2g + 1.
+    let s = _mm512_srli_epi32::<28>(aux);
+    let s = _mm512_or_si512(s, _mm512_slli_epi32::<16>(s));
+    let odd = _mm512_or_si512(_mm512_slli_epi16::<1>(s), _mm512_set1_epi16(1));
+    (signs, odd)
+}
+
+/// The 16 sign bytes of words `first..first + 4` of `aux` (see [`group_words`]).
+#[inline(always)]
+unsafe fn word_signs(aux: __m512i, first: i32) -> __m128i {
+    // Lanes 4l..4l + 4: word first + l, shifted to its four fields.
+    let lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    let words = _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(first), lanes), aux);
+    let shifts = _mm512_set4_epi32(21, 14, 7, 0);
+    let fields = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), _mm512_set1_epi32(127));
+    _mm512_cvtepi32_epi8(ksign_bytes(fields))
+}
+
+/// The sixteen bytes at `p` as i32 lanes.
+#[inline(always)]
+unsafe fn bytes16(p: *const u8) -> __m512i {
+    _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
+}
+
+impl<const K: u8, const GATHER: bool> Pairs for Grid<K, GATHER> {
+    // Loops, not closures: a closure does not take its function's target features, so the
+    // intrinsics it calls would not inline.
+    #[inline(always)]
+    unsafe fn pairs(p: *const u8, _: &f32) -> PairBlock {
+        let half = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u16) as i32;
+        let mut mags = [_mm512_setzero_si512(); 4];
+        let (signs, odd) = match K {
+            IQ2_XXS => {
+                // Group g: four index bytes at 2 + 8g, then its sign and scale word.
+                let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
+                let odd_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
+                let even_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+                let words = _mm512_castsi512_si256(_mm512_permutexvar_epi32(even_lanes, q));
+                let idx = [
+                    _mm512_cvtepu8_epi32(_mm256_castsi256_si128(words)),
+                    _mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(words)),
+                ];
+                for j in 0..4 {
+                    let i = if j % 2 == 0 {
+                        _mm512_castsi512_si256(idx[j / 2])
+                    } else {
+                        _mm512_extracti64x4_epi64::<1>(idx[j / 2])
+                    };
+                    mags[j] = entries64::<GATHER>(&IQ2XXS_GRID, i);
+                }
+                group_words(_mm512_castsi512_si256(_mm512_permutexvar_epi32(odd_lanes, q)))
+            }
+            IQ3_XXS => {
+                for (j, m) in mags.iter_mut().enumerate() {
+                    *m = entries32::<GATHER>(&IQ3XXS_GRID, bytes16(p.add(2 + 16 * j)));
+                }
+                group_words(_mm256_loadu_si256(p.add(66) as *const __m256i))
+            }
+            IQ2_XS => {
+                // 32 u16: a 9-bit index and a 7-bit sign field each.
+                for (j, m) in mags.iter_mut().enumerate() {
+                    let q = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(2 + 16 * j) as *const __m128i));
+                    *m = entries64::<GATHER>(&IQ2XS_GRID, _mm256_and_si256(q, _mm256_set1_epi32(511)));
+                }
+                let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
+                let signs = _mm512_cvtepi16_epi8(ksign_bytes(_mm512_srli_epi16::<9>(q)));
+                (
+                    signs,
+                    odd_quarters(nibbles(_mm_loadl_epi64(p.add(66) as *const __m128i))),
+                )
+            }
+            IQ2_S => {
+                for (j, m) in mags.iter_mut().enumerate() {
+                    // Index l: byte l, and bits 2l, 2l + 1 of the two groups' `qh` bytes as
+                    // its bits 8 and 9.
+                    let qh = _mm256_srlv_epi32(
+                        _mm256_set1_epi32(half(66 + 2 * j)),
+                        _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14),
+                    );
+                    let high = _mm256_slli_epi32::<8>(_mm256_and_si256(qh, _mm256_set1_epi32(3)));
+                    let low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(2 + 8 * j) as *const __m128i));
+                    *m = entries64::<GATHER>(&IQ2S_GRID, _mm256_or_si256(low, high));
+                }
+                let signs = _mm256_loadu_si256(p.add(34) as *const __m256i);
+                (
+                    signs,
+                    odd_quarters(nibbles(_mm_loadl_epi64(p.add(74) as *const __m128i))),
+                )
+            }
+            _ => {
+                for (j, m) in mags.iter_mut().enumerate() {
+                    // Index i: byte i, and bit i of the two groups' `qh` bytes as its bit 8.
+                    let qh = _mm512_srlv_epi32(
+                        _mm512_set1_epi32(half(66 + 2 * j)),
+                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                    );
+                    let high = _mm512_slli_epi32::<8>(_mm512_and_si512(qh, _mm512_set1_epi32(1)));
+                    *m = entries32::<GATHER>(&IQ3S_GRID, _mm512_or_si512(bytes16(p.add(2 + 16 * j)), high));
+                }
+                let signs = _mm256_loadu_si256(p.add(74) as *const __m256i);
+                // One scale per group: each nibble for both of its quarters.
+                let s = nibbles(_mm_cvtsi32_si128(std::ptr::read_unaligned(p.add(106) as *const i32)));
+                (signs, odd_quarters(_mm_unpacklo_epi8(s, s)))
+            }
+        };
+        PairBlock {
+            mags,
+            signs: sign_masks(signs),
+            odd,
+        }
+    }
+}
+
 /// The kernel of `ty`, if it is one of this file's formats: with `gather`, the build whose
 /// table lookups are AVX2 gathers.
 pub(super) fn kernel(ty: GgmlType, gather: bool) -> Option<RowsFn> {
     fn of<const G: bool>(ty: GgmlType) -> Option<RowsFn> {
         Some(match ty {
-            GgmlType::IQ2_XXS => run::<Grid<IQ2_XXS, G>>,
-            GgmlType::IQ3_XXS => run::<Grid<IQ3_XXS, G>>,
-            GgmlType::IQ2_XS => run::<Grid<IQ2_XS, G>>,
-            GgmlType::IQ2_S => run::<Grid<IQ2_S, G>>,
-            GgmlType::IQ3_S => run::<Grid<IQ3_S, G>>,
+            GgmlType::IQ2_XXS => run_pairs::<Grid<IQ2_XXS, G>>,
+            GgmlType::IQ3_XXS => run_pairs::<Grid<IQ3_XXS, G>>,
+            GgmlType::IQ2_XS => run_pairs::<Grid<IQ2_XS, G>>,
+            GgmlType::IQ2_S => run_pairs::<Grid<IQ2_S, G>>,
+            GgmlType::IQ3_S => run_pairs::<Grid<IQ3_S, G>>,
             _ => return None,
         })
     }

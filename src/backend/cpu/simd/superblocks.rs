@@ -20,6 +20,10 @@
 //!   [`super::lanes::Isa::Avx512`], sixteen rows at a time in 512-bit vectors ([`super::wide`]).
 //! * More rows without VNNI: a super-block's eight groups are unpacked once into a buffer and
 //!   every row meets them.
+//! * On [`super::lanes::Isa::Avx512`], formats with [`Pairs`] (the grids: magnitudes, signs
+//!   and scales) meet up to four rows 64 values at a time in 512-bit vectors, their signs a
+//!   mask that negates the activations (`vpsubb` under the mask), unpacked a super-block at a
+//!   time; the tiles take five rows and more.
 
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -60,6 +64,78 @@ pub(super) trait SuperBlocks {
     /// The group's values as signed bytes, and the scales of its two halves of 16: `meet`'s
     /// lanes sum to `Σ scale·Σ value·q8` over the halves.
     unsafe fn values(x: &Self::Group) -> (__m256i, [i32; 2]);
+}
+
+/// A super-block unpacked for the 512-bit kernels ([`Pairs`]) as four pairs of groups, 64
+/// values each: magnitudes as unsigned bytes, their signs as masks, and the odd scales.
+#[derive(Clone, Copy)]
+pub(super) struct PairBlock {
+    /// Pair `j`'s value `v` (value `64j + v`)'s magnitude in byte `v` of `mags[j]`.
+    pub mags: [__m512i; 4],
+    /// Bit `v` of `signs[j]` set where value `64j + v` is negative.
+    pub signs: [__mmask64; 4],
+    /// The odd scale `2s + 1` of values `16q..16q + 16` in i16 lane `q` (`q` < 16).
+    pub odd: __m512i,
+}
+
+/// The formats whose values are magnitudes, signs and scales ([`PairBlock`]): one row meets
+/// them 64 at a time in 512-bit vectors on [`Isa::Avx512`] ([`run_pairs`]).
+pub(super) trait Pairs: SuperBlocks {
+    /// The super-block at `p`. A whole super-block at a time, so that a format can unpack its
+    /// signs and scales for all pairs in a few wide steps.
+    unsafe fn pairs(p: *const u8, head: &Self::Head) -> PairBlock;
+}
+
+/// `Σ scale·magnitude·±q8` of pair `j`'s values against the 64 activation bytes `q8`, as i32
+/// lanes (`scales` from [`pair_scales`]): [`SuperBlocks::meet`]'s products of the two groups,
+/// summed the same exact way.
+#[inline(always)]
+unsafe fn meet_pair(x: &PairBlock, j: usize, scales: __m512i, q8: __m512i) -> __m512i {
+    let signed = _mm512_mask_sub_epi8(q8, x.signs[j], _mm512_setzero_si512(), q8);
+    _mm512_madd_epi16(_mm512_maddubs_epi16(x.mags[j], signed), scales)
+}
+
+/// Pair `j`'s scales for [`meet_pair`] from [`PairBlock::odd`]: the scale of its values
+/// `16h..16h + 16` in i16 lanes `8h..8h + 8`, the lanes `maddubs` sums those values into.
+#[inline(always)]
+pub(super) unsafe fn pair_scales(odd: __m512i, j: usize) -> __m512i {
+    // i16 lane 8h + i takes quarter 4j + h.
+    let quarter = _mm512_set_epi64(
+        0x0003_0003_0003_0003,
+        0x0003_0003_0003_0003,
+        0x0002_0002_0002_0002,
+        0x0002_0002_0002_0002,
+        0x0001_0001_0001_0001,
+        0x0001_0001_0001_0001,
+        0,
+        0,
+    );
+    _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16(4 * j as i16)), odd)
+}
+
+/// The 7-bit sign fields in the low bytes of `fields`' i16 or i32 lanes (their other bytes
+/// zero), each made a sign byte by ggml's `ksigns` rule: the eighth bit makes the count of
+/// negatives even. The parity of a field `p` is that of the nibble `(p ^ p >> 4) & 15`,
+/// looked up by `pshufb`.
+#[inline(always)]
+pub(super) unsafe fn ksign_bytes(fields: __m512i) -> __m512i {
+    // Bit 7 where the nibble's parity is odd (a zero byte has parity 0).
+    let parity = _mm512_set4_epi32(0x0080_8000, 0x8000_0080u32 as i32, 0x8000_0080u32 as i32, 0x0080_8000);
+    let nibble = _mm512_xor_si512(fields, _mm512_srli_epi16::<4>(fields));
+    _mm512_or_si512(fields, _mm512_shuffle_epi8(parity, nibble))
+}
+
+/// The four masks of the 32 bytes of `b` (bytes `8j..8j + 8` pair `j`'s, see [`PairBlock::signs`]).
+#[inline(always)]
+pub(super) unsafe fn sign_masks(b: __m256i) -> [__mmask64; 4] {
+    let mut m = [0u64; 4];
+    _mm256_storeu_si256(m.as_mut_ptr() as *mut __m256i, b);
+    // A loop, not `map`: a closure would not inline the intrinsic.
+    let mut k = [0; 4];
+    for (k, &m) in k.iter_mut().zip(&m) {
+        *k = _cvtu64_mask64(m);
+    }
+    k
 }
 
 /// `sum + isum·((d_w·FACTOR)·d_a)`, as the vector paths compute each lane.
@@ -131,6 +207,66 @@ pub(super) unsafe fn run<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activat
         tiled_wide::<F>(k, weights, act, out);
     } else {
         tiled_avx512vnni::<F>(k, weights, act, out);
+    }
+}
+
+/// [`run`] for [`Pairs`] formats. On [`Isa::Avx512`], up to four rows meet each pair of
+/// groups in 512-bit vectors ([`fused_wide`]), and from five rows on the 512-bit tiles take
+/// over (an expert of a prefill can see any number of rows), so that no 256-bit path is left
+/// there: a tile unpacks sixteen weight rows once for all activation rows, where the fused
+/// kernel would unpack each twice. (Against the 256-bit buffered path at five to seven rows it
+/// measured the same on a whole IQ3 prefill.) The same exact sums either way.
+///
+/// # Safety
+/// As [`run`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn run_pairs<F: Pairs>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>, isa: Isa) {
+    if isa != Isa::Avx512 {
+        run::<F>(k, weights, act, out, isa);
+    } else if act.rows <= super::lanes::LANE_C {
+        for_row_groups!(act.rows, |a0, CC| fused_wide::<F, CC>(k, weights, act, a0, out));
+    } else {
+        tiled_wide::<F>(k, weights, act, out);
+    }
+}
+
+/// [`fused`] 64 values at a time in 512-bit vectors.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn fused_wide<F: Pairs, const CC: usize>(
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    a0: usize,
+    out: &mut TileOut<'_>,
+) {
+    let nb = k / 256;
+    for w in 0..out.nw() {
+        let row = weights.as_ptr().add(w * nb * F::BYTES);
+        let mut sum = [0f32; CC];
+        for b in 0..nb {
+            let p = row.add(b * F::BYTES);
+            let mut y = [std::ptr::null::<u8>(); CC];
+            for (c, y) in y.iter_mut().enumerate() {
+                *y = act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK);
+            }
+            let head = F::head(p);
+            let mut acc = [_mm512_setzero_si512(); CC];
+            let x = F::pairs(p, &head);
+            for j in 0..4 {
+                let scales = pair_scales(x.odd, j);
+                for c in 0..CC {
+                    let q8 = _mm512_loadu_si512(y[c].add(ACT_VALUES + 64 * j) as *const __m512i);
+                    acc[c] = _mm512_add_epi32(acc[c], meet_pair(&x, j, scales, q8));
+                }
+            }
+            for c in 0..CC {
+                let isum = _mm512_reduce_add_epi32(acc[c]);
+                sum[c] = step::<F>(sum[c], isum, F::scale(&head), act_scale(y[c]));
+            }
+        }
+        for c in 0..CC {
+            out.set(a0 + c, w, sum[c]);
+        }
     }
 }
 
@@ -279,7 +415,13 @@ unsafe fn unpack_tile<F: SuperBlocks>(
             x.u[8 * g + m][h] = col;
         }
     }
-    let sc = sc.map(|s| _mm256_loadu_si256(s.as_ptr() as *const __m256i));
+    // A loop, not `map`: a closure does not take the caller's target features, and its
+    // intrinsic would be a call.
+    let mut scv = [_mm256_setzero_si256(); 16];
+    for (v, s) in scv.iter_mut().zip(&sc) {
+        *v = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
+    }
+    let sc = scv;
     for t in 0..256 / F::SCALE_SPAN {
         x.sc[t][h] = sc[t * F::SCALE_SPAN / 16];
     }
