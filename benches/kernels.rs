@@ -1,8 +1,9 @@
 //! Matmul kernel throughput per weight type: matvec (decode, one activation row) as GB/s of
 //! weights streamed with one thread and with every core, the same with four and with eight
 //! activation rows (the batched decode of four or eight streams), and matmul (prefill, 512
-//! activation rows, and the 32 rows an expert sees in a MoE prefill) as GOP/s, for the best SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`,
-//! `avxvnni`, `avx512vnni` or `avx512` picks a set) and the portable ones.
+//! activation rows, and the 32 rows an expert sees in a MoE prefill) as GOP/s, for the best
+//! SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`, `avxvnni`, `avx512vnni` or `avx512`
+//! picks a set) and the portable ones.
 //!
 //! `cargo bench -p tinyllm --bench kernels [-- TYPE...]`; prints one table.
 

@@ -98,7 +98,7 @@ unsafe fn meet_pair(x: &PairBlock, j: usize, scales: __m512i, q8: __m512i) -> __
 /// Pair `j`'s scales for [`meet_pair`] from [`PairBlock::odd`]: the scale of its values
 /// `16h..16h + 16` in i16 lanes `8h..8h + 8`, the lanes `maddubs` sums those values into.
 #[inline(always)]
-pub(super) unsafe fn pair_scales(odd: __m512i, j: usize) -> __m512i {
+unsafe fn pair_scales(odd: __m512i, j: usize) -> __m512i {
     // i16 lane 8h + i takes quarter 4j + h.
     let quarter = _mm512_set_epi64(
         0x0003_0003_0003_0003,
