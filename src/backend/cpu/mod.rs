@@ -106,6 +106,15 @@ impl Columns {
     unsafe fn tile(&self, w0: usize, nw: usize) -> TileOut<'_> {
         TileOut::columns(self.ptr, self.rows, self.n, w0, nw)
     }
+
+    /// Columns `w0..w0 + nw` of rows `at`, activation row `a` into row `at[a]`.
+    ///
+    /// # Safety
+    /// As [`Columns::tile`], and each of `at` is below `rows`.
+    unsafe fn scattered<'a>(&'a self, at: &'a [usize], w0: usize, nw: usize) -> TileOut<'a> {
+        debug_assert!(at.iter().all(|&r| r < self.rows));
+        TileOut::scattered(self.ptr, at, self.n, w0, nw)
+    }
 }
 
 /// The CPU backend.
@@ -139,25 +148,6 @@ impl CpuBackend {
     pub fn kernel_variant(&self) -> &'static str {
         self.kernels.variant
     }
-}
-
-thread_local! {
-    /// `matmul_id`'s outputs in expert order, kept per calling thread (see [`with_matid_scratch`]).
-    static MATID_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Run `f` on this thread's kept `matmul_id` scratch of `len` values (contents unspecified): it
-/// grows to the largest batch seen instead of being mapped afresh for every call. The buffer is
-/// taken out while `f` runs, so a call that a waiting worker picks up in between (rayon runs
-/// other jobs while it waits) gets a buffer of its own instead of a borrow error.
-fn with_matid_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    let mut buf = MATID_SCRATCH.take();
-    if buf.len() < len {
-        buf.resize(len, 0.0);
-    }
-    let r = f(&mut buf[..len]);
-    MATID_SCRATCH.set(buf);
-    r
 }
 
 /// An f32 activation buffer.
@@ -582,44 +572,26 @@ impl Backend for CpuBackend {
         let bias = bias.map(CpuWeight::values).transpose()?;
         let tiles = n.div_ceil(MATMUL_TILE);
         let (tile_fn, ty, layout) = (self.kernels.tile, w.ty, w.layout());
-        // og: [pairs, n] outputs in expert order, in a buffer kept across calls (a fresh one of
-        // tens of MB per call was mapped and zeroed by the kernel: a fifth of a prefill).
-        with_matid_scratch(pairs * n, |og| {
-            let cols: Vec<Columns> = {
-                let mut rest = &mut og[..];
-                let mut cols = Vec::with_capacity(groups.len());
-                for &(_, _, count) in &groups {
-                    let (head, tail) = rest.split_at_mut(count * n);
-                    cols.push(Columns::new(head, count, n));
-                    rest = tail;
-                }
-                cols
-            };
-            self.pool.for_each_index(groups.len() * tiles, |t| {
-                let (g, tile) = (t / tiles, t % tiles);
-                let e = groups[g].0;
-                let r0 = tile * MATMUL_TILE;
-                let nw = MATMUL_TILE.min(n - r0);
-                // SAFETY: task `t` alone handles rows `r0..r0 + nw` of expert group `g`, so it
-                // alone touches those columns of the group's part of `og`, and `r0 + nw <= n`.
-                let mut out_tile = unsafe { cols[g].tile(r0, nw) };
-                tile_fn(ty, layout, k, w.rows(e * n + r0, nw), &acts[g], &mut out_tile);
-            });
-            drop(cols);
-            // Back to pair order: pair p's row is row slot[p] of og.
-            let mut slot = vec![0usize; pairs];
-            for (i, &p) in order.iter().enumerate() {
-                slot[p] = i;
-            }
-            let og = &*og;
-            self.pool.for_chunks(&mut out.0[..pairs * n], n, |p, dst| {
-                dst.copy_from_slice(&og[slot[p] * n..(slot[p] + 1) * n]);
-                if let Some(b) = &bias {
-                    let e = ids[p];
-                    dst.iter_mut().zip(&b[e * n..(e + 1) * n]).for_each(|(d, &v)| *d += v);
-                }
-            });
+        // Each group's outputs go straight to their pairs' rows of `out` ([pairs, n]): the
+        // kernels write row `order[first + a]` for the group's activation row `a` (a copy from
+        // an expert-ordered buffer was about 2% of a MoE prefill).
+        let dst = Columns::new(&mut out.0[..pairs * n], pairs, n);
+        self.pool.for_each_index(groups.len() * tiles, |t| {
+            let (g, tile) = (t / tiles, t % tiles);
+            let (e, first, count) = groups[g];
+            let r0 = tile * MATMUL_TILE;
+            let nw = MATMUL_TILE.min(n - r0);
+            // SAFETY: task `t` alone handles rows `r0..r0 + nw` of expert group `g`, whose pairs
+            // (rows of `out`, each in one group once) no other group has; `r0 + nw <= n`.
+            let mut out_tile = unsafe { dst.scattered(&order[first..first + count], r0, nw) };
+            tile_fn(ty, layout, k, w.rows(e * n + r0, nw), &acts[g], &mut out_tile);
         });
+        if let Some(b) = &bias {
+            self.pool.for_chunks(&mut out.0[..pairs * n], n, |p, dst| {
+                let e = ids[p];
+                dst.iter_mut().zip(&b[e * n..(e + 1) * n]).for_each(|(d, &v)| *d += v);
+            });
+        }
         Ok(())
     }
 

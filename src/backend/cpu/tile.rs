@@ -3,6 +3,8 @@
 //! bytes are laid out ([`Layout`]), where a tile's results go ([`TileOut`]), and the plain
 //! activation conversions the kernel sets share.
 
+use std::sync::OnceLock;
+
 use half::{bf16, f16};
 
 use crate::quant::{self, GgmlType, QuantError};
@@ -37,6 +39,12 @@ pub struct Activations {
         allow(dead_code)
     )]
     pub(super) offsets: Vec<i32>,
+    /// `bytes` with each quantized value as itself plus 128 in an unsigned byte (scales and sums
+    /// as they are), made on first use by the kernels that take the activations as the unsigned
+    /// operand of `vpdpbusd` and shared by every task of a matmul: Q8_K under the 512-bit tiles
+    /// of `simd::superblocks`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(super) unsigned: OnceLock<Vec<u8>>,
 }
 
 impl Activations {
@@ -51,6 +59,7 @@ impl Activations {
             scales: Vec::new(),
             dsums: Vec::new(),
             offsets: Vec::new(),
+            unsigned: OnceLock::new(),
         }
     }
 
@@ -85,6 +94,7 @@ impl Activations {
             scales: gather_rows(&self.scales, self.rows, rows),
             dsums: gather_rows(&self.dsums, self.rows, rows),
             offsets: gather_rows(&self.offsets, self.rows, rows),
+            unsigned: OnceLock::new(),
         }
     }
 
@@ -95,6 +105,7 @@ impl Activations {
         let Some(mut all) = parts.next() else {
             return Activations::empty(0, 0);
         };
+        all.unsigned = OnceLock::new();
         for p in parts {
             debug_assert!(p.k == all.k && p.row_bytes == all.row_bytes);
             all.rows += p.rows;
@@ -152,6 +163,9 @@ pub struct TileOut<'a> {
     rows: usize,
     nw: usize,
     stride: usize,
+    /// Where activation row `a`'s outputs go: row `at[a]` of the result, or row `a` when empty
+    /// ([`TileOut::scattered`]).
+    at: &'a [usize],
     _out: std::marker::PhantomData<&'a mut [f32]>,
 }
 
@@ -165,6 +179,7 @@ impl<'a> TileOut<'a> {
             rows: if nw == 0 { 0 } else { rows },
             nw,
             stride: nw,
+            at: &[],
             _out: std::marker::PhantomData,
         }
     }
@@ -180,7 +195,34 @@ impl<'a> TileOut<'a> {
             rows,
             nw,
             stride,
+            at: &[],
             _out: std::marker::PhantomData,
+        }
+    }
+
+    /// [`TileOut::columns`] with activation row `a`'s outputs in row `at[a]` of the runs at
+    /// `ptr`: an expert's rows of a MoE matmul written straight to their tokens' places.
+    ///
+    /// # Safety
+    /// As [`TileOut::columns`], for the rows `at` names (each below `rows`, none twice).
+    pub unsafe fn scattered(ptr: *mut f32, at: &'a [usize], stride: usize, w0: usize, nw: usize) -> Self {
+        TileOut {
+            ptr: ptr.add(w0),
+            rows: at.len(),
+            nw,
+            stride,
+            at,
+            _out: std::marker::PhantomData,
+        }
+    }
+
+    /// The result row that activation row `a` (below `rows`) writes.
+    #[inline]
+    fn row(&self, a: usize) -> usize {
+        if self.at.is_empty() {
+            a
+        } else {
+            self.at[a]
         }
     }
 
@@ -207,7 +249,7 @@ impl<'a> TileOut<'a> {
             self.nw
         );
         // SAFETY: inside the tile, which the constructors made writable and ours alone.
-        unsafe { self.ptr.add(a * self.stride + w).write(v) }
+        unsafe { self.ptr.add(self.row(a) * self.stride + w).write(v) }
     }
 
     /// Outputs `(a, w0..w0 + n)`, to write at once.
@@ -224,7 +266,7 @@ impl<'a> TileOut<'a> {
         );
         // SAFETY: inside the tile, which the constructors made writable and ours alone; the
         // borrow of `self` keeps any other write out while the slice lives.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(a * self.stride + w0), n) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.row(a) * self.stride + w0), n) }
     }
 
     /// Set every output to `v`.

@@ -735,7 +735,7 @@ const fn unpack_min_rows(kind: u8) -> usize {
 unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let tb = nb * R * block_bytes(K);
     // blocks: [nb] the sixteen rows' super-blocks.
-    let mut blocks = vec![WideBlock::ZERO; nb];
+    let mut blocks = wide::Blocks::take(nb);
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(WIDE_ROWS);
@@ -752,12 +752,12 @@ unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Ac
             }
         }
         for_row_groups!(wide act.rows, |a0, CC| match K {
-            Q4_K => wide::dot::<8, 0, true, CC>(&blocks, act, w0, nr, a0, out),
-            Q2_K => wide::dot::<4, 0, true, CC>(&blocks, act, w0, nr, a0, out),
-            Q6_K => wide::dot::<4, 5, false, CC>(&blocks, act, w0, nr, a0, out),
-            Q3_K => wide::dot::<4, 2, false, CC>(&blocks, act, w0, nr, a0, out),
+            Q4_K => wide::dot::<8, 0, true, false, CC>(&blocks, act, w0, nr, a0, out),
+            Q2_K => wide::dot::<4, 0, true, false, CC>(&blocks, act, w0, nr, a0, out),
+            Q6_K => wide::dot::<4, 5, false, false, CC>(&blocks, act, w0, nr, a0, out),
+            Q3_K => wide::dot::<4, 2, false, false, CC>(&blocks, act, w0, nr, a0, out),
             // TQ2_0: one scale per super-block, sub-block scales of 1.
-            _ => wide::dot::<64, 0, false, CC>(&blocks, act, w0, nr, a0, out),
+            _ => wide::dot::<64, 0, false, false, CC>(&blocks, act, w0, nr, a0, out),
         });
         w0 += nr;
     }

@@ -203,3 +203,18 @@ pub unsafe fn quantize_q8_k(src: &[f32], dst: &mut Vec<u8>) {
         dst.extend_from_slice(bytemuck::bytes_of(&block));
     }
 }
+
+/// The Q8_K blocks of `act` with each value as itself plus 128 in an unsigned byte (its top bit
+/// flipped), scales and sums as they are: the unsigned operand of `vpdpbusd` for the kernels
+/// whose weights are the signed one. Made once per batch (see [`Activations::unsigned`]).
+pub(super) fn unsigned_q8k(act: &Activations) -> &[u8] {
+    act.unsigned.get_or_init(|| {
+        let mut bytes = act.bytes.clone();
+        for block in bytes.chunks_exact_mut(Q8K_BLOCK) {
+            for v in &mut block[Q8K_VALUES..Q8K_VALUES + QK_K] {
+                *v ^= 0x80;
+            }
+        }
+        bytes
+    })
+}

@@ -380,9 +380,10 @@ unsafe fn transpose8(rows: [__m256i; 8]) -> [__m256i; 8] {
 /// zero. Value group `g` (values `4g..4g + 4`) as signed values plus 128, unsigned; sub-block
 /// `t`'s scale (values `SPAN·t..SPAN·(t + 1)`, `SPAN` the format's
 /// [`SuperBlocks::SCALE_SPAN`]) as i32; scales `2j`, `2j + 1` of 16 values as an i16 pair, to
-/// meet a pair of the 16-value `bsums`; `d_w·FACTOR`.
+/// meet a pair of the 16-value `bsums`; `d_w·FACTOR`. With `SIGNED` the values stay signed (for
+/// [`wide::dot`]'s unsigned activations) and the pairs are not made.
 #[inline(always)]
-unsafe fn unpack_tile<F: SuperBlocks>(
+unsafe fn unpack_tile<F: SuperBlocks, const SIGNED: bool>(
     weights: *const u8,
     nb: usize,
     w0: usize,
@@ -404,7 +405,7 @@ unsafe fn unpack_tile<F: SuperBlocks>(
         for g in 0..8 {
             let (values, halves) = F::values(&F::group(p, &head, g));
             // Signed to unsigned plus 128: flip the top bit.
-            vals[g][i] = _mm256_xor_si256(values, bias);
+            vals[g][i] = if SIGNED { values } else { _mm256_xor_si256(values, bias) };
             sc[2 * g][i] = halves[0];
             sc[2 * g + 1][i] = halves[1];
         }
@@ -425,17 +426,20 @@ unsafe fn unpack_tile<F: SuperBlocks>(
     for t in 0..256 / F::SCALE_SPAN {
         x.sc[t][h] = sc[t * F::SCALE_SPAN / 16];
     }
-    for j in 0..8 {
-        // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16.
-        x.pair[j][h] = _mm256_or_si256(sc[2 * j], _mm256_slli_epi32::<16>(sc[2 * j + 1]));
+    if !SIGNED {
+        for j in 0..8 {
+            // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16.
+            x.pair[j][h] = _mm256_or_si256(sc[2 * j], _mm256_slli_epi32::<16>(sc[2 * j + 1]));
+        }
     }
     x.d[h] = _mm256_loadu_ps(d.as_ptr());
 }
 
 /// Weight rows `w0..w0 + nr` (at most eight per half) into the first `halves` halves of
-/// `blocks`, one per super-block: rows `w0 + 8h..` into half `h`, rows past the end as zeros.
+/// `blocks`, one per super-block: rows `w0 + 8h..` into half `h`, rows past the end as zeros;
+/// signed with `SIGNED` (see [`unpack_tile`]).
 #[inline(always)]
-unsafe fn unpack_rows<F: SuperBlocks>(
+unsafe fn unpack_rows<F: SuperBlocks, const SIGNED: bool>(
     weights: *const u8,
     w0: usize,
     nr: usize,
@@ -446,7 +450,7 @@ unsafe fn unpack_rows<F: SuperBlocks>(
     for (b, x) in blocks.iter_mut().enumerate() {
         for h in 0..halves {
             let hr = nr.saturating_sub(h * LANE_ROWS).min(LANE_ROWS);
-            unpack_tile::<F>(weights, nb, w0 + h * LANE_ROWS, hr, b, x, h);
+            unpack_tile::<F, SIGNED>(weights, nb, w0 + h * LANE_ROWS, hr, b, x, h);
         }
     }
 }
@@ -504,12 +508,12 @@ unsafe fn tile_dot<const CC: usize, const V: u8, const SPAN: usize>(
 unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let nb = k / 256;
     // blocks: [nb] the current weight tile's super-blocks, in their first halves.
-    let mut blocks = vec![WideBlock::ZERO; nb];
+    let mut blocks = wide::Blocks::take(nb);
     let nw = out.nw();
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(LANE_ROWS);
-        unpack_rows::<F>(weights.as_ptr(), w0, nr, 1, &mut blocks);
+        unpack_rows::<F, false>(weights.as_ptr(), w0, nr, 1, &mut blocks);
         for_row_groups!(act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
             tile_dot::<CC, V, 8>(&blocks, act, w0, nr, a0, out)
         } else {
@@ -525,16 +529,21 @@ unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Act
 unsafe fn tiled_wide<F: SuperBlocks>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
     let nb = k / 256;
     // blocks: [nb] the sixteen rows' super-blocks.
-    let mut blocks = vec![WideBlock::ZERO; nb];
+    let mut blocks = wide::Blocks::take(nb);
     let nw = out.nw();
     let mut w0 = 0;
     while w0 < nw {
         let nr = (nw - w0).min(WIDE_ROWS);
-        unpack_rows::<F>(weights.as_ptr(), w0, nr, 2, &mut blocks);
-        for_row_groups!(wide act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
-            wide::dot::<8, 7, false, CC>(&blocks, act, w0, nr, a0, out)
+        unpack_rows::<F, true>(weights.as_ptr(), w0, nr, 2, &mut blocks);
+        if F::SCALE_SPAN == 32 {
+            wide::corrections::<8>(&mut blocks);
         } else {
-            wide::dot::<4, 7, false, CC>(&blocks, act, w0, nr, a0, out)
+            wide::corrections::<4>(&mut blocks);
+        }
+        for_row_groups!(wide act.rows, |a0, CC| if F::SCALE_SPAN == 32 {
+            wide::dot::<8, 7, false, true, CC>(&blocks, act, w0, nr, a0, out)
+        } else {
+            wide::dot::<4, 7, false, true, CC>(&blocks, act, w0, nr, a0, out)
         });
         w0 += nr;
     }

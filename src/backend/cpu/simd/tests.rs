@@ -297,9 +297,10 @@ fn dot_products_match_the_oracle_on_odd_shapes() {
             t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
         };
         // Weight rows around the 8-row interleaved tile; activation rows on both sides of the
-        // unpacking thresholds (8, 16 and 32 rows) and around the 4-row register tile.
+        // unpacking thresholds (8, 16 and 32 rows), around the 4-row register tile, and past the
+        // 64-row chunk the 512-bit tiles meet a super-block with.
         for nw in [1, 3, 5, 8, 17] {
-            for rows in [1, 2, 3, 4, 7, 9, 31, 33] {
+            for rows in [1, 2, 3, 4, 7, 9, 31, 33, 70] {
                 check(&mut rng, ty, k, nw, rows);
             }
         }
@@ -501,10 +502,11 @@ fn row_formats_give_every_path_the_same_bits() {
     for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0] {
         let (k, nw) = (512, 11);
         let w = weights(&mut rng, ty, k, nw);
-        let x = activations(&mut rng, k * 12);
+        let x = activations(&mut rng, k * 70);
         for kern in simd_sets() {
-            let alone: Vec<Vec<f32>> = (0..12).map(|r| run(kern, ty, k, &w, &x[r * k..(r + 1) * k])).collect();
-            for rows in [2, 4, 6, 8, 12] {
+            let alone: Vec<Vec<f32>> = (0..70).map(|r| run(kern, ty, k, &w, &x[r * k..(r + 1) * k])).collect();
+            // 70: past the 64-row chunk of the 512-bit tiles.
+            for rows in [2, 4, 6, 8, 12, 70] {
                 let got = run(kern, ty, k, &w, &x[..rows * k]);
                 for r in 0..rows {
                     for i in 0..nw {

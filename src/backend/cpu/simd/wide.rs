@@ -14,6 +14,7 @@
 //! `acc = fnmadd(msum, dmin_w·d_a, acc)`), so a lane gives the 256-bit kernel's bits.
 
 use std::arch::x86_64::*;
+use std::cell::Cell;
 
 use super::lanes::LANE_ROWS;
 use crate::backend::cpu::tile::{Activations, TileOut};
@@ -40,6 +41,9 @@ pub(super) struct WideBlock {
     pub d: [__m256; 2],
     /// `dmin_w`, for the formats with minimums.
     pub dmin: [__m256; 2],
+    /// With signed values ([`dot`]'s `SIGNED`): `128 · Σ_s scale_s · Σ_{i ∈ s} w_i`, what the
+    /// 128 that each unsigned activation carries adds to the integer sum (see [`corrections`]).
+    pub corr: [__m256i; 2],
 }
 
 impl WideBlock {
@@ -56,8 +60,54 @@ impl WideBlock {
         for v in self.u.iter_mut().chain(&mut self.sc).chain(&mut self.pair) {
             v[h] = zi;
         }
+        self.corr[h] = zi;
         self.d[h] = zf;
         self.dmin[h] = zf;
+    }
+}
+
+thread_local! {
+    /// Each thread's unpacked super-blocks, kept across calls: a fresh zeroed buffer per call
+    /// (one call per sixteen weight rows of an expert in a MoE prefill) was 2% of that prefill.
+    static BLOCKS: Cell<Vec<WideBlock>> = const { Cell::new(Vec::new()) };
+}
+
+/// The calling thread's unpacked-block buffer, taken for one kernel call and given back when
+/// dropped. Its blocks hold what the thread's last call left there: a kernel unpacks every
+/// field its [`dot`] reads before reading it.
+pub(super) struct Blocks {
+    blocks: Vec<WideBlock>,
+    nb: usize,
+}
+
+impl Blocks {
+    /// `nb` blocks.
+    pub fn take(nb: usize) -> Blocks {
+        let mut blocks = BLOCKS.with(Cell::take);
+        if blocks.len() < nb {
+            blocks.resize(nb, WideBlock::ZERO);
+        }
+        Blocks { blocks, nb }
+    }
+}
+
+impl std::ops::Deref for Blocks {
+    type Target = [WideBlock];
+    fn deref(&self) -> &[WideBlock] {
+        &self.blocks[..self.nb]
+    }
+}
+
+impl std::ops::DerefMut for Blocks {
+    fn deref_mut(&mut self) -> &mut [WideBlock] {
+        &mut self.blocks[..self.nb]
+    }
+}
+
+impl Drop for Blocks {
+    fn drop(&mut self) {
+        let blocks = std::mem::take(&mut self.blocks);
+        BLOCKS.with(|b| b.set(blocks));
     }
 }
 
@@ -71,15 +121,39 @@ unsafe fn load_f(v: &[__m256; 2]) -> __m512 {
     _mm512_load_ps(v.as_ptr() as *const f32)
 }
 
+/// `x.corr` of each of `blocks`, whose values are signed and whose sub-blocks are `SPAN` value
+/// groups: the integer sum [`dot`] would give against activations that are all 1, times 128.
+/// Each value then meets `q + 128` (the unsigned activations, [`super::q8::unsigned_q8k`]) and
+/// `isum - corr` is `Σ scale·Σ q·w` exactly: one subtraction per activation row and super-block
+/// where the weights' `+ 128` took eight `madd`s of the activations' sums.
+///
+/// Inlined into a function with AVX-512 F, BW, VNNI and VL.
+#[inline(always)]
+pub(super) unsafe fn corrections<const SPAN: usize>(blocks: &mut [WideBlock]) {
+    let ones = _mm512_set1_epi8(1);
+    for x in blocks {
+        let mut isum = _mm512_setzero_si512();
+        for s in 0..64 / SPAN {
+            let mut s32 = _mm512_setzero_si512();
+            for m in 0..SPAN {
+                s32 = _mm512_dpbusd_epi32(s32, ones, load_i(&x.u[SPAN * s + m]));
+            }
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s32, load_i(&x.sc[s])));
+        }
+        _mm512_store_si512(x.corr.as_mut_ptr() as *mut _, _mm512_slli_epi32::<7>(isum));
+    }
+}
+
 /// Outputs `(w0..w0 + nr) × (a0..a0 + CC)` of `out` from the unpacked super-blocks `blocks`:
 /// lane `i` is weight row `w0 + i`. Per sub-block of `SPAN` value groups the `vpdpbusd` sums
-/// meet its scale in `mullo`; then per super-block `psum = Σ pair·bsum`, and either
-/// `isum -= psum << SHIFT` (the offset the unsigned values carry) or, with `MINS`, `psum` is the
+/// meet its scale in `mullo`; then per super-block either, with `SIGNED` (signed values against
+/// the unsigned activations), `isum -= corr` ([`corrections`]), or `psum = Σ pair·bsum` and
+/// `isum -= psum << SHIFT` (the offset the unsigned values carry), or with `MINS` `psum` is the
 /// minimums' sum and is subtracted scaled by `dmin`.
 ///
 /// Inlined into a function with AVX-512 F, BW, VNNI and VL.
 #[inline(always)]
-pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, const CC: usize>(
+pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, const SIGNED: bool, const CC: usize>(
     blocks: &[WideBlock],
     act: &Activations,
     w0: usize,
@@ -87,7 +161,12 @@ pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, 
     a0: usize,
     out: &mut TileOut<'_>,
 ) {
-    let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
+    let bytes = if SIGNED {
+        super::q8::unsigned_q8k(act)
+    } else {
+        &act.bytes
+    };
+    let a = bytes.as_ptr().add(a0 * act.row_bytes);
     let mut acc = [_mm512_setzero_ps(); CC];
     for (b, x) in blocks.iter().enumerate() {
         // Activation row c of this super-block.
@@ -100,7 +179,11 @@ pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, 
                 let u = load_i(&x.u[g]);
                 for c in 0..CC {
                     let q = _mm512_set1_epi32(std::ptr::read_unaligned(y(c).add(ACT_VALUES + 4 * g) as *const i32));
-                    s32[c] = _mm512_dpbusd_epi32(s32[c], u, q);
+                    s32[c] = if SIGNED {
+                        _mm512_dpbusd_epi32(s32[c], q, u)
+                    } else {
+                        _mm512_dpbusd_epi32(s32[c], u, q)
+                    };
                 }
             }
             let sc = load_i(&x.sc[s]);
@@ -109,6 +192,15 @@ pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, 
             }
         }
         let d = load_f(&x.d);
+        if SIGNED {
+            let corr = load_i(&x.corr);
+            for c in 0..CC {
+                let dy = _mm512_set1_ps(std::ptr::read_unaligned(y(c) as *const f32));
+                let isum = _mm512_sub_epi32(isum[c], corr);
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dy), acc[c]);
+            }
+            continue;
+        }
         for c in 0..CC {
             let mut psum = _mm512_setzero_si512();
             for j in 0..8 {
