@@ -204,7 +204,9 @@ impl<'a> TileOut<'a> {
     /// `ptr`: an expert's rows of a MoE matmul written straight to their tokens' places.
     ///
     /// # Safety
-    /// As [`TileOut::columns`], for the rows `at` names (each below `rows`, none twice).
+    /// `w0 + nw <= stride`; `ptr` is valid for writes of the runs of `stride` values that `at`
+    /// names (none twice) for `'a`; and while the result lives nothing else reads or writes
+    /// those columns of those runs.
     pub unsafe fn scattered(ptr: *mut f32, at: &'a [usize], stride: usize, w0: usize, nw: usize) -> Self {
         TileOut {
             ptr: ptr.add(w0),
