@@ -17,7 +17,10 @@
 //!   sub-block's sums meet its scales in `mullo`, and the 128 comes off through the
 //!   activations' 16-value sums. Integer work per value is then that of the interleaved
 //!   formats, and the unpacking is shared by every activation row. On
-//!   [`super::lanes::Isa::Avx512`], sixteen rows at a time in 512-bit vectors ([`super::wide`]).
+//!   [`super::lanes::Isa::Avx512`], sixteen rows at a time in 512-bit vectors ([`super::wide`]),
+//!   the other way round: the values stay signed and meet the activations plus 128 (unsigned,
+//!   made once per batch), and the 128 comes off as one correction per weight row and
+//!   super-block ([`super::wide::corrections`]), as llama.cpp's act-bias does.
 //! * More rows without VNNI: a super-block's eight groups are unpacked once into a buffer and
 //!   every row meets them.
 //! * On [`super::lanes::Isa::Avx512`], formats with [`Pairs`] (the grids: magnitudes, signs

@@ -297,8 +297,8 @@ fn dot_products_match_the_oracle_on_odd_shapes() {
             t => 2 * t.vec_dot_type().block_size().max(t.block_size()) * 2,
         };
         // Weight rows around the 8-row interleaved tile; activation rows on both sides of the
-        // unpacking thresholds (8, 16 and 32 rows), around the 4-row register tile, and past the
-        // 64-row chunk the 512-bit tiles meet a super-block with.
+        // unpacking thresholds (8, 16 and 32 rows), around the 4-row register tile, and an
+        // expert-sized batch (70: eight 8-row register tiles, then a 4 and a 2).
         for nw in [1, 3, 5, 8, 17] {
             for rows in [1, 2, 3, 4, 7, 9, 31, 33, 70] {
                 check(&mut rng, ty, k, nw, rows);
@@ -505,7 +505,7 @@ fn row_formats_give_every_path_the_same_bits() {
         let x = activations(&mut rng, k * 70);
         for kern in simd_sets() {
             let alone: Vec<Vec<f32>> = (0..70).map(|r| run(kern, ty, k, &w, &x[r * k..(r + 1) * k])).collect();
-            // 70: past the 64-row chunk of the 512-bit tiles.
+            // 70: an expert-sized batch, eight 8-row register tiles then a 4 and a 2.
             for rows in [2, 4, 6, 8, 12, 70] {
                 let got = run(kern, ty, k, &w, &x[..rows * k]);
                 for r in 0..rows {
