@@ -4,6 +4,7 @@
 //! 2 usage or input error (bad flag, unreadable or malformed model, bad ids or messages).
 
 mod aliases;
+mod allocator;
 mod cli;
 mod clock;
 mod error;
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     clock::PROCESS_START.get_or_init(std::time::Instant::now);
+    allocator::keep_freed_memory();
     match try_main() {
         Ok(()) => ExitCode::SUCCESS,
         // A closed stdout (`| head`) is the reader's choice, not an error worth reporting.
