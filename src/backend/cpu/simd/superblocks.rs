@@ -20,7 +20,10 @@
 //!   [`super::lanes::Isa::Avx512`], sixteen rows at a time in 512-bit vectors ([`super::wide`]),
 //!   the other way round: the values stay signed and meet the activations plus 128 (unsigned,
 //!   made once per batch), and the 128 comes off as one correction per weight row and
-//!   super-block ([`super::wide::corrections`]), as llama.cpp's act-bias does.
+//!   super-block ([`super::wide::corrections`]), as llama.cpp's act-bias does. The formats
+//!   with [`Pairs`] unpack a row's whole super-block at once in 512-bit vectors and transpose
+//!   sixteen rows together ([`ByPairs`]); the others go a 32-value group of eight rows at a
+//!   time through the 256-bit unpacker ([`ByGroups`]).
 //! * More rows without VNNI: a super-block's eight groups are unpacked once into a buffer and
 //!   every row meets them.
 //! * On [`super::lanes::Isa::Avx512`], formats with [`Pairs`] (the grids: magnitudes, signs
