@@ -340,19 +340,26 @@ fn block_rows<const AVX2: bool>(
         let m = pos + 1 - first;
         let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hdk..][..b.heads * hdk];
         round_f16::<AVX2>(qrow, q16);
-        // q·k for every visible key, HEAD_TILE heads at a time.
+        // q·k for every visible key, HEAD_TILE heads at a time, the keys in chunks that stay
+        // in the first-level cache while every head tile meets them (a pass over all keys per
+        // head tile read MLA's 576-wide K rows from the second-level cache four times).
         let krows = &kf[(first - lo) * hdk..(pos + 1 - lo) * hdk];
-        let mut g0 = 0;
-        while g0 < b.heads {
-            let nt = (b.heads - g0).min(HEAD_TILE);
-            let qs = &q16[g0 * hdk..(g0 + nt) * hdk];
-            match nt {
-                4 => score_tile::<4, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                3 => score_tile::<3, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                2 => score_tile::<2, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
-                _ => score_tile::<1, AVX2>(qs, krows, hdk, kq_scale, &mut scores[g0 * n..], n),
+        let chunk = (KEY_CHUNK_BYTES / (4 * hdk)).max(2).next_multiple_of(2) * hdk;
+        for (c, kc) in krows.chunks(chunk).enumerate() {
+            let j0 = c * chunk / hdk;
+            let mut g0 = 0;
+            while g0 < b.heads {
+                let nt = (b.heads - g0).min(HEAD_TILE);
+                let qs = &q16[g0 * hdk..(g0 + nt) * hdk];
+                let sc = &mut scores[g0 * n + j0..];
+                match nt {
+                    4 => score_tile::<4, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                    3 => score_tile::<3, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                    2 => score_tile::<2, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                    _ => score_tile::<1, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                }
+                g0 += nt;
             }
-            g0 += nt;
         }
         softmax_heads(p, sinks, scores, n, m, inv);
         // The probabilities (rounded to f16) weigh the V rows in key order, so each output
@@ -367,6 +374,9 @@ fn block_rows<const AVX2: bool>(
         weigh_heads::<AVX2>(scores, n, m, vrows, hdv, o);
     }
 }
+
+/// Bytes of K rows (f32) that [`block_rows`] meets with every head before the next ones.
+const KEY_CHUNK_BYTES: usize = 16 << 10;
 
 /// Keys per block of [`weigh_heads`]: their V rows stay in the first-level cache while every
 /// head meets them.
@@ -389,6 +399,12 @@ const V_COLS: usize = 32;
 fn weigh_heads<const AVX2: bool>(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if AVX2 && hdv.is_multiple_of(V_COLS) {
+        if avx512_build() {
+            // SAFETY: AVX-512 F was just detected; the probabilities were rounded to f16 and
+            // the V rows widened from f16.
+            unsafe { weigh_heads_avx512(scores, n, m, vrows, hdv, o) };
+            return;
+        }
         // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2, F16C and FMA;
         // the probabilities were rounded to f16 and the V rows widened from f16.
         unsafe { weigh_heads_avx2(scores, n, m, vrows, hdv, o) };
@@ -494,6 +510,72 @@ unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hd
                     cols::<8>(probs, v.add(c0), hdv, out);
                 } else {
                     cols::<4>(probs, v.add(c0), hdv, out);
+                }
+            }
+        }
+    }
+}
+
+/// Whether this CPU runs [`weigh_heads_avx512`].
+#[cfg(target_arch = "x86_64")]
+fn avx512_build() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+}
+
+/// [`weigh_heads_avx2`] in 512-bit registers: each output value is the same sum in the same
+/// key order (the key blocks are the same; only how many columns go at once changes), so the
+/// bits are the same, in half the instructions. A head's sums over 128 values stay in eight
+/// registers (64 in four, where the width is no multiple of 128; 32 in two).
+///
+/// # Safety
+/// The CPU must support AVX-512 F; the values of `scores` and `vrows` must be f16 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn weigh_heads_avx512(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+    /// `acc[c0..c0 + 16 REGS]` of one head += `Σ_j probs[j] · v[j]` over the block's keys
+    /// (`v`: the block's first V row, rows `hdv` apart), zero probabilities skipped.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn cols<const REGS: usize>(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
+        use std::arch::x86_64::*;
+        let mut acc = [_mm512_setzero_ps(); REGS];
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_loadu_ps(out.add(16 * i));
+        }
+        for (j, &pj) in probs.iter().enumerate() {
+            if pj == 0.0 {
+                continue;
+            }
+            let (pv, vj) = (_mm512_set1_ps(pj), v.add(j * hdv));
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj.add(16 * i)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add(16 * i), *a);
+        }
+    }
+    let step = [128, 64, V_COLS]
+        .into_iter()
+        .find(|&s| hdv.is_multiple_of(s))
+        .unwrap_or(V_COLS);
+    // One head of 64 keeps its sums in registers over every key, as in the AVX2 kernel.
+    let block = if hdv == 64 { m.max(1) } else { KEY_BLOCK };
+    o.fill(0.0);
+    for j0 in (0..m).step_by(block) {
+        let kb = block.min(m - j0);
+        let v = vrows.as_ptr().add(j0 * hdv);
+        for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
+            let probs = &scores[g * n + j0..g * n + j0 + kb];
+            if probs.iter().all(|&p| p == 0.0) {
+                continue;
+            }
+            for c0 in (0..hdv).step_by(step) {
+                let out = og.as_mut_ptr().add(c0);
+                match step {
+                    128 => cols::<8>(probs, v.add(c0), hdv, out),
+                    64 => cols::<4>(probs, v.add(c0), hdv, out),
+                    _ => cols::<2>(probs, v.add(c0), hdv, out),
                 }
             }
         }
@@ -1041,6 +1123,43 @@ pub(super) mod tests {
     }
 
     #[cfg(target_arch = "x86_64")]
+    /// The V kernels against the portable sums, bit for bit: every column step of the 512-bit
+    /// kernel (128, 64 over all keys, 32), the AVX2 one's two, and MLA's 512-wide heads, with
+    /// zero probabilities (skipped keys) and a partly zero key block.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn v_kernels_give_the_portable_bits() {
+        let (heads, n, m) = (3, 37, 29);
+        let round = |x: f32| f16::from_f32(x).to_f32();
+        let scores: Vec<f32> = (0..heads * n)
+            .map(|i| {
+                if i % 7 == 3 || (8..16).contains(&(i % n)) {
+                    0.0
+                } else {
+                    round(val(i, 5.0).abs() / 4.0)
+                }
+            })
+            .collect();
+        for hdv in [32, 64, 96, 128, 160, 192, 512] {
+            let vrows: Vec<f32> = (0..m * hdv).map(|i| round(val(i, 2.0))).collect();
+            let mut want = vec![f32::NAN; heads * hdv];
+            weigh_heads::<false>(&scores, n, m, &vrows, hdv, &mut want);
+            let bits = |o: &[f32]| o.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            if avx2_build() {
+                let mut got = vec![f32::NAN; heads * hdv];
+                // SAFETY: the features were just detected; the values are f16 values.
+                unsafe { weigh_heads_avx2(&scores, n, m, &vrows, hdv, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "avx2, {hdv} values");
+            }
+            if avx512_build() {
+                let mut got = vec![f32::NAN; heads * hdv];
+                // SAFETY: as above.
+                unsafe { weigh_heads_avx512(&scores, n, m, &vrows, hdv, &mut got) };
+                assert_eq!(bits(&got), bits(&want), "avx512, {hdv} values");
+            }
+        }
+    }
+
     #[test]
     fn portable_build_equals_avx2_build() {
         if !super::avx2_build() {
