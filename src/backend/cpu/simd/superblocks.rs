@@ -626,7 +626,12 @@ unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Act
 /// [`tiled`] on [`Isa::Avx512`]: sixteen weight rows at a time, two tiles side by side in
 /// 512-bit vectors ([`super::wide`]).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn tiled_wide<F: SuperBlocks, U: WideUnpack>(k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>) {
+unsafe fn tiled_wide<F: SuperBlocks, U: WideUnpack>(
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+) {
     let nb = k / 256;
     // blocks: [nb] the sixteen rows' super-blocks.
     let mut blocks = wide::Blocks::take(nb);

@@ -205,7 +205,7 @@ pub(super) unsafe fn dot<const SPAN: usize, const SHIFT: u32, const MINS: bool, 
             let mut psum = _mm512_setzero_si512();
             for j in 0..8 {
                 let pair = _mm512_set1_epi32(std::ptr::read_unaligned(y(c).add(ACT_BSUMS + 4 * j) as *const i32));
-                psum = _mm512_add_epi32(psum, _mm512_madd_epi16(load_i(&x.pair[j]), pair));
+                psum = _mm512_dpwssd_epi32(psum, load_i(&x.pair[j]), pair);
             }
             let dy = _mm512_set1_ps(std::ptr::read_unaligned(y(c) as *const f32));
             if !MINS {
