@@ -456,23 +456,27 @@ fn weigh_heads<const AVX2: bool>(scores: &[f32], n: usize, m: usize, vrows: &[f3
     }
 }
 
-/// [`weigh_heads`] in AVX2 registers for `hdv` a multiple of [`V_COLS`]: the same sums in
-/// the same key order, the products through FMA (a probability rounded to f16 times an f16 V
-/// value is exact in f32, so the fused sum is the separately rounded one). Each head's sums
-/// stay in eight registers (64 values; four where the width is an odd multiple of 32) across a
-/// block of [`KEY_BLOCK`] keys, or across all keys where that is the whole head, so that
-/// eight FMAs are in flight.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA; the values of `scores` and `vrows` must be f16 values.
+/// One head's V sums over a block of keys in registers of one width: the body of the x86 V
+/// kernels, which [`weigh_blocks`] runs over the key blocks and heads.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
-    /// `acc[c0..c0 + 8 REGS]` of one head += `Σ_j probs[j] · v[j]` over the block's keys
-    /// (`v`: the block's first V row, rows `hdv` apart), zero probabilities skipped.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn cols<const REGS: usize>(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
+trait VColumns {
+    /// Output values per call.
+    const WIDTH: usize;
+    /// `out[..WIDTH] += Σ_j probs[j] · v[j][..WIDTH]` in key order (`v`: the block's first V
+    /// row, rows `hdv` apart), zero probabilities skipped, the sums in registers.
+    unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32);
+}
+
+/// `REGS` AVX2 registers: 8 REGS values.
+#[cfg(target_arch = "x86_64")]
+struct Avx2Cols<const REGS: usize>;
+
+#[cfg(target_arch = "x86_64")]
+impl<const REGS: usize> VColumns for Avx2Cols<REGS> {
+    const WIDTH: usize = 8 * REGS;
+    // Inlined into [`weigh_heads_avx2`], whose target features its intrinsics take.
+    #[inline(always)]
+    unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
         use std::arch::x86_64::*;
         let mut acc = [_mm256_setzero_ps(); REGS];
         for (i, a) in acc.iter_mut().enumerate() {
@@ -491,8 +495,48 @@ unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hd
             _mm256_storeu_ps(out.add(8 * i), *a);
         }
     }
-    let wide = hdv.is_multiple_of(64);
-    let step = if wide { 64 } else { V_COLS };
+}
+
+/// `REGS` AVX-512 registers: 16 REGS values.
+#[cfg(target_arch = "x86_64")]
+struct Avx512Cols<const REGS: usize>;
+
+#[cfg(target_arch = "x86_64")]
+impl<const REGS: usize> VColumns for Avx512Cols<REGS> {
+    const WIDTH: usize = 16 * REGS;
+    // Inlined into [`weigh_heads_avx512`], whose target features its intrinsics take.
+    #[inline(always)]
+    unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
+        use std::arch::x86_64::*;
+        let mut acc = [_mm512_setzero_ps(); REGS];
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_loadu_ps(out.add(16 * i));
+        }
+        for (j, &pj) in probs.iter().enumerate() {
+            if pj == 0.0 {
+                continue;
+            }
+            let (pv, vj) = (_mm512_set1_ps(pj), v.add(j * hdv));
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj.add(16 * i)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(out.add(16 * i), *a);
+        }
+    }
+}
+
+/// The x86 V kernels' loops: [`weigh_heads`]' sums, `C::WIDTH` output values of a head at a
+/// time (`hdv` a multiple of it) across a block of [`KEY_BLOCK`] keys, or across all keys
+/// where the head is 64 values. Each output value adds its keys in the same order whatever the
+/// width, so every width gives the same bits.
+///
+/// # Safety
+/// Inlined into a function with the target features `C`'s intrinsics need.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn weigh_blocks<C: VColumns>(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
     // One head of 64 keeps its sums in registers over every key.
     let block = if hdv == 64 { m.max(1) } else { KEY_BLOCK };
     o.fill(0.0);
@@ -504,15 +548,29 @@ unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hd
             if probs.iter().all(|&p| p == 0.0) {
                 continue;
             }
-            for c0 in (0..hdv).step_by(step) {
-                let out = og.as_mut_ptr().add(c0);
-                if wide {
-                    cols::<8>(probs, v.add(c0), hdv, out);
-                } else {
-                    cols::<4>(probs, v.add(c0), hdv, out);
-                }
+            for c0 in (0..hdv).step_by(C::WIDTH) {
+                C::cols(probs, v.add(c0), hdv, og.as_mut_ptr().add(c0));
             }
         }
+    }
+}
+
+/// [`weigh_heads`] in AVX2 registers for `hdv` a multiple of [`V_COLS`]: the same sums in
+/// the same key order, the products through FMA (a probability rounded to f16 times an f16 V
+/// value is exact in f32, so the fused sum is the separately rounded one). Each head's sums
+/// stay in eight registers (64 values; four where the width is an odd multiple of 32) across a
+/// block of [`KEY_BLOCK`] keys, or across all keys where that is the whole head, so that
+/// eight FMAs are in flight.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; the values of `scores` and `vrows` must be f16 values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+    if hdv.is_multiple_of(64) {
+        weigh_blocks::<Avx2Cols<8>>(scores, n, m, vrows, hdv, o);
+    } else {
+        weigh_blocks::<Avx2Cols<4>>(scores, n, m, vrows, hdv, o);
     }
 }
 
@@ -532,53 +590,12 @@ fn avx512_build() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn weigh_heads_avx512(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
-    /// `acc[c0..c0 + 16 REGS]` of one head += `Σ_j probs[j] · v[j]` over the block's keys
-    /// (`v`: the block's first V row, rows `hdv` apart), zero probabilities skipped.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn cols<const REGS: usize>(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
-        use std::arch::x86_64::*;
-        let mut acc = [_mm512_setzero_ps(); REGS];
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_loadu_ps(out.add(16 * i));
-        }
-        for (j, &pj) in probs.iter().enumerate() {
-            if pj == 0.0 {
-                continue;
-            }
-            let (pv, vj) = (_mm512_set1_ps(pj), v.add(j * hdv));
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj.add(16 * i)), *a);
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(out.add(16 * i), *a);
-        }
-    }
-    let step = [128, 64, V_COLS]
-        .into_iter()
-        .find(|&s| hdv.is_multiple_of(s))
-        .unwrap_or(V_COLS);
-    // One head of 64 keeps its sums in registers over every key, as in the AVX2 kernel.
-    let block = if hdv == 64 { m.max(1) } else { KEY_BLOCK };
-    o.fill(0.0);
-    for j0 in (0..m).step_by(block) {
-        let kb = block.min(m - j0);
-        let v = vrows.as_ptr().add(j0 * hdv);
-        for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
-            let probs = &scores[g * n + j0..g * n + j0 + kb];
-            if probs.iter().all(|&p| p == 0.0) {
-                continue;
-            }
-            for c0 in (0..hdv).step_by(step) {
-                let out = og.as_mut_ptr().add(c0);
-                match step {
-                    128 => cols::<8>(probs, v.add(c0), hdv, out),
-                    64 => cols::<4>(probs, v.add(c0), hdv, out),
-                    _ => cols::<2>(probs, v.add(c0), hdv, out),
-                }
-            }
-        }
+    if hdv.is_multiple_of(128) {
+        weigh_blocks::<Avx512Cols<8>>(scores, n, m, vrows, hdv, o);
+    } else if hdv.is_multiple_of(64) {
+        weigh_blocks::<Avx512Cols<4>>(scores, n, m, vrows, hdv, o);
+    } else {
+        weigh_blocks::<Avx512Cols<2>>(scores, n, m, vrows, hdv, o);
     }
 }
 
