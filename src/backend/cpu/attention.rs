@@ -344,9 +344,10 @@ fn block_rows<const AVX2: bool>(
         // in the first-level cache while every head tile meets them (a pass over all keys per
         // head tile read MLA's 576-wide K rows from the second-level cache four times).
         let krows = &kf[(first - lo) * hdk..(pos + 1 - lo) * hdk];
-        let chunk = (KEY_CHUNK_BYTES / (4 * hdk)).max(2).next_multiple_of(2) * hdk;
-        for (c, kc) in krows.chunks(chunk).enumerate() {
-            let j0 = c * chunk / hdk;
+        // An even count, so that the AVX2 kernel's pairs of keys stay whole.
+        let keys = (KEY_CHUNK_BYTES / (4 * hdk)).max(2).next_multiple_of(2);
+        for (c, kc) in krows.chunks(keys * hdk).enumerate() {
+            let j0 = c * keys;
             let mut g0 = 0;
             while g0 < b.heads {
                 let nt = (b.heads - g0).min(HEAD_TILE);
