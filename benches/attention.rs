@@ -4,7 +4,8 @@
 //! 256), the qwen3moe synthetic model (32 over 4 of 128) and MLA's latent head (16 over 1 of
 //! 576, deepseek2's 512 + 64), one layer, with one thread and with every core.
 //!
-//! `cargo bench -p tinyllm --bench attention`; prints one table (milliseconds per call).
+//! `cargo bench -p tinyllm --bench attention [-- HEADS]`; prints one table (milliseconds per
+//! call), of the head layouts whose name (`16/1 x 576`) contains `HEADS` if given.
 
 mod common;
 
@@ -64,6 +65,7 @@ fn run(be: &CpuBackend, (n_head, n_head_kv, hd): (usize, usize, usize), kv: KvTy
 
 fn main() {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     println!("attention at position {CTX}: ms per call (decode: 1 row; prefill: {CHUNK} rows)");
     println!(
         "{:<14} {:>7} {:>6} {:>12} {:>12}",
@@ -75,6 +77,9 @@ fn main() {
         ("32/4 x 128", (32, 4, 128)),
         ("16/1 x 576", (16, 1, 576)),
     ] {
+        if only.as_ref().is_some_and(|o| !name.contains(o.as_str())) {
+            continue;
+        }
         for t in [1, threads] {
             let be = CpuBackend::new(t).expect("cpu backend");
             for (kv, _) in KvType::ALL {

@@ -178,7 +178,7 @@ pub(super) fn first_visible(pos: usize, window: Option<usize>) -> usize {
 /// The scratch values [`attend_block`] uses for `heads` heads over `n` visible keys: the
 /// widened K and V rows, the rounded queries, the scores and the normalizers.
 fn scratch_len(p: &AttnParams, heads: usize, n: usize) -> usize {
-    n * (p.head_dim_k + p.head_dim_v) + heads * (p.head_dim_k + n + 1)
+    n * (p.head_dim_k + p.head_dim_v) + heads * (2 * p.head_dim_k + n + 1)
 }
 
 /// Attention for the rows and heads of `b`: `q` holds all `p.rows` query rows
@@ -297,10 +297,11 @@ fn attend_block_generic<const AVX2: bool>(
     let hi = p.pos0 + b.row0 + b.rows - 1;
     let n = hi + 1 - lo;
     // kf: [n][hdk], vf: [n][hdv] widened K/V rows lo..=hi of head kvh; q16: [heads][hdk];
-    // scores: [heads][n] (a row's visible keys); inv: [heads] softmax normalizers.
+    // scores: [heads][n] (a row's visible keys); inv: [heads] softmax normalizers; the q16
+    // region holds a second [heads][hdk] for the pairs of heads of `score_pairs_avx512`.
     let (kf, rest) = scratch.split_at_mut(n * hdk);
     let (vf, rest) = rest.split_at_mut(n * hdv);
-    let (q16, rest) = rest.split_at_mut(b.heads * hdk);
+    let (q16, rest) = rest.split_at_mut(2 * b.heads * hdk);
     let (scores, inv) = rest.split_at_mut(b.heads * n);
     for (j, (kr, vr)) in kf.chunks_exact_mut(hdk).zip(vf.chunks_exact_mut(hdv)).enumerate() {
         let (kb, vb) = ((lo + j) * k_dim + b.kvh * hdk, (lo + j) * v_row + b.kvh * v_head);
@@ -312,8 +313,8 @@ fn attend_block_generic<const AVX2: bool>(
 }
 
 /// The rows of `b` once its visible K/V rows (from `lo`) are widened in `kf` (`[_][hdk]`) and
-/// `vf` (`[_][hdv]`); `q16` (`[heads][hdk]`), `scores` (`[heads][n]`) and `inv` (`[heads]`) are
-/// scratch. `sinks` are the block's heads' sink logits.
+/// `vf` (`[_][hdv]`); `q16` (`[2][heads][hdk]`), `scores` (`[heads][n]`) and `inv` (`[heads]`)
+/// are scratch. `sinks` are the block's heads' sink logits.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn block_rows<const AVX2: bool>(
@@ -332,6 +333,10 @@ fn block_rows<const AVX2: bool>(
     let (hdk, hdv) = (p.head_dim_k, p.head_dim_v);
     let q_dim = p.n_head * hdk;
     let n = kf.len() / hdk;
+    // q16: [heads][hdk] the rounded queries; qp: the same as pairs of heads for 512-bit
+    // registers ([`pair_heads`]), where the CPU has them.
+    let (q16, qp) = q16.split_at_mut(b.heads * hdk);
+    let pairs = wide_scores::<AVX2>(hdk);
     // Soft-capping needs the raw q·k first; without it the scale goes into the products.
     let kq_scale = if p.softcap.is_some() { 1.0 } else { p.scale };
     for r in 0..b.rows {
@@ -340,6 +345,9 @@ fn block_rows<const AVX2: bool>(
         let m = pos + 1 - first;
         let qrow = &q[(b.row0 + r) * q_dim + b.head0 * hdk..][..b.heads * hdk];
         round_f16::<AVX2>(qrow, q16);
+        if pairs {
+            pair_heads(q16, hdk, qp);
+        }
         // q·k for every visible key, HEAD_TILE heads at a time, the keys in chunks that stay
         // in the first-level cache while every head tile meets them (a pass over all keys per
         // head tile read MLA's 576-wide K rows from the second-level cache four times).
@@ -353,11 +361,16 @@ fn block_rows<const AVX2: bool>(
                 let nt = (b.heads - g0).min(HEAD_TILE);
                 let qs = &q16[g0 * hdk..(g0 + nt) * hdk];
                 let sc = &mut scores[g0 * n + j0..];
-                match nt {
-                    4 => score_tile::<4, AVX2>(qs, kc, hdk, kq_scale, sc, n),
-                    3 => score_tile::<3, AVX2>(qs, kc, hdk, kq_scale, sc, n),
-                    2 => score_tile::<2, AVX2>(qs, kc, hdk, kq_scale, sc, n),
-                    _ => score_tile::<1, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                if pairs && nt >= 2 {
+                    let qp = &qp[g0 * hdk..(g0 + nt) * hdk];
+                    score_pairs::<AVX2>(qp, qs, nt, kc, hdk, kq_scale, sc, n);
+                } else {
+                    match nt {
+                        4 => score_tile::<4, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                        3 => score_tile::<3, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                        2 => score_tile::<2, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                        _ => score_tile::<1, AVX2>(qs, kc, hdk, kq_scale, sc, n),
+                    }
                 }
                 g0 += nt;
             }
@@ -839,6 +852,153 @@ unsafe fn score_tile_avx2<const N: usize>(
     }
     if j < rows {
         rows_of::<N, 1>(qs, krows, hd, full, j, scale, scores, stride);
+    }
+}
+
+/// Whether [`block_rows`] scores pairs of heads in 512-bit registers ([`score_pairs`]): in the
+/// AVX2 build on a CPU with AVX-512 F and DQ, for heads of whole lane groups.
+#[inline(always)]
+fn wide_scores<const AVX2: bool>(hd: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return AVX2 && hd.is_multiple_of(LANES) && avx512_build() && std::is_x86_feature_detected!("avx512dq");
+    #[allow(unreachable_code)]
+    {
+        let _ = hd;
+        false
+    }
+}
+
+/// `qp` (`[heads / 2][hd / LANES][2][LANES]`) from `q16` (`[heads][hd]`): the heads in pairs,
+/// a lane group of each side by side, as [`score_pairs_avx512`] loads them (an odd last head
+/// is left out). `hd` is a multiple of [`LANES`].
+fn pair_heads(q16: &[f32], hd: usize, qp: &mut [f32]) {
+    for (pair, dst) in q16.chunks_exact(2 * hd).zip(qp.chunks_exact_mut(2 * hd)) {
+        let (a, b) = pair.split_at(hd);
+        for ((d, a), b) in dst
+            .chunks_exact_mut(2 * LANES)
+            .zip(a.chunks_exact(LANES))
+            .zip(b.chunks_exact(LANES))
+        {
+            d[..LANES].copy_from_slice(a);
+            d[LANES..].copy_from_slice(b);
+        }
+    }
+}
+
+/// [`score_tile`] for a tile of `nt` (2 to [`HEAD_TILE`]) heads with [`score_pairs_avx512`],
+/// the heads paired in `qp` ([`pair_heads`]); an odd last head goes alone through
+/// [`score_tile`] from `qs`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn score_pairs<const AVX2: bool>(
+    qp: &[f32],
+    qs: &[f32],
+    nt: usize,
+    krows: &[f32],
+    hd: usize,
+    scale: f32,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let even = nt / 2 * 2;
+        // SAFETY: `wide_scores` (the caller's condition) detected AVX-512 F and DQ; the queries are
+        // rounded to f16 and the K rows are f16 values.
+        unsafe {
+            if even == 4 {
+                score_pairs_avx512::<2>(qp, krows, hd, scale, scores, stride);
+            } else {
+                score_pairs_avx512::<1>(qp, krows, hd, scale, scores, stride);
+            }
+        }
+        if even < nt {
+            let last = &qs[even * hd..(even + 1) * hd];
+            score_tile::<1, AVX2>(last, krows, hd, scale, &mut scores[even * stride..], stride);
+        }
+    }
+    // Elsewhere (never chosen there: `wide_scores` is false) head by head, the same sums.
+    #[cfg(not(target_arch = "x86_64"))]
+    for g in 0..nt {
+        let _ = qp;
+        score_tile::<1, AVX2>(
+            &qs[g * hd..(g + 1) * hd],
+            krows,
+            hd,
+            scale,
+            &mut scores[g * stride..],
+            stride,
+        );
+    }
+}
+
+/// [`score_tile_avx2`] for `P` pairs of heads (`qp`, [`pair_heads`]' layout) in 512-bit
+/// registers: one register holds a lane group of both heads of a pair, against the same lane
+/// group of a K row in both halves, so each half's lanes are the AVX2 kernel's accumulator of
+/// its head, summed the same way: the same bits, in half the multiply-adds. Four K rows at a
+/// time, so each query load serves four.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and DQ; the values of `qp` and `krows` must be f16 values
+/// and `hd` a multiple of [`LANES`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+unsafe fn score_pairs_avx512<const P: usize>(
+    qp: &[f32],
+    krows: &[f32],
+    hd: usize,
+    scale: f32,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    use std::arch::x86_64::*;
+    let rows = krows.len() / hd;
+    // The dot products of the `P` pairs with K rows `j..j + R`, into `scores`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    unsafe fn rows_of<const P: usize, const R: usize>(
+        qp: &[f32],
+        krows: &[f32],
+        hd: usize,
+        j: usize,
+        scale: f32,
+        scores: &mut [f32],
+        stride: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        let (q, k) = (qp.as_ptr(), krows.as_ptr().add(j * hd));
+        for c in (0..hd).step_by(LANES) {
+            let mut kc = [_mm512_setzero_ps(); R];
+            for (r, kc) in kc.iter_mut().enumerate() {
+                *kc = _mm512_broadcast_f32x8(_mm256_loadu_ps(k.add(r * hd + c)));
+            }
+            for p in 0..P {
+                let qc = _mm512_loadu_ps(q.add(p * 2 * hd + 2 * c));
+                for r in 0..R {
+                    acc[r][p] = _mm512_fmadd_ps(qc, kc[r], acc[r][p]);
+                }
+            }
+        }
+        for r in 0..R {
+            for p in 0..P {
+                let mut lanes = [0f32; 2 * LANES];
+                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r][p]);
+                for h in 0..2 {
+                    let half: &[f32; LANES] = lanes[h * LANES..(h + 1) * LANES].try_into().expect("a lane group");
+                    // `score`'s tail is empty: hd is whole lane groups.
+                    scores[(2 * p + h) * stride + j + r] = score(half, &[], &[], 0, scale);
+                }
+            }
+        }
+    }
+    let mut j = 0;
+    while j + 4 <= rows {
+        rows_of::<P, 4>(qp, krows, hd, j, scale, scores, stride);
+        j += 4;
+    }
+    while j < rows {
+        rows_of::<P, 1>(qp, krows, hd, j, scale, scores, stride);
+        j += 1;
     }
 }
 
