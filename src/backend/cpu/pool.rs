@@ -8,9 +8,11 @@
 //! page started (`initThreadPool`, wasm-bindgen-rayon); in the single-threaded wasm build tasks
 //! run in order on the calling thread.
 //!
-//! In the threaded wasm build a pass ([`Pool::run`]) keeps the other workers awake on a
-//! [`super::team::Team`] and every op of the pass hands its tasks over through it: waking a
-//! Web Worker per op cost more than a decode step's small ops take.
+//! A pass ([`Pool::run`]) keeps the other workers awake on a [`super::team::Team`] and every
+//! op of the pass hands its tasks over through it: waking a sleeping worker per op cost more
+//! than a decode step's small ops take (a Web Worker in the browser; natively a rayon wake-up,
+//! whose futex and scheduler calls were about 7% of a decode profile, and whose latency left
+//! the second core idle at the start of every op).
 
 use super::super::readback::MaybeSend;
 use crate::backend::error::BackendError;
@@ -30,8 +32,8 @@ pub struct Pool {
     /// The dedicated pool (native); `None`: rayon's global pool (wasm's threaded build).
     #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     pool: Option<rayon::ThreadPool>,
-    /// The workers of a pass in the threaded wasm build.
-    #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+    /// The workers of a pass.
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     team: super::team::Team,
     threads: usize,
 }
@@ -60,6 +62,7 @@ impl Pool {
                 .map_err(|e| BackendError::ThreadPool(e.to_string()))?;
             Ok(Pool {
                 pool: Some(pool),
+                team: super::team::Team::default(),
                 threads,
             })
         }
@@ -89,26 +92,13 @@ impl Pool {
             f()
         };
         threaded! {
+            // A pass already holding the team (another caller's, on this pool) runs its ops
+            // through rayon.
+            let teamed = self.threads > 1 && !self.team.is_open();
             return match &self.pool {
+                Some(p) if teamed => p.install(|| self.with_team(f)),
                 Some(p) => p.install(f),
-                // The caller (the engine's worker) waits while a pool worker runs the pass,
-                // the other workers serving the team until it ends.
-                #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-                None if self.threads > 1 && !self.team.is_open() => rayon::scope(|s| {
-                    /// Closes the team however the pass ends, so the helpers return.
-                    struct Close<'a>(&'a super::team::Team);
-                    impl Drop for Close<'_> {
-                        fn drop(&mut self) {
-                            self.0.close();
-                        }
-                    }
-                    self.team.open(self.threads);
-                    let _close = Close(&self.team);
-                    for _ in 1..self.threads {
-                        s.spawn(|_| self.team.serve());
-                    }
-                    f()
-                }),
+                None if teamed => self.with_team(f),
                 None if self.threads > 1 => rayon::scope(|_| f()),
                 None => f(),
             };
@@ -117,14 +107,43 @@ impl Pool {
         f()
     }
 
-    /// [`Pool::run`] with every op handed to rayon's workers as before the team (threaded wasm;
-    /// elsewhere the same as `run`): the baseline of the browser bench's hand-off measurement.
+    /// `f` on this thread, the pool's other workers serving the team until it returns.
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
+    fn with_team<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
+        rayon::scope(|s| {
+            /// Closes the team however the pass ends, so the helpers return.
+            struct Close<'a>(&'a super::team::Team);
+            impl Drop for Close<'_> {
+                fn drop(&mut self) {
+                    self.0.close();
+                }
+            }
+            self.team.open(self.threads);
+            let _close = Close(&self.team);
+            for _ in 1..self.threads {
+                s.spawn(|_| self.team.serve());
+            }
+            f()
+        })
+    }
+
+    /// [`Pool::run`] with every op handed to rayon's workers as before the team: the baseline
+    /// of the browser bench's hand-off measurement.
     pub fn run_without_team<R: MaybeSend>(&self, f: impl FnOnce() -> R + MaybeSend) -> R {
-        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-        if self.threads > 1 {
-            return rayon::scope(|_| f());
+        let f = move || {
+            let _pass = super::profile::Pass::begin();
+            f()
+        };
+        threaded! {
+            if self.threads > 1 {
+                return match &self.pool {
+                    Some(p) => p.install(f),
+                    None => rayon::scope(|_| f()),
+                };
+            }
         }
-        self.run(f)
+        #[allow(unreachable_code)]
+        f()
     }
 
     /// Number of workers.
@@ -136,7 +155,7 @@ impl Pool {
     #[track_caller]
     pub fn for_each_index(&self, n: usize, f: impl Fn(usize) + Sync + Send) {
         let _op = super::profile::Op::begin();
-        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
         if self.team.is_open() {
             return self.team.dispatch(n, &f);
         }
@@ -159,7 +178,7 @@ impl Pool {
     pub fn for_chunks<T: Send>(&self, out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
         let _op = super::profile::Op::begin();
         let chunk = chunk.max(1);
-        #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
+        #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
         if self.team.is_open() {
             /// The output's start, shared by the tasks (each takes its own chunk).
             struct Base<T>(*mut T);

@@ -1,20 +1,31 @@
 //! A team of threads that stays awake for a whole forward pass and takes each op's tasks from
 //! one shared word, as llama.cpp's threads meet at a barrier per op.
 //!
-//! Why: in the browser, rayon's workers are Web Workers that sleep on `Atomics.wait` between
-//! ops, and waking one per op costs tens of microseconds, more than a decode step's small
-//! matmuls take. So the threaded wasm build's [`super::pool::Pool::run`] puts its other
-//! workers on [`Team::serve`] for the length of a pass: they spin on the claim word, and an op
-//! ([`Team::dispatch`]) publishes its tasks with one store, runs them alongside, and waits for
-//! the last. The split is dynamic (each thread claims the next task index), so results do not
-//! depend on which thread ran what, and a pass still completes if no helper ever joins.
+//! Why: rayon's workers sleep between ops (in the browser Web Workers on `Atomics.wait`,
+//! natively on a futex), and waking one per op costs more than a decode step's small matmuls
+//! take: tens of microseconds in the browser, and natively about 7% of a decode profile in the
+//! kernel's scheduler. So [`super::pool::Pool::run`] puts its other workers on [`Team::serve`]
+//! for the length of a pass: they spin on the claim word, and an op ([`Team::dispatch`])
+//! publishes its tasks with one store, runs them alongside, and waits for the last. The split
+//! is dynamic (each thread claims the next task index), so results do not depend on which
+//! thread ran what, and a pass still completes if no helper ever joins. A helper idle for
+//! [`IDLE_SPIN`] (natively) naps between looks, so that a long serial stretch of a pass, or
+//! more threads than cores, does not keep a core spinning.
+//!
+//! A task that panics is counted done; its op's dispatcher waits for the rest, then resumes the
+//! panic (the tasks' job lives on its stack, so it may not unwind while any task runs).
 //!
 //! The claim word packs the op's epoch, its task count and the next task index, so a helper
 //! that saw an older op can never claim a task of a newer one (its compare-exchange fails), and
 //! a claimed task's job cannot change under it: the next op is published only once every
 //! claimed task has finished.
 
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::backend::sync::lock;
 
 /// Bits of the claim word for the next index and the task count.
 const INDEX_BITS: u32 = 20;
@@ -43,6 +54,8 @@ pub struct Team {
     busy: AtomicBool,
     /// Threads of the team, the dispatcher included (sets the claims' grain).
     threads: AtomicUsize,
+    /// The first panic of a task of the current op, resumed by its dispatcher.
+    panicked: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 /// Guided claims: each takes `left / (threads · CLAIM_SHARE)` of the tasks still unclaimed (at
@@ -76,6 +89,7 @@ impl Default for Team {
             open: AtomicBool::new(false),
             busy: AtomicBool::new(false),
             threads: AtomicUsize::new(1),
+            panicked: Mutex::new(None),
         }
     }
 }
@@ -102,9 +116,12 @@ impl Team {
 
     /// A helper's loop: take tasks of each op as it is published, until [`Team::close`].
     pub fn serve(&self) {
+        let mut idle = Idle::default();
         while !self.quit.load(Ordering::Acquire) {
-            if !self.work() {
-                std::hint::spin_loop();
+            if self.work() {
+                idle = Idle::default();
+            } else {
+                idle.wait();
             }
         }
     }
@@ -132,8 +149,11 @@ impl Team {
                     // done: the job lives until then.
                     let job = unsafe { &*self.job.load(Ordering::Acquire) };
                     IN_TASK.with(|t| t.set(true));
-                    (next..end).for_each(job.f);
+                    let ran_all = panic::catch_unwind(AssertUnwindSafe(|| (next..end).for_each(job.f)));
                     IN_TASK.with(|t| t.set(false));
+                    if let Err(payload) = ran_all {
+                        lock(&self.panicked).get_or_insert(payload);
+                    }
                     self.done.fetch_add(end - next, Ordering::Release);
                     ran = true;
                     c = self.claim.load(Ordering::Acquire);
@@ -169,12 +189,73 @@ impl Team {
             let word = (epoch << (2 * INDEX_BITS)) | ((count as u64) << INDEX_BITS);
             self.claim.store(word, Ordering::Release);
             self.work();
+            // A helper still running a claimed task may have lost its core (more threads than
+            // cores): past a short spin, give this one up between looks.
+            let mut idle = Idle::default();
             while self.done.load(Ordering::Acquire) < count {
-                std::hint::spin_loop();
+                idle.wait_yielding();
             }
             start += count;
+            if let Some(payload) = lock(&self.panicked).take() {
+                self.busy.store(false, Ordering::Release);
+                panic::resume_unwind(payload);
+            }
         }
         self.busy.store(false, Ordering::Release);
+    }
+}
+
+/// How long a helper spins without work before it naps between looks at the claim word:
+/// longer than the serial stretches between a pass's ops (microseconds), short against a
+/// scheduler's time slice.
+#[cfg(not(target_arch = "wasm32"))]
+const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// The nap of a helper idle for longer than [`IDLE_SPIN`]: an op published meanwhile starts on
+/// its dispatcher alone, for at most this long.
+#[cfg(not(target_arch = "wasm32"))]
+const IDLE_NAP: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// A wait on the claim or done word: spinning, then natively, once it has lasted
+/// [`IDLE_SPIN`], napping ([`Idle::wait`], a helper) or yielding the core ([`Idle::wait_yielding`],
+/// a dispatcher). In the browser both only spin (a Web Worker's pass is short and its own).
+#[derive(Default)]
+struct Idle {
+    spins: u32,
+    #[cfg(not(target_arch = "wasm32"))]
+    since: Option<std::time::Instant>,
+}
+
+impl Idle {
+    /// Spins between reads of the clock.
+    #[cfg(not(target_arch = "wasm32"))]
+    const CLOCK_EVERY: u32 = 256;
+
+    /// Whether the wait has lasted [`IDLE_SPIN`] (checked every [`Idle::CLOCK_EVERY`] spins).
+    fn long(&mut self) -> bool {
+        std::hint::spin_loop();
+        self.spins = self.spins.wrapping_add(1);
+        #[cfg(not(target_arch = "wasm32"))]
+        if self.spins.is_multiple_of(Self::CLOCK_EVERY) {
+            let since = *self.since.get_or_insert_with(std::time::Instant::now);
+            return since.elapsed() > IDLE_SPIN;
+        }
+        false
+    }
+
+    fn wait(&mut self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        if self.long() {
+            std::thread::sleep(IDLE_NAP);
+        }
+        #[cfg(target_arch = "wasm32")]
+        self.long();
+    }
+
+    fn wait_yielding(&mut self) {
+        if self.long() {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -203,6 +284,42 @@ mod tests {
                     let want = u32::from(i < n);
                     assert_eq!(c.swap(0, Ordering::Relaxed), want, "op {op} task {i} of {n}");
                 }
+            }
+            team.close();
+        });
+    }
+
+    /// A task that panics, on a helper or on the dispatcher, makes its op's dispatch panic once
+    /// every other task has finished (no hang, no job read after its op), and the team serves
+    /// the next op.
+    #[test]
+    fn a_panicking_task_panics_its_dispatch() {
+        let team = Team::default();
+        team.open(3);
+        let ran = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| team.serve());
+            }
+            for bad in [0, 57, 299] {
+                ran.store(0, Ordering::Relaxed);
+                let got = panic::catch_unwind(AssertUnwindSafe(|| {
+                    team.dispatch(300, &|i| {
+                        assert_ne!(i, bad, "task {i} fails");
+                        ran.fetch_add(1, Ordering::Relaxed);
+                    })
+                }));
+                let msg = got.expect_err("the dispatch panics");
+                let msg = msg.downcast_ref::<String>().expect("a formatted message");
+                assert!(msg.contains(&format!("task {bad} fails")), "{msg}");
+                // Claims of several tasks stop at the panic: at most the rest of its claim
+                // is skipped.
+                assert!(ran.load(Ordering::Relaxed) < 300);
+                let sum = AtomicUsize::new(0);
+                team.dispatch(100, &|i| {
+                    sum.fetch_add(i, Ordering::Relaxed);
+                });
+                assert_eq!(sum.load(Ordering::Relaxed), 4950);
             }
             team.close();
         });
