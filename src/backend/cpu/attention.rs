@@ -805,53 +805,138 @@ unsafe fn score_tile_avx2<const N: usize>(
     scores: &mut [f32],
     stride: usize,
 ) {
-    use std::arch::x86_64::*;
-    let full = hd / LANES * LANES;
     let rows = krows.len() / hd;
-    // The dot products of `N` heads with K rows `j..j + R`, into `scores`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_of<const N: usize, const R: usize>(
-        qs: &[f32],
-        krows: &[f32],
-        hd: usize,
-        full: usize,
-        j: usize,
-        scale: f32,
-        scores: &mut [f32],
-        stride: usize,
-    ) {
-        let mut acc = [[_mm256_setzero_ps(); N]; R];
-        let (q, k) = (qs.as_ptr(), krows.as_ptr().add(j * hd));
-        for c in (0..full).step_by(LANES) {
-            let mut kc = [_mm256_setzero_ps(); R];
-            for (r, kc) in kc.iter_mut().enumerate() {
-                *kc = _mm256_loadu_ps(k.add(r * hd + c));
-            }
-            for g in 0..N {
-                let qc = _mm256_loadu_ps(q.add(g * hd + c));
-                for r in 0..R {
-                    acc[r][g] = _mm256_fmadd_ps(qc, kc[r], acc[r][g]);
-                }
-            }
-        }
-        for r in 0..R {
-            let kr = &krows[(j + r) * hd..(j + r + 1) * hd];
-            for g in 0..N {
-                let mut lanes = [0f32; LANES];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][g]);
-                scores[g * stride + j + r] = score(&lanes, &qs[g * hd..(g + 1) * hd], kr, full, scale);
-            }
-        }
-    }
     let mut j = 0;
     while j + 2 <= rows {
-        rows_of::<N, 2>(qs, krows, hd, full, j, scale, scores, stride);
+        score_rows::<Avx2Regs, N, 2>(qs, qs, krows, hd, j, scale, scores, stride);
         j += 2;
     }
     if j < rows {
-        rows_of::<N, 1>(qs, krows, hd, full, j, scale, scores, stride);
+        score_rows::<Avx2Regs, N, 1>(qs, qs, krows, hd, j, scale, scores, stride);
+    }
+}
+
+/// The registers of a q·k kernel ([`score_rows`]): each holds one lane group of `HEADS` query
+/// heads side by side, and meets a K lane group in each of its `HEADS` parts.
+#[cfg(target_arch = "x86_64")]
+trait ScoreRegs {
+    type V: Copy;
+    const HEADS: usize;
+    unsafe fn zero() -> Self::V;
+    /// The K lane group at `k`, in every part.
+    unsafe fn k(k: *const f32) -> Self::V;
+    /// Lane group `c / LANES` of register row `u` of the queries `q` (`[units][hd]` of `HEADS`
+    /// heads' lane groups side by side).
+    unsafe fn q(q: *const f32, u: usize, hd: usize, c: usize) -> Self::V;
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// The `HEADS * LANES` lanes to `out`.
+    unsafe fn store(v: Self::V, out: *mut f32);
+}
+
+/// One head per 256-bit register ([`score_tile_avx2`]).
+#[cfg(target_arch = "x86_64")]
+struct Avx2Regs;
+
+#[cfg(target_arch = "x86_64")]
+impl ScoreRegs for Avx2Regs {
+    type V = std::arch::x86_64::__m256;
+    const HEADS: usize = 1;
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        std::arch::x86_64::_mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn k(k: *const f32) -> Self::V {
+        std::arch::x86_64::_mm256_loadu_ps(k)
+    }
+    #[inline(always)]
+    unsafe fn q(q: *const f32, u: usize, hd: usize, c: usize) -> Self::V {
+        std::arch::x86_64::_mm256_loadu_ps(q.add(u * hd + c))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store(v: Self::V, out: *mut f32) {
+        std::arch::x86_64::_mm256_storeu_ps(out, v)
+    }
+}
+
+/// A pair of heads per 512-bit register ([`score_pairs_avx512`]), the K lane group broadcast
+/// to both halves.
+#[cfg(target_arch = "x86_64")]
+struct PairRegs;
+
+#[cfg(target_arch = "x86_64")]
+impl ScoreRegs for PairRegs {
+    type V = std::arch::x86_64::__m512;
+    const HEADS: usize = 2;
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        std::arch::x86_64::_mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn k(k: *const f32) -> Self::V {
+        use std::arch::x86_64::*;
+        _mm512_broadcast_f32x8(_mm256_loadu_ps(k))
+    }
+    #[inline(always)]
+    unsafe fn q(q: *const f32, u: usize, hd: usize, c: usize) -> Self::V {
+        std::arch::x86_64::_mm512_loadu_ps(q.add(u * 2 * hd + 2 * c))
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store(v: Self::V, out: *mut f32) {
+        std::arch::x86_64::_mm512_storeu_ps(out, v)
+    }
+}
+
+/// The dot products of the `U * S::HEADS` heads of `qv` (register rows in `S`'s layout; `qs`:
+/// the same heads as `[heads][hd]`, for the tails) with K rows `j..j + R`, into `scores`: each
+/// head's lanes summed as [`score`] does. Inlined into a function with `S`'s target features.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn score_rows<S: ScoreRegs, const U: usize, const R: usize>(
+    qv: &[f32],
+    qs: &[f32],
+    krows: &[f32],
+    hd: usize,
+    j: usize,
+    scale: f32,
+    scores: &mut [f32],
+    stride: usize,
+) {
+    let full = hd / LANES * LANES;
+    let mut acc = [[S::zero(); U]; R];
+    let (q, k) = (qv.as_ptr(), krows.as_ptr().add(j * hd));
+    for c in (0..full).step_by(LANES) {
+        let mut kc = [S::zero(); R];
+        for (r, kc) in kc.iter_mut().enumerate() {
+            *kc = S::k(k.add(r * hd + c));
+        }
+        for u in 0..U {
+            let qc = S::q(q, u, hd, c);
+            for r in 0..R {
+                acc[r][u] = S::fma(qc, kc[r], acc[r][u]);
+            }
+        }
+    }
+    for r in 0..R {
+        let kr = &krows[(j + r) * hd..(j + r + 1) * hd];
+        for u in 0..U {
+            let mut lanes = [0f32; 2 * LANES];
+            S::store(acc[r][u], lanes.as_mut_ptr());
+            for h in 0..S::HEADS {
+                let g = u * S::HEADS + h;
+                let part: &[f32; LANES] = lanes[h * LANES..(h + 1) * LANES].try_into().expect("a lane group");
+                scores[g * stride + j + r] = score(part, &qs[g * hd..(g + 1) * hd], kr, full, scale);
+            }
+        }
     }
 }
 
@@ -907,9 +992,9 @@ fn score_pairs<const AVX2: bool>(
         // rounded to f16 and the K rows are f16 values.
         unsafe {
             if even == 4 {
-                score_pairs_avx512::<2>(qp, krows, hd, scale, scores, stride);
+                score_pairs_avx512::<2>(qp, qs, krows, hd, scale, scores, stride);
             } else {
-                score_pairs_avx512::<1>(qp, krows, hd, scale, scores, stride);
+                score_pairs_avx512::<1>(qp, qs, krows, hd, scale, scores, stride);
             }
         }
         if even < nt {
@@ -945,59 +1030,21 @@ fn score_pairs<const AVX2: bool>(
 #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
 unsafe fn score_pairs_avx512<const P: usize>(
     qp: &[f32],
+    qs: &[f32],
     krows: &[f32],
     hd: usize,
     scale: f32,
     scores: &mut [f32],
     stride: usize,
 ) {
-    use std::arch::x86_64::*;
     let rows = krows.len() / hd;
-    // The dot products of the `P` pairs with K rows `j..j + R`, into `scores`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-    unsafe fn rows_of<const P: usize, const R: usize>(
-        qp: &[f32],
-        krows: &[f32],
-        hd: usize,
-        j: usize,
-        scale: f32,
-        scores: &mut [f32],
-        stride: usize,
-    ) {
-        let mut acc = [[_mm512_setzero_ps(); P]; R];
-        let (q, k) = (qp.as_ptr(), krows.as_ptr().add(j * hd));
-        for c in (0..hd).step_by(LANES) {
-            let mut kc = [_mm512_setzero_ps(); R];
-            for (r, kc) in kc.iter_mut().enumerate() {
-                *kc = _mm512_broadcast_f32x8(_mm256_loadu_ps(k.add(r * hd + c)));
-            }
-            for p in 0..P {
-                let qc = _mm512_loadu_ps(q.add(p * 2 * hd + 2 * c));
-                for r in 0..R {
-                    acc[r][p] = _mm512_fmadd_ps(qc, kc[r], acc[r][p]);
-                }
-            }
-        }
-        for r in 0..R {
-            for p in 0..P {
-                let mut lanes = [0f32; 2 * LANES];
-                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r][p]);
-                for h in 0..2 {
-                    let half: &[f32; LANES] = lanes[h * LANES..(h + 1) * LANES].try_into().expect("a lane group");
-                    // `score`'s tail is empty: hd is whole lane groups.
-                    scores[(2 * p + h) * stride + j + r] = score(half, &[], &[], 0, scale);
-                }
-            }
-        }
-    }
     let mut j = 0;
     while j + 4 <= rows {
-        rows_of::<P, 4>(qp, krows, hd, j, scale, scores, stride);
+        score_rows::<PairRegs, P, 4>(qp, qs, krows, hd, j, scale, scores, stride);
         j += 4;
     }
     while j < rows {
-        rows_of::<P, 1>(qp, krows, hd, j, scale, scores, stride);
+        score_rows::<PairRegs, P, 1>(qp, qs, krows, hd, j, scale, scores, stride);
         j += 1;
     }
 }
