@@ -1023,6 +1023,9 @@ fn score_pairs<const AVX2: bool>(
 /// its head, summed the same way: the same bits, in half the multiply-adds. Four K rows at a
 /// time, so each query load serves four.
 ///
+/// `qs` holds the same heads as `[heads][hd]` ([`score_rows`] reads it for the tails, which
+/// are empty here).
+///
 /// # Safety
 /// The CPU must support AVX-512 F and DQ; the values of `qp` and `krows` must be f16 values
 /// and `hd` a multiple of [`LANES`].

@@ -289,9 +289,9 @@ mod tests {
         });
     }
 
-    /// A task that panics, on a helper or on the dispatcher, makes its op's dispatch panic once
-    /// every other task has finished (no hang, no job read after its op), and the team serves
-    /// the next op.
+    /// A task that panics (on whichever thread claimed it: the first, a middle and the last
+    /// task) makes its op's dispatch panic once every other claimed task has finished (no
+    /// hang, no job read after its op), and the team serves the next op.
     #[test]
     fn a_panicking_task_panics_its_dispatch() {
         let team = Team::default();
