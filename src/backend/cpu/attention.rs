@@ -481,62 +481,96 @@ trait VColumns {
     unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32);
 }
 
-/// `REGS` AVX2 registers: 8 REGS values.
+/// A register of f32 lanes, 256 or 512 bits: the x86 attention kernels are written once over
+/// both widths ([`Cols`], [`ScoreRegs`]). Inlined into functions with the width's target
+/// features.
 #[cfg(target_arch = "x86_64")]
-struct Avx2Cols<const REGS: usize>;
+trait F32Reg: Copy {
+    const LANES: usize;
+    unsafe fn zero() -> Self;
+    unsafe fn splat(x: f32) -> Self;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(self, p: *mut f32);
+    /// `a · b + c`, fused.
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+}
 
 #[cfg(target_arch = "x86_64")]
-impl<const REGS: usize> VColumns for Avx2Cols<REGS> {
-    const WIDTH: usize = 8 * REGS;
-    // Inlined into [`weigh_heads_avx2`], whose target features its intrinsics take.
+impl F32Reg for std::arch::x86_64::__m256 {
+    const LANES: usize = 8;
     #[inline(always)]
-    unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
-        use std::arch::x86_64::*;
-        let mut acc = [_mm256_setzero_ps(); REGS];
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(out.add(8 * i));
-        }
-        for (j, &pj) in probs.iter().enumerate() {
-            if pj == 0.0 {
-                continue;
-            }
-            let (pv, vj) = (_mm256_set1_ps(pj), v.add(j * hdv));
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vj.add(8 * i)), *a);
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(out.add(8 * i), *a);
-        }
+    unsafe fn zero() -> Self {
+        std::arch::x86_64::_mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        std::arch::x86_64::_mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        std::arch::x86_64::_mm256_storeu_ps(p, self)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
     }
 }
 
-/// `REGS` AVX-512 registers: 16 REGS values.
 #[cfg(target_arch = "x86_64")]
-struct Avx512Cols<const REGS: usize>;
+impl F32Reg for std::arch::x86_64::__m512 {
+    const LANES: usize = 16;
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        std::arch::x86_64::_mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        std::arch::x86_64::_mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        std::arch::x86_64::_mm512_loadu_ps(p)
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        std::arch::x86_64::_mm512_storeu_ps(p, self)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
+    }
+}
+
+/// `REGS` registers of `V`: `V::LANES · REGS` values.
+#[cfg(target_arch = "x86_64")]
+struct Cols<V, const REGS: usize>(std::marker::PhantomData<V>);
 
 #[cfg(target_arch = "x86_64")]
-impl<const REGS: usize> VColumns for Avx512Cols<REGS> {
-    const WIDTH: usize = 16 * REGS;
-    // Inlined into [`weigh_heads_avx512`], whose target features its intrinsics take.
+impl<V: F32Reg, const REGS: usize> VColumns for Cols<V, REGS> {
+    const WIDTH: usize = V::LANES * REGS;
+    // Inlined into [`weigh_heads_avx2`] or [`weigh_heads_avx512`], whose target features its
+    // intrinsics take.
     #[inline(always)]
     unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
-        use std::arch::x86_64::*;
-        let mut acc = [_mm512_setzero_ps(); REGS];
+        let mut acc = [V::zero(); REGS];
         for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_loadu_ps(out.add(16 * i));
+            *a = V::load(out.add(V::LANES * i));
         }
         for (j, &pj) in probs.iter().enumerate() {
             if pj == 0.0 {
                 continue;
             }
-            let (pv, vj) = (_mm512_set1_ps(pj), v.add(j * hdv));
+            let (pv, vj) = (V::splat(pj), v.add(j * hdv));
             for (i, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj.add(16 * i)), *a);
+                *a = V::fma(pv, V::load(vj.add(V::LANES * i)), *a);
             }
         }
         for (i, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(out.add(16 * i), *a);
+            a.store(out.add(V::LANES * i));
         }
     }
 }
@@ -582,9 +616,9 @@ unsafe fn weigh_blocks<C: VColumns>(scores: &[f32], n: usize, m: usize, vrows: &
 #[target_feature(enable = "avx2,fma")]
 unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
     if hdv.is_multiple_of(64) {
-        weigh_blocks::<Avx2Cols<8>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<std::arch::x86_64::__m256, 8>>(scores, n, m, vrows, hdv, o);
     } else {
-        weigh_blocks::<Avx2Cols<4>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<std::arch::x86_64::__m256, 4>>(scores, n, m, vrows, hdv, o);
     }
 }
 
@@ -605,11 +639,11 @@ fn avx512_build() -> bool {
 #[target_feature(enable = "avx512f")]
 unsafe fn weigh_heads_avx512(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
     if hdv.is_multiple_of(128) {
-        weigh_blocks::<Avx512Cols<8>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<std::arch::x86_64::__m512, 8>>(scores, n, m, vrows, hdv, o);
     } else if hdv.is_multiple_of(64) {
-        weigh_blocks::<Avx512Cols<4>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<std::arch::x86_64::__m512, 4>>(scores, n, m, vrows, hdv, o);
     } else {
-        weigh_blocks::<Avx512Cols<2>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<std::arch::x86_64::__m512, 2>>(scores, n, m, vrows, hdv, o);
     }
 }
 
@@ -820,17 +854,13 @@ unsafe fn score_tile_avx2<const N: usize>(
 /// heads side by side, and meets a K lane group in each of its `HEADS` parts.
 #[cfg(target_arch = "x86_64")]
 trait ScoreRegs {
-    type V: Copy;
+    type V: F32Reg;
     const HEADS: usize;
-    unsafe fn zero() -> Self::V;
     /// The K lane group at `k`, in every part.
     unsafe fn k(k: *const f32) -> Self::V;
     /// Lane group `c / LANES` of register row `u` of the queries `q` (`[units][hd]` of `HEADS`
     /// heads' lane groups side by side).
     unsafe fn q(q: *const f32, u: usize, hd: usize, c: usize) -> Self::V;
-    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
-    /// The `HEADS * LANES` lanes to `out`.
-    unsafe fn store(v: Self::V, out: *mut f32);
 }
 
 /// One head per 256-bit register ([`score_tile_avx2`]).
@@ -842,24 +872,12 @@ impl ScoreRegs for Avx2Regs {
     type V = std::arch::x86_64::__m256;
     const HEADS: usize = 1;
     #[inline(always)]
-    unsafe fn zero() -> Self::V {
-        std::arch::x86_64::_mm256_setzero_ps()
-    }
-    #[inline(always)]
     unsafe fn k(k: *const f32) -> Self::V {
-        std::arch::x86_64::_mm256_loadu_ps(k)
+        Self::V::load(k)
     }
     #[inline(always)]
     unsafe fn q(q: *const f32, u: usize, hd: usize, c: usize) -> Self::V {
-        std::arch::x86_64::_mm256_loadu_ps(q.add(u * hd + c))
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
-        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
-    }
-    #[inline(always)]
-    unsafe fn store(v: Self::V, out: *mut f32) {
-        std::arch::x86_64::_mm256_storeu_ps(out, v)
+        Self::V::load(q.add(u * hd + c))
     }
 }
 
@@ -873,25 +891,13 @@ impl ScoreRegs for PairRegs {
     type V = std::arch::x86_64::__m512;
     const HEADS: usize = 2;
     #[inline(always)]
-    unsafe fn zero() -> Self::V {
-        std::arch::x86_64::_mm512_setzero_ps()
-    }
-    #[inline(always)]
     unsafe fn k(k: *const f32) -> Self::V {
         use std::arch::x86_64::*;
         _mm512_broadcast_f32x8(_mm256_loadu_ps(k))
     }
     #[inline(always)]
     unsafe fn q(q: *const f32, u: usize, hd: usize, c: usize) -> Self::V {
-        std::arch::x86_64::_mm512_loadu_ps(q.add(u * 2 * hd + 2 * c))
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
-        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
-    }
-    #[inline(always)]
-    unsafe fn store(v: Self::V, out: *mut f32) {
-        std::arch::x86_64::_mm512_storeu_ps(out, v)
+        Self::V::load(q.add(u * 2 * hd + 2 * c))
     }
 }
 
@@ -912,17 +918,17 @@ unsafe fn score_rows<S: ScoreRegs, const U: usize, const R: usize>(
     stride: usize,
 ) {
     let full = hd / LANES * LANES;
-    let mut acc = [[S::zero(); U]; R];
+    let mut acc = [[S::V::zero(); U]; R];
     let (q, k) = (qv.as_ptr(), krows.as_ptr().add(j * hd));
     for c in (0..full).step_by(LANES) {
-        let mut kc = [S::zero(); R];
+        let mut kc = [S::V::zero(); R];
         for (r, kc) in kc.iter_mut().enumerate() {
             *kc = S::k(k.add(r * hd + c));
         }
         for u in 0..U {
             let qc = S::q(q, u, hd, c);
             for r in 0..R {
-                acc[r][u] = S::fma(qc, kc[r], acc[r][u]);
+                acc[r][u] = S::V::fma(qc, kc[r], acc[r][u]);
             }
         }
     }
@@ -930,7 +936,7 @@ unsafe fn score_rows<S: ScoreRegs, const U: usize, const R: usize>(
         let kr = &krows[(j + r) * hd..(j + r + 1) * hd];
         for u in 0..U {
             let mut lanes = [0f32; 2 * LANES];
-            S::store(acc[r][u], lanes.as_mut_ptr());
+            acc[r][u].store(lanes.as_mut_ptr());
             for h in 0..S::HEADS {
                 let g = u * S::HEADS + h;
                 let part: &[f32; LANES] = lanes[h * LANES..(h + 1) * LANES].try_into().expect("a lane group");
@@ -1004,8 +1010,9 @@ fn score_pairs<const AVX2: bool>(
     }
     // Elsewhere (never chosen there: `wide_scores` is false) head by head, the same sums.
     #[cfg(not(target_arch = "x86_64"))]
+    let _ = qp;
+    #[cfg(not(target_arch = "x86_64"))]
     for g in 0..nt {
-        let _ = qp;
         score_tile::<1, AVX2>(
             &qs[g * hd..(g + 1) * hd],
             krows,

@@ -313,8 +313,8 @@ fn dot_products_match_the_oracle_on_long_rows() {
     for ty in simd_types() {
         check(&mut rng, ty, 16384, 5, 2);
         check(&mut rng, ty, 16384, 9, 5);
-        // A batch for the 512-bit tiles, whose rows go through in chunks of blocks: the outputs
-        // must keep the bits of the row alone.
+        // A batch past every format's threshold for the 512-bit tiles: the outputs must keep
+        // the bits of the row alone.
         check(&mut rng, ty, 4096, 17, 33);
     }
 }
