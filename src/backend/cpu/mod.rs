@@ -605,16 +605,31 @@ impl Backend for CpuBackend {
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
         moe::check_combine(rows, slots, width, experts.0.len(), weights.0.len(), out.0.len())?;
-        for r in 0..rows {
-            let o = &mut out.0[r * width..(r + 1) * width];
-            o.fill(0.0);
-            for j in 0..slots {
-                let p = r * slots + j;
-                let wgt = weights.0[p];
-                o.iter_mut()
-                    .zip(&experts.0[p * width..(p + 1) * width])
-                    .for_each(|(o, &e)| *o += wgt * e);
+        // Tasks of COMBINE_ROWS rows (a prefill's share was 1% of the samples on one thread
+        // while the others waited); a decode's row runs in place.
+        const COMBINE_ROWS: usize = 16;
+        let (experts, weights) = (&experts.0, &weights.0);
+        // Rows `COMBINE_ROWS·t..` into `chunk` ([rows, width]).
+        let combine = |t: usize, chunk: &mut [f32]| {
+            for (i, o) in chunk.chunks_exact_mut(width).enumerate() {
+                let r = t * COMBINE_ROWS + i;
+                o.fill(0.0);
+                for j in 0..slots {
+                    let p = r * slots + j;
+                    let wgt = weights[p];
+                    o.iter_mut()
+                        .zip(&experts[p * width..(p + 1) * width])
+                        .for_each(|(o, &e)| *o += wgt * e);
+                }
             }
+        };
+        let out = &mut out.0[..rows * width];
+        if width == 0 {
+            // Nothing to write (and no rows to cut the output into).
+        } else if rows <= COMBINE_ROWS {
+            combine(0, out);
+        } else {
+            self.pool.for_chunks(out, COMBINE_ROWS * width, combine);
         }
         Ok(())
     }
