@@ -605,8 +605,8 @@ impl Backend for CpuBackend {
         out: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
         moe::check_combine(rows, slots, width, experts.0.len(), weights.0.len(), out.0.len())?;
-        // Tasks of COMBINE_ROWS rows (a prefill's share was 1% of the samples on one thread
-        // while the others waited); a decode's row runs in place.
+        // A prefill's rows in tasks of COMBINE_ROWS (on one thread, with the others waiting,
+        // they were 1% of the samples); up to COMBINE_ROWS rows (a decode's) run in place.
         const COMBINE_ROWS: usize = 16;
         let (experts, weights) = (&experts.0, &weights.0);
         // Rows `COMBINE_ROWS·t..` into `chunk` ([rows, width]).
