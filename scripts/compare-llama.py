@@ -11,7 +11,10 @@ noise spreads over both:
     `-p 0 -n 32 -d 128` (tg32 after 128 tokens already in the context);
   - tinyllm:   `tinyllm-native bench --prompt-tokens 128,512 --decode-tokens 32 --threads T --json`.
 Each number is the best of the rounds (noise only ever slows a run down). The table shows
-prefill at 512 tokens and decode after a 128-token prompt, and the ratio tinyllm / llama.cpp.
+prefill at 512 tokens and decode after a 128-token prompt, and the ratio tinyllm / llama.cpp;
+with two rounds or more, also the median and range of each round's own ratio (a round runs both
+engines back to back, so a slow stretch of the machine that spoils one engine's best is seen
+there as one outlying round).
 Each decode figure is also given as a fraction of the machine's decode bound: the read
 bandwidth that `bench --bandwidth` measures with the same threads, divided by the bytes of
 weights a decoded token reads (the bound is the best of the rounds' bandwidth readings).
@@ -29,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -155,6 +159,14 @@ def best(rounds, key, lower_is_better=False):
     return min(vals) if lower_is_better else max(vals)
 
 
+def round_ratios(ours, theirs, key):
+    """The median, lowest and highest of tinyllm / llama.cpp within each round that has both."""
+    ratios = sorted(t[key] / l[key] for t, l in zip(ours, theirs) if t.get(key) and l.get(key))
+    if not ratios:
+        return None
+    return statistics.median(ratios), ratios[0], ratios[-1]
+
+
 def model_facts(exe, model):
     """Layer count, f16 cache values per token and layer, and context length from `inspect --json`."""
     meta = run_json([exe, "inspect", str(model), "--json"])["metadata"]
@@ -237,7 +249,7 @@ def main():
         report.append({"model": name, "file": str(model), "tinyllm": ours, "llama": theirs, "memory": mem})
 
     print(f"\nthreads {a.threads}, best of {a.rounds} interleaved rounds x {a.reps} reps (tok/s)")
-    hdr = f"{'model':<22} {'test':<16} {'tinyllm':>9} {'llama.cpp':>10} {'ratio':>7}"
+    hdr = f"{'model':<22} {'test':<16} {'tinyllm':>9} {'llama.cpp':>10} {'ratio':>7} {'rounds: median (range)':>24}"
     print(hdr)
     print("-" * len(hdr))
     for r in report:
@@ -245,7 +257,9 @@ def main():
         for test, label in [("pp512", "prefill pp512"), ("tg32_d128", "decode tg32@128")]:
             t, l = best(r["tinyllm"], test), best(r["llama"], test)
             ratio = t / l if t and l else None
-            print(f"{r['model']:<22} {label:<16} {fmt(t):>9} {fmt(l):>10} {fmt(ratio, '.2f'):>7}")
+            per_round = round_ratios(r["tinyllm"], r["llama"], test) if a.rounds > 1 else None
+            spread = f"{per_round[0]:.2f} ({per_round[1]:.2f}-{per_round[2]:.2f})" if per_round else ""
+            print(f"{r['model']:<22} {label:<16} {fmt(t):>9} {fmt(l):>10} {fmt(ratio, '.2f'):>7} {spread:>24}")
         print(f"{'':<22} {'llama tg32@0':<16} {'':>9} {fmt(best(r['llama'], 'tg32')):>10}")
         t, l = best(r["tinyllm"], "tg32_d128"), best(r["llama"], "tg32_d128")
         print(f"{'':<22} decode bound {bound:.1f} tok/s ({best(r['tinyllm'], 'read_gb_s'):.1f} GB/s read, "
