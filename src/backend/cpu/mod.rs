@@ -606,7 +606,8 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         moe::check_combine(rows, slots, width, experts.0.len(), weights.0.len(), out.0.len())?;
         // A prefill's rows in tasks of COMBINE_ROWS (on one thread, with the others waiting,
-        // they were 1% of the samples); up to COMBINE_ROWS rows (a decode's) run in place.
+        // they were 1% of the samples); a decode's rows are one task, which the pool runs in
+        // place.
         const COMBINE_ROWS: usize = 16;
         let (experts, weights) = (&experts.0, &weights.0);
         // Rows `COMBINE_ROWS·t..` into `chunk` ([rows, width]).
@@ -623,14 +624,9 @@ impl Backend for CpuBackend {
                 }
             }
         };
-        let out = &mut out.0[..rows * width];
-        if width == 0 {
-            // Nothing to write (and no rows to cut the output into).
-        } else if rows <= COMBINE_ROWS {
-            combine(0, out);
-        } else {
-            self.pool.for_chunks(out, COMBINE_ROWS * width, combine);
-        }
+        // An empty output (no rows, or width 0) has no chunks, so `combine` never cuts by 0.
+        self.pool
+            .for_chunks(&mut out.0[..rows * width], COMBINE_ROWS * width, combine);
         Ok(())
     }
 
