@@ -135,12 +135,16 @@ unsafe fn ksigns_gathered(aux: u32) -> __m256i {
     gather64(&KSIGNS, _mm_and_si128(fields, _mm_set1_epi32(127)))
 }
 
-/// The kernels of format `K`. With `GATHER`, the table entries a group names come through the
-/// AVX2 gathers instead of one load and one insert each (a lane shuffle, all on one port on
-/// Intel cores): the same values, so the same bits (see [`gathers_pay`]).
-struct Grid<const K: u8, const GATHER: bool>;
+/// [`Lookup::Inserts`], [`Lookup::Gathers`] and [`Lookup::Permutes`] as [`Grid`]'s parameter.
+const INSERTS: u8 = 0;
+const GATHERS: u8 = 1;
+const PERMUTES: u8 = 2;
 
-impl<const K: u8, const GATHER: bool> Grid<K, GATHER> {
+/// The kernels of format `K`, looking its table entries up as `L` says ([`Lookup`]): the same
+/// values whichever way, so the same bits.
+struct Grid<const K: u8, const L: u8>;
+
+impl<const K: u8, const L: u8> Grid<K, L> {
     /// [`SuperBlocks::group`] with the gathers.
     #[inline(always)]
     unsafe fn gathered(p: *const u8, g: usize) -> Group {
@@ -201,7 +205,7 @@ impl<const K: u8, const GATHER: bool> Grid<K, GATHER> {
     }
 }
 
-impl<const K: u8, const GATHER: bool> SuperBlocks for Grid<K, GATHER> {
+impl<const K: u8, const L: u8> SuperBlocks for Grid<K, L> {
     const BYTES: usize = block_bytes(K);
     const FACTOR: f32 = factor(K);
     // IQ2_XXS, IQ3_XXS and IQ3_S have one scale per group of 32.
@@ -221,7 +225,7 @@ impl<const K: u8, const GATHER: bool> SuperBlocks for Grid<K, GATHER> {
 
     #[inline(always)]
     unsafe fn group(p: *const u8, _: &f32, g: usize) -> Group {
-        if GATHER {
+        if L == GATHERS {
             return Self::gathered(p, g);
         }
         let word = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u32);
@@ -293,8 +297,8 @@ impl<const K: u8, const GATHER: bool> SuperBlocks for Grid<K, GATHER> {
 
 /// Eight table entries of eight values, `table[idx[l]]` for the i32 lanes of `idx`.
 #[inline(always)]
-unsafe fn entries64<const GATHER: bool>(table: &[u64], idx: __m256i) -> __m512i {
-    if GATHER {
+unsafe fn entries64<const L: u8>(table: &[u64], idx: __m256i) -> __m512i {
+    if L == GATHERS {
         _mm512_i32gather_epi64::<8>(idx, table.as_ptr() as *const i64)
     } else {
         let mut i = [0u32; 8];
@@ -306,8 +310,8 @@ unsafe fn entries64<const GATHER: bool>(table: &[u64], idx: __m256i) -> __m512i 
 
 /// Sixteen table entries of four values, `table[idx[l]]` for the i32 lanes of `idx`.
 #[inline(always)]
-unsafe fn entries32<const GATHER: bool>(table: &[u32], idx: __m512i) -> __m512i {
-    if GATHER {
+unsafe fn entries32<const L: u8>(table: &[u32], idx: __m512i) -> __m512i {
+    if L == GATHERS {
         _mm512_i32gather_epi32::<4>(idx, table.as_ptr() as *const i32)
     } else {
         let mut i = [0u32; 16];
@@ -357,13 +361,104 @@ unsafe fn word_signs(aux: __m512i, first: i32) -> __m128i {
     _mm512_cvtepi32_epi8(ksign_bytes(fields))
 }
 
+/// IQ3_S's stored sign bytes and its scales as [`odd_quarters`] makes them, of the super-block
+/// at `p`.
+#[inline(always)]
+unsafe fn iq3s_signs_scales(p: *const u8) -> (__m256i, __m512i) {
+    let signs = _mm256_loadu_si256(p.add(74) as *const __m256i);
+    // One scale per group: each nibble for both of its quarters.
+    let s = nibbles(_mm_cvtsi32_si128(std::ptr::read_unaligned(p.add(106) as *const i32)));
+    (signs, odd_quarters(_mm_unpacklo_epi8(s, s)))
+}
+
+/// A grid of four-byte entries as four byte planes: plane `b`'s byte `e` is byte `b` of entry
+/// `e`, so that `vpermi2b` looks up 64 entries' byte `b` at once from 128 of them.
+#[repr(C, align(64))]
+struct Planes<const N: usize>([[u8; N]; 4]);
+
+const fn planes<const N: usize>(grid: &[u32; N]) -> Planes<N> {
+    let mut p = [[0u8; N]; 4];
+    let mut e = 0;
+    while e < N {
+        let mut b = 0;
+        while b < 4 {
+            p[b][e] = (grid[e] >> (8 * b)) as u8;
+            b += 1;
+        }
+        e += 1;
+    }
+    Planes(p)
+}
+
+static IQ3XXS_PLANES: Planes<256> = planes(&IQ3XXS_GRID);
+static IQ3S_PLANES: Planes<512> = planes(&IQ3S_GRID);
+
+/// Where [`permuted_entries`] puts the super-block's 64 indices before its lookups: position
+/// `16l + 4j + t` takes index `16j + 4l + t`, so that the byte and word unpacks after them,
+/// which work within 128-bit lanes, leave entry `n`'s four bytes at values `4n..4n + 4`.
+const ENTRY_ORDER: [u8; 64] = {
+    let mut o = [0u8; 64];
+    let mut pos = 0;
+    while pos < 64 {
+        o[pos] = (16 * ((pos / 4) % 4) + 4 * (pos / 16) + pos % 4) as u8;
+        pos += 1;
+    }
+    o
+};
+
+/// The 256 magnitudes of a super-block of 64 four-byte grid entries, pair `j` (values
+/// `64j..64j + 64`) in vector `j`, looked up in `planes` by the 64 index bytes `idx` (with bit
+/// `n` of `high` as index `n`'s bit 8 where the grid has 512 entries) through AVX-512 VBMI's
+/// byte permutes: per plane two `vpermi2b` (four for 512 entries) and blends on the high bits,
+/// against 64 loads and inserts (or four gathers), which on AMD's Zen 4 cost about three cycles
+/// per entry. Needs `avx512vbmi` in the caller's target features.
+#[inline(always)]
+unsafe fn permuted_entries<const N: usize>(planes: &Planes<N>, idx: __m512i, high: u64) -> [__m512i; 4] {
+    let order = _mm512_loadu_si512(ENTRY_ORDER.as_ptr() as *const __m512i);
+    let idx = _mm512_permutexvar_epi8(order, idx);
+    let bit7 = _mm512_movepi8_mask(idx);
+    let bit8 = _mm512_movepi8_mask(_mm512_permutexvar_epi8(order, _mm512_movm_epi8(high)));
+    let mut b = [_mm512_setzero_si512(); 4];
+    for (plane, b) in planes.0.iter().zip(&mut b) {
+        let t = plane.as_ptr();
+        let low = _mm512_mask_blend_epi8(bit7, look128(t, idx), look128(t.add(128), idx));
+        *b = if N == 512 {
+            let up = _mm512_mask_blend_epi8(bit7, look128(t.add(256), idx), look128(t.add(384), idx));
+            _mm512_mask_blend_epi8(bit8, low, up)
+        } else {
+            low
+        };
+    }
+    // Within each 128-bit lane: byte pairs of planes 0 and 1, and of 2 and 3, then those pairs'
+    // pairs, an entry's four bytes in order.
+    let (p01_lo, p01_hi) = (_mm512_unpacklo_epi8(b[0], b[1]), _mm512_unpackhi_epi8(b[0], b[1]));
+    let (p23_lo, p23_hi) = (_mm512_unpacklo_epi8(b[2], b[3]), _mm512_unpackhi_epi8(b[2], b[3]));
+    [
+        _mm512_unpacklo_epi16(p01_lo, p23_lo),
+        _mm512_unpackhi_epi16(p01_lo, p23_lo),
+        _mm512_unpacklo_epi16(p01_hi, p23_hi),
+        _mm512_unpackhi_epi16(p01_hi, p23_hi),
+    ]
+}
+
+/// Bytes `t[i & 127]` for the 64 bytes `i` of `idx`.
+#[inline(always)]
+unsafe fn look128(t: *const u8, idx: __m512i) -> __m512i {
+    let lo = _mm512_loadu_si512(t as *const __m512i);
+    let hi = _mm512_loadu_si512(t.add(64) as *const __m512i);
+    _mm512_permutex2var_epi8(lo, idx, hi)
+}
+
 /// The sixteen bytes at `p` as i32 lanes.
 #[inline(always)]
 unsafe fn bytes16(p: *const u8) -> __m512i {
     _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i))
 }
 
-impl<const K: u8, const GATHER: bool> Pairs for Grid<K, GATHER> {
+impl<const K: u8, const L: u8> Pairs for Grid<K, L> {
+    // IQ3's four-byte entries come from byte permutes of the table's planes.
+    const VBMI: bool = L == PERMUTES && matches!(K, IQ3_XXS | IQ3_S);
+
     // Loops, not closures: a closure does not take its function's target features, so the
     // intrinsics it calls would not inline.
     #[inline(always)]
@@ -387,13 +482,17 @@ impl<const K: u8, const GATHER: bool> Pairs for Grid<K, GATHER> {
                     } else {
                         _mm512_extracti64x4_epi64::<1>(idx[j / 2])
                     };
-                    mags[j] = entries64::<GATHER>(&IQ2XXS_GRID, i);
+                    mags[j] = entries64::<L>(&IQ2XXS_GRID, i);
                 }
                 group_words(_mm512_castsi512_si256(_mm512_permutexvar_epi32(odd_lanes, q)))
             }
             IQ3_XXS => {
-                for (j, m) in mags.iter_mut().enumerate() {
-                    *m = entries32::<GATHER>(&IQ3XXS_GRID, bytes16(p.add(2 + 16 * j)));
+                if Self::VBMI {
+                    mags = permuted_entries(&IQ3XXS_PLANES, _mm512_loadu_si512(p.add(2) as *const __m512i), 0);
+                } else {
+                    for (j, m) in mags.iter_mut().enumerate() {
+                        *m = entries32::<L>(&IQ3XXS_GRID, bytes16(p.add(2 + 16 * j)));
+                    }
                 }
                 group_words(_mm256_loadu_si256(p.add(66) as *const __m256i))
             }
@@ -401,7 +500,7 @@ impl<const K: u8, const GATHER: bool> Pairs for Grid<K, GATHER> {
                 // 32 u16: a 9-bit index and a 7-bit sign field each.
                 for (j, m) in mags.iter_mut().enumerate() {
                     let q = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(2 + 16 * j) as *const __m128i));
-                    *m = entries64::<GATHER>(&IQ2XS_GRID, _mm256_and_si256(q, _mm256_set1_epi32(511)));
+                    *m = entries64::<L>(&IQ2XS_GRID, _mm256_and_si256(q, _mm256_set1_epi32(511)));
                 }
                 let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
                 let signs = _mm512_cvtepi16_epi8(ksign_bytes(_mm512_srli_epi16::<9>(q)));
@@ -420,13 +519,19 @@ impl<const K: u8, const GATHER: bool> Pairs for Grid<K, GATHER> {
                     );
                     let high = _mm256_slli_epi32::<8>(_mm256_and_si256(qh, _mm256_set1_epi32(3)));
                     let low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(2 + 8 * j) as *const __m128i));
-                    *m = entries64::<GATHER>(&IQ2S_GRID, _mm256_or_si256(low, high));
+                    *m = entries64::<L>(&IQ2S_GRID, _mm256_or_si256(low, high));
                 }
                 let signs = _mm256_loadu_si256(p.add(34) as *const __m256i);
                 (
                     signs,
                     odd_quarters(nibbles(_mm_loadl_epi64(p.add(74) as *const __m128i))),
                 )
+            }
+            _ if Self::VBMI => {
+                // Index n: byte n of `qs`, and bit n of the eight `qh` bytes as its bit 8.
+                let high = std::ptr::read_unaligned(p.add(66) as *const u64);
+                mags = permuted_entries(&IQ3S_PLANES, _mm512_loadu_si512(p.add(2) as *const __m512i), high);
+                iq3s_signs_scales(p)
             }
             _ => {
                 for (j, m) in mags.iter_mut().enumerate() {
@@ -436,12 +541,9 @@ impl<const K: u8, const GATHER: bool> Pairs for Grid<K, GATHER> {
                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                     );
                     let high = _mm512_slli_epi32::<8>(_mm512_and_si512(qh, _mm512_set1_epi32(1)));
-                    *m = entries32::<GATHER>(&IQ3S_GRID, _mm512_or_si512(bytes16(p.add(2 + 16 * j)), high));
+                    *m = entries32::<L>(&IQ3S_GRID, _mm512_or_si512(bytes16(p.add(2 + 16 * j)), high));
                 }
-                let signs = _mm256_loadu_si256(p.add(74) as *const __m256i);
-                // One scale per group: each nibble for both of its quarters.
-                let s = nibbles(_mm_cvtsi32_si128(std::ptr::read_unaligned(p.add(106) as *const i32)));
-                (signs, odd_quarters(_mm_unpacklo_epi8(s, s)))
+                iq3s_signs_scales(p)
             }
         };
         PairBlock {
@@ -452,50 +554,79 @@ impl<const K: u8, const GATHER: bool> Pairs for Grid<K, GATHER> {
     }
 }
 
-/// The kernel of `ty`, if it is one of this file's formats: with `gather`, the build whose
-/// table lookups are AVX2 gathers.
-pub(super) fn kernel(ty: GgmlType, gather: bool) -> Option<RowsFn> {
-    fn of<const G: bool>(ty: GgmlType) -> Option<RowsFn> {
-        Some(match ty {
-            GgmlType::IQ2_XXS => run_pairs::<Grid<IQ2_XXS, G>>,
-            GgmlType::IQ3_XXS => run_pairs::<Grid<IQ3_XXS, G>>,
-            GgmlType::IQ2_XS => run_pairs::<Grid<IQ2_XS, G>>,
-            GgmlType::IQ2_S => run_pairs::<Grid<IQ2_S, G>>,
-            GgmlType::IQ3_S => run_pairs::<Grid<IQ3_S, G>>,
-            _ => return None,
+/// How the grid formats' kernels look their table entries up. Each gives the same values, so
+/// the same bits; which is fastest depends on the CPU ([`Lookup::of_this_cpu`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// One load and one insert per entry.
+    Inserts,
+    /// AVX2 and AVX-512 gathers.
+    Gathers,
+    /// On the 512-bit path, IQ3_XXS's and IQ3_S's entries through AVX-512 VBMI's byte permutes
+    /// of the tables' byte planes ([`permuted_entries`]); the other formats and paths insert.
+    Permutes,
+}
+
+impl Lookup {
+    /// The lookups of this CPU. `TINYLLM_CPU_LOOKUP=inserts`, `gathers` or `permutes` decides
+    /// by hand (`permutes` falls back to inserts without VBMI).
+    ///
+    /// The rule is what was measured and what is known:
+    /// - On the Intel Xeon (Emerald Rapids, gathers not slowed by the microcode fix for Gather
+    ///   Data Sampling) the gathers made IQ3_XXS's one-row product 18% faster on one thread and
+    ///   38% on two, best of five alternating runs (`cargo bench --bench kernels -- IQ3_XXS`).
+    ///   The inserts all go through one shuffle port there, the gathers' loads do not; the
+    ///   permutes go through that port too, and were not measured there.
+    /// - On an AMD EPYC (Zen 4) both the inserts and the gathers cost about three cycles per
+    ///   entry (IQ3_XXS's one-row product about 2 GB/s on one thread either way, against 22 for
+    ///   Q4_K), and the permutes, about 25 vector operations per 64 entries, are several times
+    ///   faster (see docs/benchmarks.md).
+    /// - Intel's GDS microcode (Skylake to Ice Lake and Tiger Lake) makes gathers several times
+    ///   slower; those CPUs take the permutes where they have VBMI (Ice Lake, Tiger Lake), else
+    ///   the inserts. Not measured here.
+    pub fn of_this_cpu() -> Lookup {
+        static OF: std::sync::OnceLock<Lookup> = std::sync::OnceLock::new();
+        *OF.get_or_init(|| match std::env::var("TINYLLM_CPU_LOOKUP").as_deref() {
+            Ok("inserts") => Lookup::Inserts,
+            Ok("gathers") => Lookup::Gathers,
+            Ok("permutes") => Lookup::Permutes,
+            _ => {
+                // CPUID leaf 0: the vendor string.
+                let id = std::arch::x86_64::__cpuid(0);
+                let intel = (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e);
+                let gds = std::fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling")
+                    .is_ok_and(|s| s.starts_with("Mitigation"));
+                if intel && std::is_x86_feature_detected!("avx512f") && !gds {
+                    Lookup::Gathers
+                } else if std::is_x86_feature_detected!("avx512vbmi") {
+                    Lookup::Permutes
+                } else {
+                    Lookup::Inserts
+                }
+            }
         })
-    }
-    if gather {
-        of::<true>(ty)
-    } else {
-        of::<false>(ty)
     }
 }
 
-/// Whether this CPU's gathers beat a load and an insert per entry, so that the grid formats
-/// use [`Grid`]'s gathers. `TINYLLM_CPU_GATHER=1` or `0` decides by hand.
-///
-/// The rule is what was measured and what is known: on the Intel Xeon (AVX-512, gathers not
-/// slowed by the microcode fix for Gather Data Sampling) the gathers made IQ3_XXS's one-row
-/// product 18% faster on one thread and 38% on two, best of five alternating runs
-/// (`cargo bench --bench kernels -- IQ3_XXS`). The inserts all go through one shuffle port
-/// there, the gathers' loads do not. llama.cpp's IQ3_S kernel notes the opposite on a Ryzen
-/// 7950X (AMD), and Intel's GDS microcode (Skylake to Ice Lake and Tiger Lake) makes gathers
-/// several times slower; neither was measured here, so both keep the inserts.
-pub fn gathers_pay() -> bool {
-    static PAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PAY.get_or_init(|| match std::env::var("TINYLLM_CPU_GATHER").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => {
-            // CPUID leaf 0: the vendor string.
-            let id = std::arch::x86_64::__cpuid(0);
-            let intel = (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e);
-            let gds = std::fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling")
-                .is_ok_and(|s| s.starts_with("Mitigation"));
-            intel && std::is_x86_feature_detected!("avx512f") && !gds
-        }
-    })
+/// The kernel of `ty`, if it is one of this file's formats, with table lookups as `lookup` says
+/// ([`Lookup::Permutes`] only where this CPU has AVX-512 VBMI, else [`Lookup::Inserts`]).
+pub(super) fn kernel(ty: GgmlType, lookup: Lookup) -> Option<RowsFn> {
+    fn of<const L: u8>(ty: GgmlType) -> Option<RowsFn> {
+        Some(match ty {
+            GgmlType::IQ2_XXS => run_pairs::<Grid<IQ2_XXS, L>>,
+            GgmlType::IQ3_XXS => run_pairs::<Grid<IQ3_XXS, L>>,
+            GgmlType::IQ2_XS => run_pairs::<Grid<IQ2_XS, L>>,
+            GgmlType::IQ2_S => run_pairs::<Grid<IQ2_S, L>>,
+            GgmlType::IQ3_S => run_pairs::<Grid<IQ3_S, L>>,
+            _ => return None,
+        })
+    }
+    match lookup {
+        Lookup::Gathers => of::<GATHERS>(ty),
+        // The permuting kernels' 512-bit paths run with `avx512vbmi` enabled.
+        Lookup::Permutes if std::is_x86_feature_detected!("avx512vbmi") => of::<PERMUTES>(ty),
+        _ => of::<INSERTS>(ty),
+    }
 }
 
 #[cfg(test)]

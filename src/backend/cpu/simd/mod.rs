@@ -252,7 +252,7 @@ pub unsafe fn tile(
         return false;
     }
     // The row formats of the super-block driver (`superblocks`).
-    if let Some(run) = dot_iquant::kernel(ty, dot_iquant::gathers_pay())
+    if let Some(run) = dot_iquant::kernel(ty, dot_iquant::Lookup::of_this_cpu())
         .or_else(|| dot_iq1::kernel(ty))
         .or_else(|| dot_ternary::kernel(ty))
     {

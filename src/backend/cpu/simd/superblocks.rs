@@ -87,6 +87,9 @@ pub(super) struct PairBlock {
 /// The formats whose values are magnitudes, signs and scales ([`PairBlock`]): one row meets
 /// them 64 at a time in 512-bit vectors on [`Isa::Avx512`] ([`run_pairs`]).
 pub(super) trait Pairs: SuperBlocks {
+    /// Whether [`Pairs::pairs`] uses AVX-512 VBMI (byte permutes): the 512-bit kernels then run
+    /// in functions that enable it ([`fused_wide_vbmi`], [`tiled_wide_vbmi`]).
+    const VBMI: bool = false;
     /// The super-block at `p`. A whole super-block at a time, so that a format can unpack its
     /// signs and scales for all pairs in a few wide steps.
     unsafe fn pairs(p: *const u8, head: &Self::Head) -> PairBlock;
@@ -230,15 +233,46 @@ pub(super) unsafe fn run_pairs<F: Pairs>(k: usize, weights: &[u8], act: &Activat
     if isa != Isa::Avx512 {
         run::<F>(k, weights, act, out, isa);
     } else if act.rows <= super::lanes::LANE_C {
-        for_row_groups!(act.rows, |a0, CC| fused_wide::<F, CC>(k, weights, act, a0, out));
+        for_row_groups!(act.rows, |a0, CC| if F::VBMI {
+            fused_wide_vbmi::<F, CC>(k, weights, act, a0, out)
+        } else {
+            fused_wide::<F, CC>(k, weights, act, a0, out)
+        });
+    } else if F::VBMI {
+        tiled_wide_vbmi::<F, ByPairs<F>>(k, weights, act, out);
     } else {
         tiled_wide::<F, ByPairs<F>>(k, weights, act, out);
     }
 }
 
-/// [`fused`] 64 values at a time in 512-bit vectors.
+/// [`fused_wide_body`] on [`Isa::Avx512`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
 unsafe fn fused_wide<F: Pairs, const CC: usize>(
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    a0: usize,
+    out: &mut TileOut<'_>,
+) {
+    fused_wide_body::<F, CC>(k, weights, act, a0, out)
+}
+
+/// [`fused_wide_body`] on [`Isa::Avx512`] with VBMI, for the formats whose [`Pairs::VBMI`]
+/// says so: only called where the CPU has it ([`super::dot_iquant::kernel`] checks).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl,avx512vbmi")]
+unsafe fn fused_wide_vbmi<F: Pairs, const CC: usize>(
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    a0: usize,
+    out: &mut TileOut<'_>,
+) {
+    fused_wide_body::<F, CC>(k, weights, act, a0, out)
+}
+
+/// [`fused`] 64 values at a time in 512-bit vectors.
+#[inline(always)]
+unsafe fn fused_wide_body<F: Pairs, const CC: usize>(
     k: usize,
     weights: &[u8],
     act: &Activations,
@@ -624,10 +658,32 @@ unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Act
     }
 }
 
-/// [`tiled`] on [`Isa::Avx512`]: sixteen weight rows at a time, two tiles side by side in
-/// 512-bit vectors ([`super::wide`]).
+/// [`tiled_wide_body`] on [`Isa::Avx512`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
 unsafe fn tiled_wide<F: SuperBlocks, U: WideUnpack>(
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+) {
+    tiled_wide_body::<F, U>(k, weights, act, out)
+}
+
+/// [`tiled_wide_body`] on [`Isa::Avx512`] with VBMI (see [`fused_wide_vbmi`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl,avx512vbmi")]
+unsafe fn tiled_wide_vbmi<F: SuperBlocks, U: WideUnpack>(
+    k: usize,
+    weights: &[u8],
+    act: &Activations,
+    out: &mut TileOut<'_>,
+) {
+    tiled_wide_body::<F, U>(k, weights, act, out)
+}
+
+/// [`tiled`] on [`Isa::Avx512`]: sixteen weight rows at a time, two tiles side by side in
+/// 512-bit vectors ([`super::wide`]).
+#[inline(always)]
+unsafe fn tiled_wide_body<F: SuperBlocks, U: WideUnpack>(
     k: usize,
     weights: &[u8],
     act: &Activations,

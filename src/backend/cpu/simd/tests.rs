@@ -526,11 +526,13 @@ fn row_formats_give_every_path_the_same_bits() {
     }
 }
 
-/// The grid formats' gathers build (`dot_iquant::gathers_pay`) gives the bits of the build that
-/// loads and inserts each table entry, on every ISA this CPU has, at one, three and nine rows
-/// (the one-row, fused and, with VNNI, tiled paths).
+/// The grid formats' gathers and (where this CPU has AVX-512 VBMI) byte-permute builds
+/// (`dot_iquant::Lookup`) give the bits of the build that loads and inserts each table entry, on
+/// every ISA this CPU has, at one, three and nine rows (the one-row, fused and, with VNNI, tiled
+/// paths).
 #[test]
-fn gathered_grid_groups_give_the_inserted_groups_bits() {
+fn gathered_and_permuted_grid_entries_give_the_inserted_entries_bits() {
+    use super::dot_iquant::Lookup;
     let mut rng = ChaCha8Rng::seed_from_u64(13);
     let fast = avx2();
     let mut isas = vec![Isa::Avx2];
@@ -542,15 +544,23 @@ fn gathered_grid_groups_give_the_inserted_groups_bits() {
         for rows in [1, 3, 9] {
             let act = (fast.prepare)(ty, &activations(&mut rng, rows * k), k).unwrap();
             for &isa in &isas {
-                let mut outs = [vec![f32::NAN; rows * nw], vec![f32::NAN; rows * nw]];
-                for (gather, o) in [false, true].into_iter().zip(&mut outs) {
-                    let run = super::dot_iquant::kernel(ty, gather).expect("a grid format");
+                let lookups = [Lookup::Inserts, Lookup::Gathers, Lookup::Permutes];
+                let mut outs = [(); 3].map(|_| vec![f32::NAN; rows * nw]);
+                for (&lookup, o) in lookups.iter().zip(&mut outs) {
+                    // Permutes without VBMI are the inserts (`kernel` falls back).
+                    let run = super::dot_iquant::kernel(ty, lookup).expect("a grid format");
                     // SAFETY: `avx2()` checked AVX2, FMA and F16C, `Isa::vnni` the VNNI ISAs;
                     // the weights are `nw` whole rows of `k`.
                     unsafe { run(k, &w, &act, &mut TileOut::new(o, rows), isa) };
                 }
-                for (i, (a, b)) in outs[0].iter().zip(&outs[1]).enumerate() {
-                    assert_eq!(a.to_bits(), b.to_bits(), "{ty} {isa:?}: output {i} of {rows} rows");
+                for (lookup, other) in lookups[1..].iter().zip(&outs[1..]) {
+                    for (i, (a, b)) in outs[0].iter().zip(other).enumerate() {
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "{ty} {isa:?} {lookup:?}: output {i} of {rows} rows"
+                        );
+                    }
                 }
                 assert!(
                     outs[0].iter().all(|v| v.is_finite()),
