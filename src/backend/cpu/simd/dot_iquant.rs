@@ -591,9 +591,7 @@ impl Lookup {
             Ok("gathers") => Lookup::Gathers,
             Ok("permutes") => Lookup::Permutes,
             _ => {
-                // CPUID leaf 0: the vendor string.
-                let id = std::arch::x86_64::__cpuid(0);
-                let intel = (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e);
+                let intel = super::lanes::vendor_is(b"GenuineIntel");
                 let gds = std::fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling")
                     .is_ok_and(|s| s.starts_with("Mitigation"));
                 if intel && std::is_x86_feature_detected!("avx512f") && !gds {

@@ -25,7 +25,7 @@
 use std::arch::x86_64::*;
 
 use super::super::interleave::TILE_ROWS as R;
-use super::dot_legacy::PREFETCH_AHEAD;
+use super::dot_legacy::{prefetch_pays, PREFETCH_AHEAD};
 use super::lanes::{dpbusd, store_lanes, AVX2, AVX512};
 use super::wide::{self, WideBlock, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
@@ -501,9 +501,10 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
     let a = act.bytes.as_ptr().add(a0 * act.row_bytes);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); CC];
+    let prefetch = !BUF && prefetch_pays();
     for b in 0..nb {
         let p = tile.add(b * R * block_bytes(K));
-        if !BUF {
+        if prefetch {
             // As in `dot_legacy`: the weights stream from memory once per decode step.
             let ahead = p.wrapping_add(PREFETCH_AHEAD);
             for line in (0..R * block_bytes(K)).step_by(64) {

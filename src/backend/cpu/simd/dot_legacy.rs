@@ -257,9 +257,10 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
     let (xu, xs, xd, xm) = (x.u.as_ptr(), x.s.as_ptr(), x.d.as_ptr(), x.m.as_ptr());
     let mut acc = [_mm256_setzero_ps(); CC];
     let mut macc = [_mm256_setzero_ps(); CC];
+    let prefetch = !BUF && prefetch_pays();
     for b in 0..nb {
         let p = tile.add(b * R * block_bytes(K));
-        if !BUF {
+        if prefetch {
             // The weights stream from memory once per decode step: ask for the bytes
             // `PREFETCH_AHEAD` further on now, so that enough lines are in flight (a prefetch
             // past the end of the weights is dropped, never a fault).
@@ -370,6 +371,25 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
 /// 10% faster in one window and 1–2% slower in others, so 4096 stays. The K-quant tiles of
 /// `dot_ktile` prefetch as far.
 pub(super) const PREFETCH_AHEAD: usize = 4096;
+
+/// Whether the decode paths here and in `dot_ktile` prefetch ([`PREFETCH_AHEAD`]) on this CPU:
+/// on all but AMD's. `TINYLLM_CPU_PREFETCH=1` or `0` decides by hand.
+///
+/// On an AMD EPYC (Zen 4, 2 threads) the K-quant tiles decoded faster without it, eight
+/// alternating runs each (`bench`, 64 tokens after 128, tok/s median and best): qwen3moe-2l
+/// Q4_K_M 289 → 326 and 338 → 352 (7 of 8 pairs faster), deepseek2-2l 254 → 275 and 271 → 291
+/// (5 of 6), qwen35-24l even (49 → 51, 3 of 6); and the legacy tiles too: gpt-oss-2l's MXFP4
+/// experts 160 → 165 and 175 → 190 (4 of 6), qwen2.5-coder-0.5b 64 → 67 and 70 → 71 (3 of 6).
+/// Its own prefetchers keep up with these streams, and the prefetches take load slots. The
+/// Intel measurements above are with it.
+pub(super) fn prefetch_pays() -> bool {
+    static PAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAYS.get_or_init(|| match std::env::var("TINYLLM_CPU_PREFETCH").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => !super::lanes::vendor_is(b"AuthenticAMD"),
+    })
+}
 
 /// Batches of at least this many activation rows unpack each tile into [`Unpacked`] first;
 /// smaller ones unpack it block by block for every group of up to four rows. Where that pays

@@ -10,6 +10,17 @@ use std::arch::x86_64::*;
 
 use crate::backend::cpu::tile::{Activations, TileOut};
 
+/// Whether CPUID's vendor string is `name` (`b"GenuineIntel"`, `b"AuthenticAMD"`).
+pub(super) fn vendor_is(name: &[u8; 12]) -> bool {
+    // CPUID leaf 0: the vendor string in EBX, EDX, ECX.
+    let id = __cpuid(0);
+    let mut v = [0u8; 12];
+    v[..4].copy_from_slice(&id.ebx.to_le_bytes());
+    v[4..8].copy_from_slice(&id.edx.to_le_bytes());
+    v[8..].copy_from_slice(&id.ecx.to_le_bytes());
+    &v == name
+}
+
 /// Weight rows per tile of the lane-per-row kernels on interleaved weights: one lane of an
 /// i32/f32 vector each.
 pub(super) const LANE_ROWS: usize = crate::backend::cpu::interleave::TILE_ROWS;
