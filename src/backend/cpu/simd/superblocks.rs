@@ -88,7 +88,7 @@ pub(super) struct PairBlock {
 /// them 64 at a time in 512-bit vectors on [`Isa::Avx512`] ([`run_pairs`]).
 pub(super) trait Pairs: SuperBlocks {
     /// Whether [`Pairs::pairs`] uses AVX-512 VBMI (byte permutes): the 512-bit kernels then run
-    /// in functions that enable it ([`fused_wide_vbmi`], [`tiled_wide_vbmi`]).
+    /// in functions that enable it ([`avx512_twins`]).
     const VBMI: bool = false;
     /// The super-block at `p`. A whole super-block at a time, so that a format can unpack its
     /// signs and scales for all pairs in a few wide steps.
@@ -245,30 +245,26 @@ pub(super) unsafe fn run_pairs<F: Pairs>(k: usize, weights: &[u8], act: &Activat
     }
 }
 
-/// [`fused_wide_body`] on [`Isa::Avx512`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn fused_wide<F: Pairs, const CC: usize>(
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    a0: usize,
-    out: &mut TileOut<'_>,
-) {
-    fused_wide_body::<F, CC>(k, weights, act, a0, out)
+/// `$plain` and `$vbmi`, the entry points of the `#[inline(always)]` `$body` on
+/// [`Isa::Avx512`] without and with VBMI (a function's target features cannot depend on its
+/// type parameters, so twins). The VBMI twin is for the formats whose [`Pairs::VBMI`] says so,
+/// only called where the CPU has it ([`super::dot_iquant::kernel`] checks).
+macro_rules! avx512_twins {
+    ($plain:ident, $vbmi:ident = $body:ident [$($gen:tt)*] [$($par:tt)*] ($($arg:ident: $ty:ty),*)) => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        unsafe fn $plain<$($gen)*>($($arg: $ty),*) {
+            $body::<$($par)*>($($arg),*)
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl,avx512vbmi")]
+        unsafe fn $vbmi<$($gen)*>($($arg: $ty),*) {
+            $body::<$($par)*>($($arg),*)
+        }
+    };
 }
 
-/// [`fused_wide_body`] on [`Isa::Avx512`] with VBMI, for the formats whose [`Pairs::VBMI`]
-/// says so: only called where the CPU has it ([`super::dot_iquant::kernel`] checks).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl,avx512vbmi")]
-unsafe fn fused_wide_vbmi<F: Pairs, const CC: usize>(
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    a0: usize,
-    out: &mut TileOut<'_>,
-) {
-    fused_wide_body::<F, CC>(k, weights, act, a0, out)
-}
+avx512_twins!(fused_wide, fused_wide_vbmi = fused_wide_body [F: Pairs, const CC: usize] [F, CC]
+    (k: usize, weights: &[u8], act: &Activations, a0: usize, out: &mut TileOut<'_>));
 
 /// [`fused`] 64 values at a time in 512-bit vectors.
 #[inline(always)]
@@ -658,27 +654,8 @@ unsafe fn tiled<F: SuperBlocks, const V: u8>(k: usize, weights: &[u8], act: &Act
     }
 }
 
-/// [`tiled_wide_body`] on [`Isa::Avx512`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn tiled_wide<F: SuperBlocks, U: WideUnpack>(
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-) {
-    tiled_wide_body::<F, U>(k, weights, act, out)
-}
-
-/// [`tiled_wide_body`] on [`Isa::Avx512`] with VBMI (see [`fused_wide_vbmi`]).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl,avx512vbmi")]
-unsafe fn tiled_wide_vbmi<F: SuperBlocks, U: WideUnpack>(
-    k: usize,
-    weights: &[u8],
-    act: &Activations,
-    out: &mut TileOut<'_>,
-) {
-    tiled_wide_body::<F, U>(k, weights, act, out)
-}
+avx512_twins!(tiled_wide, tiled_wide_vbmi = tiled_wide_body [F: SuperBlocks, U: WideUnpack] [F, U]
+    (k: usize, weights: &[u8], act: &Activations, out: &mut TileOut<'_>));
 
 /// [`tiled`] on [`Isa::Avx512`]: sixteen weight rows at a time, two tiles side by side in
 /// 512-bit vectors ([`super::wide`]).
