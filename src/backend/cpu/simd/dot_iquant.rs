@@ -8,8 +8,10 @@
 //! `Σ ls·grid·±q8` exactly in i32 lanes over the super-block; the driver (`superblocks`) takes
 //! it from there, folding the format's constant into `d_w`.
 //!
-//! With AVX-512 ([`Pairs`]) a super-block is unpacked 64 values at a time: one gather of the
-//! grid entries per pair of groups; the sign fields of all groups at once, their `ksigns`
+//! With AVX-512 ([`Pairs`]) a super-block is unpacked 64 values at a time: the grid entries of
+//! a pair of groups in one gather (or loads and inserts, as [`Lookup`] picks per CPU), or for
+//! IQ3_XXS and IQ3_S with VBMI all 64 at once through byte permutes of the grid's byte planes
+//! ([`permuted_entries`]); the sign fields of all groups at once, their `ksigns`
 //! parity bit from a `pshufb` of the field's folded nibble instead of a table, as a mask per
 //! pair; the scales of all sixteen quarters at once, spread to each pair's lanes by one
 //! permute. Against the one-group-at-a-time kernels on the Intel Xeon this made the one-row
