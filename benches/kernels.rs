@@ -1,5 +1,6 @@
 //! Matmul kernel throughput per weight type: matvec (decode, one activation row) as GB/s of
-//! weights streamed with one thread and with every core, the same with four and with eight
+//! weights streamed with one thread and with every core (from cache, and from memory as a
+//! decode step reads them), the same with four and with eight
 //! activation rows (the batched decode of four or eight streams), and matmul (prefill, 512
 //! activation rows, and the 32 rows an expert sees in a MoE prefill) as GOP/s, for the best
 //! SIMD kernels this CPU has (`TINYLLM_CPU_KERNELS=avx2`, `avxvnni`, `avx512vnni` or `avx512`
@@ -27,6 +28,11 @@ const N: usize = 4096;
 /// Weight rows and activation rows of the matmul.
 const MM_N: usize = 1024;
 const MM_ROWS: usize = 512;
+/// The from-memory matvec cycles through copies of its matrix totalling at least this many
+/// bytes, several times a server CPU's last-level cache, so each product streams its weights
+/// from DRAM as a decode step does (the other matvec columns reread one matrix that fits such a
+/// cache).
+const FROM_MEMORY_BYTES: usize = 256 << 20;
 /// Activation rows of the expert-shaped matmul: what one of 128 experts sees, top-8, of a
 /// 512-token prefill.
 const EXPERT_ROWS: usize = 32;
@@ -122,11 +128,12 @@ fn main() {
         best.variant
     );
     println!(
-        "{:<8} {:>9} {:>12} {:>12} {:>14} {:>14} {:>12} {:>14} {:>14} {:>14}",
+        "{:<8} {:>9} {:>12} {:>12} {:>14} {:>14} {:>14} {:>12} {:>14} {:>14} {:>14}",
         "type",
         "MiB",
         "GB/s 1T",
         format!("GB/s {threads}T"),
+        format!("DRAM GB/s {threads}T"),
         format!("4 rows GB/s {threads}T"),
         format!("8 rows GB/s {threads}T"),
         "portable GB/s 1T",
@@ -144,6 +151,14 @@ fn main() {
         let mut out = vec![0f32; N];
         let mv1 = gb / time(AT_LEAST, || matmul(best, ty, K, N, &wb, &x1, &mut out, 1));
         let mvn = gb / time(AT_LEAST, || matmul(best, ty, K, N, &wb, &x1, &mut out, threads));
+        let copies: Vec<_> = (0..FROM_MEMORY_BYTES.div_ceil(w.len())).map(|_| wb.clone()).collect();
+        let mut next = 0;
+        let mvm = gb
+            / time(AT_LEAST, || {
+                next = (next + 1) % copies.len();
+                matmul(best, ty, K, N, &copies[next], &x1, &mut out, threads)
+            });
+        drop(copies);
         let mut out4 = vec![0f32; 4 * N];
         let mv4 = gb / time(AT_LEAST, || matmul(best, ty, K, N, &wb, &x4, &mut out4, threads));
         let mut out8 = vec![0f32; 8 * N];
@@ -162,11 +177,12 @@ fn main() {
             });
         let mmf = ops / time(AT_LEAST, || matmul(fast, ty, K, MM_N, &wf, &xm, &mut out, threads));
         println!(
-            "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>14.2} {:>14.2} {:>12.2} {:>14.1} {:>14.1} {:>14.1}",
+            "{:<8} {:>9.1} {:>12.2} {:>12.2} {:>14.2} {:>14.2} {:>14.2} {:>12.2} {:>14.1} {:>14.1} {:>14.1}",
             ty.name(),
             w.len() as f64 / (1 << 20) as f64,
             mv1,
             mvn,
+            mvm,
             mv4,
             mv8,
             mvf,

@@ -23,6 +23,10 @@
 //!   scales; Q2_K's scales; Q3_K's `hmask` and scales; TQ2_0's `qs`; IQ4_XS's `scales_l`): in groups of four
 //!   file bytes, group `j` of row `i` at `32j + 4i`. So group `j` of Q4_0's `qs` holds values
 //!   `4j..4j + 4` (low nibbles) and `16 + 4j..` (high nibbles) of all eight rows;
+//!   Q6_K's `ql` and `qh` are fields of two groups each, in the order a kernel reads them
+//!   ([`q6k_quads`]): with `ql` and then `qh` whole, one pass over a tile block read it in three
+//!   interleaved streams, which the hardware prefetcher of an AMD EPYC (Zen 4) did not follow,
+//!   and its one-row product from memory ran at less than half of Q4_K's bytes per second;
 //! * Q5_0/Q5_1's `qh`: 8 × 4 bytes, row `i` at `4i`; bit `p` of its byte `t` is the fifth bit
 //!   of value `4p + t` (so a shift by `p` brings the bits of values `4p..4p + 4` to one place in
 //!   their bytes).
@@ -106,7 +110,7 @@ fn fields(ty: GgmlType) -> Option<&'static [Field]> {
         bytes_at(16, 32),
         bytes_at(48, 128),
     ];
-    const Q6_K: &[Field] = &[f16_at(208), bytes_at(192, 16), bytes_at(0, 128), bytes_at(128, 64)];
+    const Q6_K: &[Field] = &Q6K_FIELDS;
     const IQ4_XS: &[Field] = &[f16_at(0), f16_at(2), bytes_at(4, 4), bytes_at(8, 128)];
     // Q2_K: `scales[16], qs[64], d, dmin`; Q3_K: `hmask[32], qs[64], scales[12], d`.
     const Q2_K: &[Field] = &[f16_at(80), f16_at(82), bytes_at(0, 16), bytes_at(16, 64)];
@@ -129,6 +133,38 @@ fn fields(ty: GgmlType) -> Option<&'static [Field]> {
         GgmlType::IQ4_XS => IQ4_XS,
         _ => return None,
     })
+}
+
+/// Q6_K's fields: `d`, the scales, then `ql` and `qh` in the order one pass over a super-block
+/// reads them (see [`q6k_quads`]).
+const Q6K_FIELDS: [Field; 26] = {
+    let mut f = [f16_at(208); 26];
+    f[1] = bytes_at(192, 16);
+    let mut c = 0;
+    while c < 8 {
+        // Chunk c = 4n + m: `ql` groups 16n + 2m, +1 (the low nibbles of values 128n + 8m..
+        // and of 128n + 64 + 8m..), 16n + 8 + 2m, +1 (their high nibbles), `qh` groups
+        // 8n + 2m, +1: two of the file's four-byte groups each.
+        let (n, m) = (c / 4, c % 4);
+        f[2 + 3 * c] = bytes_at(64 * n + 8 * m, 8);
+        f[3 + 3 * c] = bytes_at(64 * n + 32 + 8 * m, 8);
+        f[4 + 3 * c] = bytes_at(128 + 32 * n + 8 * m, 8);
+        c += 1;
+    }
+    f
+};
+
+/// Offsets in a Q6_K tile block of its `ql` and `qh` groups for value group `32n + 8q + l`
+/// (`n` < 2, `q` < 4, `l` < 8; values `128n + 32q + 4l..` of the eight rows): the low (`q` < 2)
+/// or high nibbles of the `ql` group, with bits `2q, 2q + 1` of the `qh` group's bytes on top.
+/// The two 32-byte groups of each of a chunk's three fields (`ql` for `q` even, for `q` odd,
+/// `qh`) lie side by side, so a kernel that takes positions `l`, `l + 1` together reads the tile
+/// block from start to end.
+pub const fn q6k_quads(n: usize, l: usize, q: usize) -> (usize, usize) {
+    let chunk = 18 * TILE_ROWS + 6 * 32 * (4 * n + l / 2);
+    let ql = chunk + 32 * (2 * (q % 2) + l % 2);
+    let qh = chunk + 32 * (4 + l % 2);
+    (ql, qh)
 }
 
 /// Each field with its offset in a tile block.

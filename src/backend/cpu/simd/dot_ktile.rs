@@ -24,7 +24,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::interleave::TILE_ROWS as R;
+use super::super::interleave::{q6k_quads, TILE_ROWS as R};
 use super::dot_legacy::{prefetch_pays, PREFETCH_AHEAD};
 use super::lanes::{dpbusd, store_lanes, AVX2, AVX512};
 use super::wide::{self, WideBlock, WIDE_ROWS};
@@ -60,10 +60,9 @@ const fn block_bytes(kind: u8) -> usize {
 const Q4K_DMIN: usize = 2 * R;
 const Q4K_SCALES: usize = 4 * R;
 const Q4K_QS: usize = 16 * R;
-// Q6_K: `d`, the 16 signed scales (4 groups), `ql` (32 groups), `qh` (16 groups).
+// Q6_K: `d`, the 16 signed scales (4 groups), then `ql` (32 groups) and `qh` (16 groups) as
+// [`q6k_quads`] places them.
 const Q6K_SCALES: usize = 2 * R;
-const Q6K_QL: usize = 18 * R;
-const Q6K_QH: usize = 146 * R;
 // Q2_K: `d`, `dmin`, the 16 scale bytes (minimum in the high nibble; 4 groups), `qs` (16 groups).
 const Q2K_DMIN: usize = 2 * R;
 const Q2K_SCALES: usize = 4 * R;
@@ -313,8 +312,9 @@ unsafe fn q4k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_group(p: *const u8, n: usize, l: usize, q: usize) -> __m256i {
     let low = _mm256_set1_epi8(0x0F);
-    let ql = load(p.add(Q6K_QL + 32 * (16 * n + 8 * (q % 2) + l)));
-    let qh = load(p.add(Q6K_QH + 32 * (8 * n + l)));
+    let (ql, qh) = q6k_quads(n, l, q);
+    let ql = load(p.add(ql));
+    let qh = load(p.add(qh));
     let nib = if q < 2 {
         _mm256_and_si256(ql, low)
     } else {

@@ -13,9 +13,10 @@
 //!   `2c` in their low nibbles and `2c + 1` in their high ones.
 //! * Q5_K: Q4_K's fields with `qh` (8 groups) before `qs`: bit `j` of `qh` byte `l` is the
 //!   fifth bit of value `l` of sub-block `j`.
-//! * Q6_K: `d`, the 16 signed scales (4 groups), `ql` (32 groups), `qh` (16 groups). In each
-//!   half of 128 values, `ql` bytes `l` and `l + 32` and `qh` byte `l` give values `l`, `l + 32`,
-//!   `l + 64`, `l + 96` (low nibbles, then high; two `qh` bits each).
+//! * Q6_K: `d`, the 16 signed scales (4 groups), then `ql` (32 groups) and `qh` (16 groups)
+//!   in the order of one pass ([`q6k_quads`] places them). In each half of 128 values, `ql`
+//!   bytes `l` and `l + 32` and `qh` byte `l` give values `l`, `l + 32`, `l + 64`, `l + 96` (low
+//!   nibbles, then high; two `qh` bits each).
 //! * IQ4_XS: `d`, `scales_h` (8 × 16 bits), `scales_l` (1 group), `qs` (32 groups). Sub-block
 //!   `ib`'s 16 `qs` bytes (groups `4ib..4ib + 4`) hold its values `0..16` in their low nibbles
 //!   and `16..32` in their high ones, codes into the IQ4_NL table; its 6-bit scale is nibble
@@ -33,7 +34,7 @@
 use core::arch::wasm32::*;
 
 use super::lanes::{f16x4, load, splat4, Dot, Family, HALF};
-use crate::backend::cpu::interleave::TILE_ROWS;
+use crate::backend::cpu::interleave::{q6k_quads, TILE_ROWS};
 use crate::backend::cpu::tile::Activations;
 use crate::quant::GgmlType;
 use crate::quant::KVALUES_IQ4NL;
@@ -81,8 +82,6 @@ const IQ4XS_SCALES_L: usize = 4 * TILE_ROWS;
 const IQ4XS_QS: usize = 8 * TILE_ROWS;
 const Q6K_BLOCK: usize = TILE_ROWS * 210;
 const Q6K_SCALES: usize = 2 * TILE_ROWS;
-const Q6K_QL: usize = 18 * TILE_ROWS;
-const Q6K_QH: usize = 146 * TILE_ROWS;
 const Q2K_BLOCK: usize = TILE_ROWS * 84;
 const Q2K_DMIN: usize = 2 * TILE_ROWS;
 const Q2K_SCALES: usize = 4 * TILE_ROWS;
@@ -289,8 +288,9 @@ unsafe fn half<D: Dot, const K: u8, const C: usize>(
                 let (h2, qq, gg) = (s / 8, s % 8 / 2, s % 2);
                 let mut sub = [D::zero(); C];
                 for g in 4 * gg..4 * gg + 4 {
-                    let l = load(t.add(Q6K_QL + 32 * (16 * h2 + 8 * (qq % 2) + g) + lanes));
-                    let hb = load(t.add(Q6K_QH + 32 * (8 * h2 + g) + lanes));
+                    let (ql, qh) = q6k_quads(h2, g, qq);
+                    let l = load(t.add(ql + lanes));
+                    let hb = load(t.add(qh + lanes));
                     let lo = if qq < 2 { v128_and(l, low) } else { u8x16_shr(l, 4) };
                     let hi = i8x16_shl(v128_and(u8x16_shr(hb, 2 * qq as u32), three), 4);
                     let q = v128_or(lo, hi);
