@@ -47,8 +47,10 @@ pub struct Args {
     /// fraction of the bound it sets: every weight matrix is read once per decoded token.
     #[arg(long)]
     bandwidth: bool,
-    /// Time every kernel on the device (Vulkan timestamp queries) over the measured runs and
-    /// print where decode and prefill spend their time.
+    /// Time every kernel on the device (Vulkan timestamp queries), or on the CPU backend every
+    /// parallel op by its call site (the wall time of its tasks, and the time the pass's own
+    /// thread worked alone before it), over the measured runs, and print where decode and
+    /// prefill spend their time. (A prompt of one token leaves decode nearly alone.)
     #[arg(long)]
     profile: bool,
     /// Measure the Vulkan backend's start to the first token, cold (empty caches) and warm (the
@@ -195,6 +197,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         pipelines: vk.map(|v| (v.pipelines(), v.pipeline_seconds())),
         startup,
         profile: vk.filter(|_| a.profile).map(|v| v.profile()).unwrap_or_default(),
+        cpu_profile: (a.profile && a.model.backend == BackendArg::Cpu).then(tinyllm::backend::cpu::profile::report),
     };
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -245,13 +248,11 @@ impl Plan {
         let decode = positive(a.decode_tokens, "--decode-tokens")?;
         let reps = positive(a.repetitions, "--repetitions")?;
         let is_vulkan = a.model.backend == BackendArg::Vulkan;
-        for (flag, on) in [("--profile", a.profile), ("--startup", a.startup)] {
-            if on && !is_vulkan {
-                return Err(InputError(format!(
-                    "{flag} needs --backend vulkan (timestamp queries and pipeline caches are its own)"
-                ))
-                .into());
-            }
+        if a.profile && !is_vulkan && a.model.backend != BackendArg::Cpu {
+            return Err(InputError("--profile needs --backend vulkan or cpu".into()).into());
+        }
+        if a.startup && !is_vulkan {
+            return Err(InputError("--startup needs --backend vulkan (pipeline caches are its own)".into()).into());
         }
         Ok(Plan {
             deep: a.decode_position.is_some(),
@@ -328,6 +329,9 @@ fn measure_all(
         if let Some(vk) = loaded.engine.model.backend().vulkan().filter(|_| a.profile) {
             vk.enable_profile()?;
         }
+        if a.profile && a.model.backend == BackendArg::Cpu {
+            tinyllm::backend::cpu::profile::enable(true);
+        }
         for &p in &plan.prompts {
             let mut runs = Vec::with_capacity(reps);
             for r in 0..reps {
@@ -381,6 +385,8 @@ struct Report<'a> {
     pipelines: Option<(usize, f64)>,
     startup: Option<[StartPair; 2]>,
     profile: Vec<KernelTime>,
+    /// The CPU backend's op profile (`tinyllm::backend::cpu::profile::report`).
+    cpu_profile: Option<serde_json::Value>,
 }
 
 impl Report<'_> {
@@ -441,6 +447,7 @@ impl Report<'_> {
             "vulkan_pipelines": self.pipelines.map(|(count, seconds)| json!({"count": count, "seconds": seconds})),
             "vulkan_cold_and_warm_starts": self.startup.as_ref().map(|pairs| pairs.iter().map(StartPair::json).collect::<Vec<_>>()),
             "profile": self.profile.iter().map(|k| json!({"kernel": k.label, "calls": k.calls, "ms": k.ns / 1e6})).collect::<Vec<_>>(),
+            "cpu_profile": self.cpu_profile,
         });
         j
     }
@@ -457,6 +464,7 @@ impl Report<'_> {
             pipelines,
             startup,
             profile,
+            cpu_profile,
             ..
         } = self;
         let (deep, decode, reps, prompts) = (plan.deep, plan.decode, plan.reps, &plan.prompts);
@@ -574,6 +582,9 @@ impl Report<'_> {
                     100.0 * k.ns / total.max(1.0)
                 )?;
             }
+        }
+        if let Some(p) = cpu_profile {
+            print_cpu_profile(out, p)?;
         }
         for r in results.iter() {
             if let Some(p) = r.per_token {
@@ -998,6 +1009,40 @@ fn positive(n: i64, flag: &str) -> Result<usize, InputError> {
         .ok()
         .filter(|&n| n > 0)
         .ok_or_else(|| InputError(format!("{flag} must be at least 1, got {n}")))
+}
+
+/// The CPU backend's op profile as a table: per call site, its calls, the wall time of its
+/// tasks and the time the pass thread worked alone before it, largest first.
+fn print_cpu_profile(out: &mut impl Write, p: &serde_json::Value) -> std::io::Result<()> {
+    let ms = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let pass = ms(p, "pass_ms");
+    writeln!(
+        out,
+        "CPU wall time per op over the measured runs ({} passes, {pass:.1} ms; {:.1} ms after the last op):",
+        p["passes"],
+        ms(p, "tail_ms")
+    )?;
+    writeln!(
+        out,
+        "{:>60} {:>8} {:>10} {:>10} {:>6}",
+        "op", "calls", "op ms", "alone ms", "share"
+    )?;
+    for site in p["sites"].as_array().into_iter().flatten() {
+        let (op, alone) = (ms(site, "op_ms"), ms(site, "alone_ms"));
+        let name = site["site"].as_str().unwrap_or("?");
+        // The long file paths keep their tail: the file and line.
+        let name = &name[name.len().saturating_sub(60)..];
+        writeln!(
+            out,
+            "{:>60} {:>8} {:>10.2} {:>10.2} {:>5.1}%",
+            name,
+            site["calls"],
+            op,
+            alone,
+            100.0 * (op + alone) / pass.max(1e-9)
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
