@@ -1290,8 +1290,15 @@ const EXPERT_TYPES: [GgmlType; 16] = [
 /// Expert ids of 5 rows x 3 slots over 6 experts: experts 2 and 5 unused; 0 and 3 shared by
 /// several rows.
 fn expert_ids() -> Vec<f32> {
+    expert_ids_of(5)
+}
+
+/// Expert ids of `rows` rows of three slots: [`expert_ids`]'s five rows over and over.
+fn expert_ids_of(rows: usize) -> Vec<f32> {
     [0, 3, 1, 3, 0, 4, 0, 1, 3, 4, 3, 0, 1, 0, 3]
         .iter()
+        .cycle()
+        .take(3 * rows)
         .map(|&e| e as f32)
         .collect()
 }
@@ -1319,17 +1326,22 @@ fn expert_stack(rng: &mut Rng, ty: GgmlType, k: usize, n_out: usize, n_mat: usiz
 /// pair, each through the whole stacked tensor seen as one tall matrix and cut to the pair's
 /// expert: on random blocks of the formats experts are stored in, with rows sharing experts,
 /// experts no row chose, per-slot and shared inputs, biases, stacks of whole and partial
-/// interleave tiles, and every CPU kernel set.
+/// interleave tiles, and every CPU kernel set; with five rows, one (a decode step: each
+/// expert's activations are the whole input) and 25 (enough pairs to gather in parallel).
 #[test]
 fn matmul_id_equals_a_loop_of_dense_matmuls() {
     use tinyllm::backend::cpu::kernels::Kernels;
     use tinyllm::backend::MatId;
     let mut rng = Rng(0x5eed_0e1d);
     let sets = [Kernels::detect(), Kernels::portable(), Kernels::oracle()];
-    let (n_mat, rows, slots) = (6usize, 5usize, 3usize);
-    let ids = expert_ids();
-    for ty in EXPERT_TYPES {
-        for n_out in [24usize, 20] {
+    let (n_mat, slots) = (6usize, 3usize);
+    let shapes = EXPERT_TYPES
+        .iter()
+        .flat_map(|&ty| [(ty, 24usize, 5usize), (ty, 20, 5)])
+        .chain([(GgmlType::Q4_K, 24, 1), (GgmlType::Q4_K, 24, 25)]);
+    for (ty, n_out, rows) in shapes {
+        let ids = expert_ids_of(rows);
+        {
             let k = odd_width(ty);
             let file = expert_stack(&mut rng, ty, k, n_out, n_mat);
             let bias = dequantized(&file, "exps.bias");

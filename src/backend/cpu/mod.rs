@@ -52,6 +52,9 @@ use weight::WeightData;
 const CONV_ROWS: usize = 16;
 /// Output rows per matmul task (rows of `W`): whole interleaved tiles.
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
+/// `matmul_id` gathers each expert's activation rows in parallel from this many (token, expert)
+/// pairs on; fewer (a decode step's) are copied on the calling thread.
+const PARALLEL_GATHER_PAIRS: usize = 64;
 /// Rows per worker from which a batch's activations are prepared in parallel
 /// ([`CpuBackend::prepare_rows`]): below it the split costs more than it saves.
 const PREPARE_SPLIT_ROWS: usize = 8;
@@ -559,16 +562,28 @@ impl Backend for CpuBackend {
             }
         }
         // all: every input row prepared once (a token's row feeds all its experts); each
-        // group's activations are its pairs' rows of it, in expert order.
+        // group's activations are its pairs' rows of it, in expert order, or `all` itself where
+        // those are all its rows in order (each expert of a decoded token's gate and up).
         let all = self.prepare_rows(w.ty, &x.0[..m.inputs() * k], k)?;
         let inputs: Vec<usize> = order.iter().map(|&p| m.input_of(p)).collect();
-        let mut acts: Vec<Option<tile::Activations>> = (0..groups.len()).map(|_| None).collect();
-        self.pool.for_chunks(&mut acts, 1, |g, slot| {
+        let whole = |g: usize| {
             let (_, first, count) = groups[g];
-            slot[0] = Some(all.gather(&inputs[first..first + count]));
-        });
-        drop(all);
-        let acts: Vec<tile::Activations> = acts.into_iter().flatten().collect();
+            inputs[first..first + count].iter().copied().eq(0..all.rows())
+        };
+        let mut acts: Vec<Option<tile::Activations>> = (0..groups.len()).map(|_| None).collect();
+        let gather = |g: usize, slot: &mut [Option<tile::Activations>]| {
+            let (_, first, count) = groups[g];
+            if !whole(g) {
+                slot[0] = Some(all.gather(&inputs[first..first + count]));
+            }
+        };
+        // A decode step's few rows are copied here: a parallel op costs more than the copies.
+        if pairs < PARALLEL_GATHER_PAIRS {
+            acts.chunks_mut(1).enumerate().for_each(|(g, slot)| gather(g, slot));
+        } else {
+            self.pool.for_chunks(&mut acts, 1, gather);
+        }
+        let acts: Vec<&tile::Activations> = acts.iter().map(|a| a.as_ref().unwrap_or(&all)).collect();
         let bias = bias.map(CpuWeight::values).transpose()?;
         let tiles = n.div_ceil(MATMUL_TILE);
         let (tile_fn, ty, layout) = (self.kernels.tile, w.ty, w.layout());
@@ -584,7 +599,7 @@ impl Backend for CpuBackend {
             // SAFETY: task `t` alone handles rows `r0..r0 + nw` of expert group `g`, whose pairs
             // (rows of `out`, each in one group once) no other group has; `r0 + nw <= n`.
             let mut out_tile = unsafe { dst.scattered(&order[first..first + count], r0, nw) };
-            tile_fn(ty, layout, k, w.rows(e * n + r0, nw), &acts[g], &mut out_tile);
+            tile_fn(ty, layout, k, w.rows(e * n + r0, nw), acts[g], &mut out_tile);
         });
         if let Some(b) = &bias {
             self.pool.for_chunks(&mut out.0[..pairs * n], n, |p, dst| {
