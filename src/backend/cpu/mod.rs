@@ -50,6 +50,9 @@ use weight::WeightData;
 
 /// Output rows per task of the conv.
 const CONV_ROWS: usize = 16;
+/// Channels per task of a one-row conv (a multiple of every SIMD width, so SiLU takes the same
+/// lanes in its vector and tail parts as over the whole row).
+const CONV_CHANNELS: usize = 1024;
 /// Output rows per matmul task (rows of `W`): whole interleaved tiles.
 const MATMUL_TILE: usize = 2 * interleave::TILE_ROWS;
 /// `matmul_id` gathers each expert's activation rows in parallel from this many (token, expert)
@@ -661,6 +664,36 @@ impl Backend for CpuBackend {
         let span = seq.row0 * ch..(seq.row0 + rows) * ch;
         // x: [rows][ch] this sequence's inputs; st: [ch][hist] the inputs before them.
         let (x, st, silu) = (&x.0[span.clone()], &state.0[..ch * hist], p.silu);
+        let silu_fn = self.kernels.silu;
+        if rows == 1 {
+            // A decode step, by blocks of channels: each channel's taps, state and weights lie
+            // side by side as they are, so nothing is transposed (which, for the row-major
+            // loop below, took most of a decode step's conv on the calling thread). The same
+            // sums in the same order.
+            self.pool.for_chunks(&mut out.0[span], CONV_CHANNELS, |i, o| {
+                let c0 = i * CONV_CHANNELS;
+                for (ov, c) in o.iter_mut().zip(c0..) {
+                    let (s, w) = (&st[c * hist..(c + 1) * hist], &wv[c * kk..(c + 1) * kk]);
+                    let mut acc = 0f32;
+                    for (&a, &b) in s.iter().chain([&x[c]]).zip(w) {
+                        acc += a * b;
+                    }
+                    *ov = acc;
+                }
+                if silu {
+                    silu_fn(o);
+                }
+            });
+            // Each channel's oldest input leaves its state, the new one joins at its end.
+            if hist > 0 {
+                let s = &mut state.0[..ch * hist];
+                s.copy_within(1.., 0);
+                for (c, &v) in x.iter().enumerate() {
+                    s[c * hist + hist - 1] = v;
+                }
+            }
+            return Ok(());
+        }
         // wt: [kernel][ch] and sx: [hist][ch], the weights and the state's inputs transposed,
         // so that each tap meets a whole input row (the loop over channels vectorizes).
         let (mut wt, mut sx) = (vec![0f32; kk * ch], vec![0f32; hist * ch]);
@@ -676,7 +709,6 @@ impl Backend for CpuBackend {
                 &x[(u - hist) * ch..(u - hist + 1) * ch]
             }
         };
-        let silu_fn = self.kernels.silu;
         self.pool.for_chunks(&mut out.0[span], CONV_ROWS * ch, |i, o| {
             for (r, orow) in o.chunks_exact_mut(ch).enumerate() {
                 // Output row t's taps are input rows t..t + kernel, each value summed in f32
