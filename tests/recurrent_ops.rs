@@ -342,17 +342,19 @@ fn unnormed_q_and_k_are_taken_as_given() {
 
 /// The conv equals the f64 loop, and a sequence convolved in pieces (one row at a time, pieces
 /// shorter than the kernel, a piece at an offset of the batch) equals one call; with few
-/// channels, and with more than one task of a one-row step takes.
+/// channels, with more than one task of a one-row step takes, and with a one-tap kernel (no
+/// state).
 #[test]
 fn conv_matches_f64_and_carries_its_state() {
-    conv_case(40, 0x5eed_0004);
-    conv_case(1100, 0x5eed_0005);
+    conv_case(40, 4, 0x5eed_0004);
+    conv_case(1100, 4, 0x5eed_0005);
+    conv_case(40, 1, 0x5eed_0006);
 }
 
-fn conv_case(ch: usize, seed: u64) {
+fn conv_case(ch: usize, k: usize, seed: u64) {
     let be = cpu();
     let mut rng = Rng(seed);
-    let (k, rows) = (4, 37);
+    let rows = 37;
     let w = rng.vec(ch * k, 1.0);
     let file = gguf(&[("blk.0.ssm_conv1d.weight", vec![k as u64, ch as u64], &w)]);
     let wt = be.load_weight(&file, "blk.0.ssm_conv1d.weight").unwrap();

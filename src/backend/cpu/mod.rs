@@ -668,30 +668,36 @@ impl Backend for CpuBackend {
         if rows == 1 {
             // A decode step, by blocks of channels: each channel's taps, state and weights lie
             // side by side as they are, so nothing is transposed (which, for the row-major
-            // loop below, took most of a decode step's conv on the calling thread). The same
-            // sums in the same order.
-            self.pool.for_chunks(&mut out.0[span], CONV_CHANNELS, |i, o| {
+            // loop below, took most of a decode step's conv on the calling thread), and each
+            // task moves its own channels' states on. The same sums in the same order.
+            // work: each task's outputs [CONV_CHANNELS] and states [CONV_CHANNELS][hist] (empty
+            // for a one-tap kernel).
+            let mut states = state.0[..ch * hist].chunks_mut((CONV_CHANNELS * hist).max(1));
+            let mut work: Vec<(&mut [f32], &mut [f32])> = out.0[span]
+                .chunks_mut(CONV_CHANNELS)
+                .map(|o| (o, states.next().unwrap_or_default()))
+                .collect();
+            self.pool.for_chunks(&mut work, 1, |i, w| {
+                let (o, s) = &mut w[0];
                 let c0 = i * CONV_CHANNELS;
-                for (ov, c) in o.iter_mut().zip(c0..) {
-                    let (s, w) = (&st[c * hist..(c + 1) * hist], &wv[c * kk..(c + 1) * kk]);
+                for (k, ov) in o.iter_mut().enumerate() {
+                    let c = c0 + k;
+                    let (sc, wc) = (&mut s[k * hist..(k + 1) * hist], &wv[c * kk..(c + 1) * kk]);
                     let mut acc = 0f32;
-                    for (&a, &b) in s.iter().chain([&x[c]]).zip(w) {
+                    for (&a, &b) in sc.iter().chain([&x[c]]).zip(wc) {
                         acc += a * b;
                     }
                     *ov = acc;
+                    // The oldest input leaves the channel's state, the new one joins its end.
+                    if let Some(last) = sc.len().checked_sub(1) {
+                        sc.copy_within(1.., 0);
+                        sc[last] = x[c];
+                    }
                 }
                 if silu {
                     silu_fn(o);
                 }
             });
-            // Each channel's oldest input leaves its state, the new one joins at its end.
-            if hist > 0 {
-                let s = &mut state.0[..ch * hist];
-                s.copy_within(1.., 0);
-                for (c, &v) in x.iter().enumerate() {
-                    s[c * hist + hist - 1] = v;
-                }
-            }
             return Ok(());
         }
         // wt: [kernel][ch] and sx: [hist][ch], the weights and the state's inputs transposed,
