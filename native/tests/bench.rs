@@ -159,6 +159,9 @@ fn bad_flags_exit_2_with_a_message() {
         (&["--prompt-tokens", "4000", "--ctx", "0"], "context"),
         (&["--threads", "0"], "--threads"),
         (&["--cache-type", "q4_0"], "--cache-type"),
+        // The op profile is the CPU's or Vulkan's; the start-up probes are Vulkan's.
+        (&["--backend", "webgpu", "--profile"], "--profile"),
+        (&["--startup"], "--startup"),
     ];
     for (extra, needle) in cases {
         let mut args = vec!["bench", "-m", &model];
@@ -169,6 +172,42 @@ fn bad_flags_exit_2_with_a_message() {
         assert!(stderr.contains(needle), "{args:?}: '{needle}' not in {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     }
+}
+
+/// `--profile` on the CPU: every pass of the measured runs counted (each prefill and each
+/// decode step), the matmuls named by their weights with the rows they took, and the ops'
+/// time and the serial time before them within the passes' time.
+#[test]
+fn cpu_profile_accounts_for_the_passes() {
+    let (prompt, decode, reps) = (8u64, 4u64, 2u64);
+    let j = bench_json(&[
+        "--prompt-tokens",
+        &prompt.to_string(),
+        "--decode-tokens",
+        &decode.to_string(),
+        "--repetitions",
+        &reps.to_string(),
+        "--profile",
+    ]);
+    let p = &j["cpu_profile"];
+    // A run: one prefill pass, then decode steps; the first token comes from the prefill.
+    let passes = p["passes"].as_u64().expect("passes");
+    assert!(passes >= reps * decode, "{p}");
+    let sites = p["sites"].as_array().expect("sites");
+    let rows = |n: u64| format!("rows {n}");
+    let named = |n: u64| {
+        sites.iter().any(|s| {
+            let site = s["site"].as_str().unwrap_or("");
+            site.starts_with("matmul ") && site.contains("Q8_0") && site.ends_with(&rows(n))
+        })
+    };
+    assert!(named(prompt) && named(1), "prefill and decode matmuls by weight: {p}");
+    let spent: f64 = sites.iter().map(|s| num(s, "op_ms") + num(s, "alone_ms")).sum();
+    let pass_ms = num(p, "pass_ms");
+    assert!(
+        spent > 0.0 && spent <= pass_ms * (1.0 + 1e-9),
+        "{spent} ms of {pass_ms}: {p}"
+    );
 }
 
 /// `--bandwidth`: a measured read bandwidth, the weights a decode step reads (every matrix;

@@ -1030,8 +1030,9 @@ fn print_cpu_profile(out: &mut impl Write, p: &serde_json::Value) -> std::io::Re
     for site in p["sites"].as_array().into_iter().flatten() {
         let (op, alone) = (ms(site, "op_ms"), ms(site, "alone_ms"));
         let name = site["site"].as_str().unwrap_or("?");
-        // The long file paths keep their tail: the file and line.
-        let name = &name[name.len().saturating_sub(60)..];
+        // Long names keep their tail (a call site's file and line), cut at a character.
+        let skip = name.chars().count().saturating_sub(60);
+        let name: String = name.chars().skip(skip).collect();
         writeln!(
             out,
             "{:>60} {:>8} {:>10.2} {:>10.2} {:>5.1}%",
