@@ -197,7 +197,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         pipelines: vk.map(|v| (v.pipelines(), v.pipeline_seconds())),
         startup,
         profile: vk.filter(|_| a.profile).map(|v| v.profile()).unwrap_or_default(),
-        cpu_profile: (a.profile && a.model.backend == BackendArg::Cpu).then(tinyllm::backend::cpu::profile::report),
+        cpu_profile: plan.cpu_profile.then(tinyllm::backend::cpu::profile::report),
     };
     let mut out = std::io::stdout().lock();
     if a.json {
@@ -219,6 +219,8 @@ struct Plan {
     decode: usize,
     reps: usize,
     cache_types: Vec<KvType>,
+    /// Record the CPU backend's op profile over the measured runs (`--profile` on the CPU).
+    cpu_profile: bool,
 }
 
 impl Plan {
@@ -248,7 +250,8 @@ impl Plan {
         let decode = positive(a.decode_tokens, "--decode-tokens")?;
         let reps = positive(a.repetitions, "--repetitions")?;
         let is_vulkan = a.model.backend == BackendArg::Vulkan;
-        if a.profile && !is_vulkan && a.model.backend != BackendArg::Cpu {
+        let cpu_profile = a.profile && a.model.backend == BackendArg::Cpu;
+        if a.profile && !is_vulkan && !cpu_profile {
             return Err(InputError("--profile needs --backend vulkan or cpu".into()).into());
         }
         if a.startup && !is_vulkan {
@@ -261,6 +264,7 @@ impl Plan {
             decode,
             reps,
             cache_types: a.model.cache_types(),
+            cpu_profile,
         })
     }
 
@@ -329,7 +333,7 @@ fn measure_all(
         if let Some(vk) = loaded.engine.model.backend().vulkan().filter(|_| a.profile) {
             vk.enable_profile()?;
         }
-        if a.profile && a.model.backend == BackendArg::Cpu {
+        if plan.cpu_profile {
             tinyllm::backend::cpu::profile::enable(true);
         }
         for &p in &plan.prompts {
