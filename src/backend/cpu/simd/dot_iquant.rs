@@ -443,6 +443,200 @@ unsafe fn permuted_entries<const N: usize>(planes: &Planes<N>, idx: __m512i, hig
     ]
 }
 
+/// The formats whose entries [`entry_codes`] looks up (on [`Lookup::Permutes`]).
+const IQ2_CODED: [u8; 3] = [IQ2_XXS, IQ2_XS, IQ2_S];
+
+/// The three magnitudes of the IQ2 grids' values, by their 2-bit level code.
+const IQ2_LEVELS: [u8; 3] = [0x08, 0x19, 0x2b];
+
+/// A grid of eight-value entries whose values are [`IQ2_LEVELS`], as the two byte planes of a
+/// 16-bit code per entry (value `i`'s level in bits `2i, 2i + 1`): plane `b`'s byte `e` is byte
+/// `b` of entry `e`'s code, so that `vpermi2b` looks up 64 entries' codes at once from 128.
+#[repr(C, align(64))]
+struct CodePlanes<const N: usize>([[u8; N]; 2]);
+
+const fn code_planes<const N: usize>(grid: &[u64; N]) -> CodePlanes<N> {
+    let mut p = [[0u8; N]; 2];
+    let mut e = 0;
+    while e < N {
+        let mut code = 0u16;
+        let mut i = 0;
+        while i < 8 {
+            let v = (grid[e] >> (8 * i)) as u8;
+            let level = match v {
+                0x08 => 0,
+                0x19 => 1,
+                0x2b => 2,
+                _ => panic!("an IQ2 grid value outside its three levels"),
+            };
+            code |= level << (2 * i);
+            i += 1;
+        }
+        p[0][e] = code as u8;
+        p[1][e] = (code >> 8) as u8;
+        e += 1;
+    }
+    CodePlanes(p)
+}
+
+static IQ2XXS_CODES: CodePlanes<256> = code_planes(&IQ2XXS_GRID);
+static IQ2XS_CODES: CodePlanes<512> = code_planes(&IQ2XS_GRID);
+static IQ2S_CODES: CodePlanes<1024> = code_planes(&IQ2S_GRID);
+
+/// Byte `x`: the magnitude of level `x & 3` (`vpermb` reads six bits of its index; level 3 does
+/// not occur).
+static LEVEL_BYTES: Aligned64 = {
+    let mut t = [0u8; 64];
+    let mut x = 0;
+    while x < 64 {
+        t[x] = IQ2_LEVELS[if x & 3 == 3 { 2 } else { x & 3 }];
+        x += 1;
+    }
+    Aligned64(t)
+};
+
+/// 64 bytes on a 64-byte boundary, for aligned vector loads.
+#[repr(C, align(64))]
+struct Aligned64([u8; 64]);
+
+/// The codes ([`CodePlanes`]) of up to 64 entries of a grid of 256, 512 or 1024, low and high
+/// byte: byte `n` of each for the index whose bits 0..8 are byte `n` of `low` and whose bits 8
+/// and 9 are bit `n` of `high[0]` and `high[1]`. Through AVX-512 VBMI's byte permutes: per plane
+/// and 256 entries two `vpermi2b` and a blend on the index's bit 7, then blends on its bits 8
+/// and 9, for all 64 entries at once; against a load and an insert per entry. Needs
+/// `avx512vbmi` in the caller's target features.
+#[inline(always)]
+unsafe fn entry_codes<const N: usize>(planes: &CodePlanes<N>, low: __m512i, high: [u64; 2]) -> [__m512i; 2] {
+    let bit7 = _mm512_movepi8_mask(low);
+    let mut code = [_mm512_setzero_si512(); 2];
+    for (plane, c) in planes.0.iter().zip(&mut code) {
+        let t = plane.as_ptr();
+        // Entries 256w..256w + 256.
+        let window =
+            |w: usize| _mm512_mask_blend_epi8(bit7, look128(t.add(256 * w), low), look128(t.add(256 * w + 128), low));
+        *c = match N {
+            256 => window(0),
+            512 => _mm512_mask_blend_epi8(high[0], window(0), window(1)),
+            _ => _mm512_mask_blend_epi8(
+                high[1],
+                _mm512_mask_blend_epi8(high[0], window(0), window(1)),
+                _mm512_mask_blend_epi8(high[0], window(2), window(3)),
+            ),
+        };
+    }
+    code
+}
+
+/// The 64 magnitudes of entries `first..first + 8` (`first` below 57) of [`entry_codes`]'
+/// `code`: a `vpermi2b` puts each entry's code in a 64-bit lane, `vpmultishiftqb` moves value
+/// `i`'s level to byte `i`, and `vpermb` maps levels to magnitudes. Needs `avx512vbmi`.
+#[inline(always)]
+unsafe fn spread_codes(code: &[__m512i; 2], first: i64) -> __m512i {
+    // Bytes 8l and 8l + 1: entry first + l's code bytes (from the low plane, then the high).
+    let e = |l: i64| (first + l) | (64 + first + l) << 8;
+    let lanes = _mm512_set_epi64(e(7), e(6), e(5), e(4), e(3), e(2), e(1), e(0));
+    let codes = _mm512_permutex2var_epi8(code[0], lanes, code[1]);
+    // Byte i of each 64-bit lane: the lane's bits 2i..2i + 8, value i's level in its low bits.
+    let shifts = _mm512_set1_epi64(0x0e0c_0a08_0604_0200);
+    let levels = _mm512_load_si512(LEVEL_BYTES.0.as_ptr() as *const __m512i);
+    _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(shifts, codes), levels)
+}
+
+/// An IQ2 super-block's 32 entry indices, entry `n` of the super-block's order at byte or bit
+/// `n`: their bits 0..8 as bytes, and their bits 8 and 9 as masks (zero where the grid is
+/// smaller).
+struct Iq2Indices {
+    low: __m256i,
+    high: [u32; 2],
+}
+
+/// The indices of the IQ2 super-block (`K`: IQ2_XXS, IQ2_XS or IQ2_S) at `p`. Needs `bmi2` in the
+/// caller's target features for IQ2_S.
+#[inline(always)]
+unsafe fn iq2_indices<const K: u8>(p: *const u8) -> Iq2Indices {
+    match K {
+        IQ2_XXS => {
+            // Group g: four index bytes at 2 + 8g, then its sign and scale word.
+            let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
+            let even_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+            Iq2Indices {
+                low: _mm512_castsi512_si256(_mm512_permutexvar_epi32(even_lanes, q)),
+                high: [0; 2],
+            }
+        }
+        IQ2_XS => {
+            // 32 u16: a 9-bit index and a 7-bit sign field each.
+            let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
+            Iq2Indices {
+                low: _mm512_cvtepi16_epi8(q),
+                high: [_mm512_test_epi16_mask(q, _mm512_set1_epi16(256)), 0],
+            }
+        }
+        _ => {
+            // Index 4g + l: byte 4g + l at 2, and bits 2l, 2l + 1 of group g's `qh` byte.
+            let qh = std::ptr::read_unaligned(p.add(66) as *const u64);
+            Iq2Indices {
+                low: _mm256_loadu_si256(p.add(2) as *const __m256i),
+                high: [
+                    _pext_u64(qh, 0x5555_5555_5555_5555) as u32,
+                    _pext_u64(qh, 0xaaaa_aaaa_aaaa_aaaa) as u32,
+                ],
+            }
+        }
+    }
+}
+
+/// The entry codes of IQ2 indices (one super-block's, or two's one after the other) in `K`'s
+/// grid.
+#[inline(always)]
+unsafe fn iq2_codes<const K: u8>(low: __m512i, high: [u64; 2]) -> [__m512i; 2] {
+    match K {
+        IQ2_XXS => entry_codes(&IQ2XXS_CODES, low, high),
+        IQ2_XS => entry_codes(&IQ2XS_CODES, low, high),
+        _ => entry_codes(&IQ2S_CODES, low, high),
+    }
+}
+
+/// The sign bytes and [`odd_quarters`] scales of the IQ2 super-block (`K`) at `p`.
+#[inline(always)]
+unsafe fn iq2_signs_scales<const K: u8>(p: *const u8) -> (__m256i, __m512i) {
+    match K {
+        IQ2_XXS => {
+            let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
+            let odd_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
+            group_words(_mm512_castsi512_si256(_mm512_permutexvar_epi32(odd_lanes, q)))
+        }
+        IQ2_XS => {
+            let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
+            let signs = _mm512_cvtepi16_epi8(ksign_bytes(_mm512_srli_epi16::<9>(q)));
+            (
+                signs,
+                odd_quarters(nibbles(_mm_loadl_epi64(p.add(66) as *const __m128i))),
+            )
+        }
+        _ => (
+            _mm256_loadu_si256(p.add(34) as *const __m256i),
+            odd_quarters(nibbles(_mm_loadl_epi64(p.add(74) as *const __m128i))),
+        ),
+    }
+}
+
+/// The IQ2 super-block (`K`) at `p`, whose entries' codes are entries `first..first + 32` of
+/// `code` ([`iq2_codes`]).
+#[inline(always)]
+unsafe fn iq2_block<const K: u8>(p: *const u8, code: &[__m512i; 2], first: i64) -> PairBlock {
+    let mut mags = [_mm512_setzero_si512(); 4];
+    for (j, m) in mags.iter_mut().enumerate() {
+        *m = spread_codes(code, first + 8 * j as i64);
+    }
+    let (signs, odd) = iq2_signs_scales::<K>(p);
+    PairBlock {
+        mags,
+        signs: sign_masks(signs),
+        odd,
+    }
+}
+
 /// Bytes `t[i & 127]` for the 64 bytes `i` of `idx`.
 #[inline(always)]
 unsafe fn look128(t: *const u8, idx: __m512i) -> __m512i {
@@ -458,20 +652,38 @@ unsafe fn bytes16(p: *const u8) -> __m512i {
 }
 
 impl<const K: u8, const L: u8> Pairs for Grid<K, L> {
-    // IQ3's four-byte entries come from byte permutes of the table's planes.
-    const VBMI: bool = L == PERMUTES && matches!(K, IQ3_XXS | IQ3_S);
+    // IQ3's four-byte entries come from byte permutes of the table's planes, the IQ2 grids'
+    // eight-value entries from permutes of their codes' planes.
+    const VBMI: bool = L == PERMUTES;
+
+    // The IQ2 grids' two super-blocks look their 64 entries' codes up in one set of permutes.
+    #[inline(always)]
+    unsafe fn pairs2(p: [*const u8; 2], head: [&f32; 2]) -> [PairBlock; 2] {
+        if !(Self::VBMI && IQ2_CODED.contains(&K)) {
+            return [Self::pairs(p[0], head[0]), Self::pairs(p[1], head[1])];
+        }
+        let (a, b) = (iq2_indices::<K>(p[0]), iq2_indices::<K>(p[1]));
+        let low = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a.low), b.low);
+        let high = [0, 1].map(|h| u64::from(a.high[h]) | u64::from(b.high[h]) << 32);
+        let code = iq2_codes::<K>(low, high);
+        [iq2_block::<K>(p[0], &code, 0), iq2_block::<K>(p[1], &code, 32)]
+    }
 
     // Loops, not closures: a closure does not take its function's target features, so the
     // intrinsics it calls would not inline.
     #[inline(always)]
     unsafe fn pairs(p: *const u8, _: &f32) -> PairBlock {
+        if Self::VBMI && IQ2_CODED.contains(&K) {
+            let i = iq2_indices::<K>(p);
+            let code = iq2_codes::<K>(_mm512_castsi256_si512(i.low), i.high.map(u64::from));
+            return iq2_block::<K>(p, &code, 0);
+        }
         let half = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u16) as i32;
         let mut mags = [_mm512_setzero_si512(); 4];
         let (signs, odd) = match K {
             IQ2_XXS => {
                 // Group g: four index bytes at 2 + 8g, then its sign and scale word.
                 let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
-                let odd_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
                 let even_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
                 let words = _mm512_castsi512_si256(_mm512_permutexvar_epi32(even_lanes, q));
                 let idx = [
@@ -486,7 +698,7 @@ impl<const K: u8, const L: u8> Pairs for Grid<K, L> {
                     };
                     mags[j] = entries64::<L>(&IQ2XXS_GRID, i);
                 }
-                group_words(_mm512_castsi512_si256(_mm512_permutexvar_epi32(odd_lanes, q)))
+                iq2_signs_scales::<K>(p)
             }
             IQ3_XXS => {
                 if Self::VBMI {
@@ -504,12 +716,7 @@ impl<const K: u8, const L: u8> Pairs for Grid<K, L> {
                     let q = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(2 + 16 * j) as *const __m128i));
                     *m = entries64::<L>(&IQ2XS_GRID, _mm256_and_si256(q, _mm256_set1_epi32(511)));
                 }
-                let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
-                let signs = _mm512_cvtepi16_epi8(ksign_bytes(_mm512_srli_epi16::<9>(q)));
-                (
-                    signs,
-                    odd_quarters(nibbles(_mm_loadl_epi64(p.add(66) as *const __m128i))),
-                )
+                iq2_signs_scales::<K>(p)
             }
             IQ2_S => {
                 for (j, m) in mags.iter_mut().enumerate() {
@@ -523,11 +730,7 @@ impl<const K: u8, const L: u8> Pairs for Grid<K, L> {
                     let low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(2 + 8 * j) as *const __m128i));
                     *m = entries64::<L>(&IQ2S_GRID, _mm256_or_si256(low, high));
                 }
-                let signs = _mm256_loadu_si256(p.add(34) as *const __m256i);
-                (
-                    signs,
-                    odd_quarters(nibbles(_mm_loadl_epi64(p.add(74) as *const __m128i))),
-                )
+                iq2_signs_scales::<K>(p)
             }
             _ if Self::VBMI => {
                 // Index n: byte n of `qs`, and bit n of the eight `qh` bytes as its bit 8.
@@ -564,8 +767,9 @@ pub enum Lookup {
     Inserts,
     /// AVX2 and AVX-512 gathers.
     Gathers,
-    /// On the 512-bit path, IQ3_XXS's and IQ3_S's entries through AVX-512 VBMI's byte permutes
-    /// of the tables' byte planes ([`permuted_entries`]); the other formats and paths insert.
+    /// On the 512-bit path, the grid entries through AVX-512 VBMI's byte permutes: IQ3_XXS's
+    /// and IQ3_S's of the tables' byte planes ([`permuted_entries`]), the IQ2 grids' of their
+    /// entries' 2-bit level codes ([`entry_codes`]); the other paths insert.
     Permutes,
 }
 
@@ -623,8 +827,10 @@ pub(super) fn kernel(ty: GgmlType, lookup: Lookup) -> Option<RowsFn> {
     }
     match lookup {
         Lookup::Gathers => of::<GATHERS>(ty),
-        // The permuting kernels' 512-bit paths run with `avx512vbmi` enabled.
-        Lookup::Permutes if std::is_x86_feature_detected!("avx512vbmi") => of::<PERMUTES>(ty),
+        // The permuting kernels' 512-bit paths run with `avx512vbmi` and `bmi2` enabled.
+        Lookup::Permutes if std::is_x86_feature_detected!("avx512vbmi") && std::is_x86_feature_detected!("bmi2") => {
+            of::<PERMUTES>(ty)
+        }
         _ => of::<INSERTS>(ty),
     }
 }

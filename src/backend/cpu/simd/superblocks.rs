@@ -93,6 +93,12 @@ pub(super) trait Pairs: SuperBlocks {
     /// The super-block at `p`. A whole super-block at a time, so that a format can unpack its
     /// signs and scales for all pairs in a few wide steps.
     unsafe fn pairs(p: *const u8, head: &Self::Head) -> PairBlock;
+    /// The super-blocks at `p[0]` and `p[1]`, as [`Pairs::pairs`] makes each: a format may
+    /// share work between them (the one-row kernel takes two at a time).
+    #[inline(always)]
+    unsafe fn pairs2(p: [*const u8; 2], head: [&Self::Head; 2]) -> [PairBlock; 2] {
+        [Self::pairs(p[0], head[0]), Self::pairs(p[1], head[1])]
+    }
 }
 
 /// `Σ scale·magnitude·±q8` of pair `j`'s values against the 64 activation bytes `q8`, as i32
@@ -247,8 +253,9 @@ pub(super) unsafe fn run_pairs<F: Pairs>(k: usize, weights: &[u8], act: &Activat
 
 /// `$plain` and `$vbmi`, the entry points of the `#[inline(always)]` `$body` on
 /// [`Isa::Avx512`] without and with VBMI (a function's target features cannot depend on its
-/// type parameters, so twins). The VBMI twin is for the formats whose [`Pairs::VBMI`] says so,
-/// only called where the CPU has it ([`super::dot_iquant::kernel`] checks).
+/// type parameters, so twins). The VBMI twin (with BMI2, which every VBMI CPU has) is for the
+/// formats whose [`Pairs::VBMI`] says so, only called where the CPU has both
+/// ([`super::dot_iquant::kernel`] checks).
 macro_rules! avx512_twins {
     ($plain:ident, $vbmi:ident = $body:ident [$($gen:tt)*] [$($par:tt)*] ($($arg:ident: $ty:ty),*)) => {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
@@ -256,7 +263,7 @@ macro_rules! avx512_twins {
             $body::<$($par)*>($($arg),*)
         }
 
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl,avx512vbmi")]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl,avx512vbmi,bmi2")]
         unsafe fn $vbmi<$($gen)*>($($arg: $ty),*) {
             $body::<$($par)*>($($arg),*)
         }
@@ -289,10 +296,8 @@ unsafe fn fused_wide_body<F: Pairs, const CC: usize>(
             while b + 2 <= nb {
                 let p = [row.add(b * F::BYTES), row.add((b + 1) * F::BYTES)];
                 let head = [F::head(p[0]), F::head(p[1])];
-                let acc = [
-                    pair_sums::<F, 1>(p[0], &head[0], [y(0, b)]),
-                    pair_sums::<F, 1>(p[1], &head[1], [y(0, b + 1)]),
-                ];
+                let x = F::pairs2(p, [&head[0], &head[1]]);
+                let acc = [pair_sums::<1>(&x[0], [y(0, b)]), pair_sums::<1>(&x[1], [y(0, b + 1)])];
                 for i in 0..2 {
                     let isum = _mm512_reduce_add_epi32(acc[i][0]);
                     sum[0] = step::<F>(sum[0], isum, F::scale(&head[i]), act_scale(y(0, b + i)));
@@ -304,7 +309,7 @@ unsafe fn fused_wide_body<F: Pairs, const CC: usize>(
             let p = row.add(b * F::BYTES);
             let ys: [*const u8; CC] = std::array::from_fn(|c| y(c, b));
             let head = F::head(p);
-            let acc = pair_sums::<F, CC>(p, &head, ys);
+            let acc = pair_sums::<CC>(&F::pairs(p, &head), ys);
             for c in 0..CC {
                 let isum = _mm512_reduce_add_epi32(acc[c]);
                 sum[c] = step::<F>(sum[c], isum, F::scale(&head), act_scale(ys[c]));
@@ -316,17 +321,16 @@ unsafe fn fused_wide_body<F: Pairs, const CC: usize>(
     }
 }
 
-/// The integer sums, in i32 lanes, of the super-block at `p` (its head `head`) with the Q8_K
-/// blocks `y` of `CC` activation rows.
+/// The integer sums, in i32 lanes, of the unpacked super-block `x` with the Q8_K blocks `y` of
+/// `CC` activation rows.
 #[inline(always)]
-unsafe fn pair_sums<F: Pairs, const CC: usize>(p: *const u8, head: &F::Head, y: [*const u8; CC]) -> [__m512i; CC] {
+unsafe fn pair_sums<const CC: usize>(x: &PairBlock, y: [*const u8; CC]) -> [__m512i; CC] {
     let mut acc = [_mm512_setzero_si512(); CC];
-    let x = F::pairs(p, head);
     for j in 0..4 {
         let scales = pair_scales(x.odd, j);
         for c in 0..CC {
             let q8 = _mm512_loadu_si512(y[c].add(ACT_VALUES + 64 * j) as *const __m512i);
-            acc[c] = _mm512_add_epi32(acc[c], meet_pair(&x, j, scales, q8));
+            acc[c] = _mm512_add_epi32(acc[c], meet_pair(x, j, scales, q8));
         }
     }
     acc

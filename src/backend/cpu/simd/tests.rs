@@ -539,7 +539,8 @@ fn gathered_and_permuted_grid_entries_give_the_inserted_entries_bits() {
     isas.extend(Isa::vnni());
     use GgmlType::*;
     for ty in [IQ2_XXS, IQ3_XXS, IQ2_XS, IQ2_S, IQ3_S] {
-        let (k, nw) = (512, 5);
+        // Three super-blocks: the one-row kernel's pair of them, then one alone.
+        let (k, nw) = (768, 5);
         let w = weights(&mut rng, ty, k, nw);
         for rows in [1, 3, 9] {
             let act = (fast.prepare)(ty, &activations(&mut rng, rows * k), k).unwrap();
