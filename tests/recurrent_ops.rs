@@ -342,13 +342,14 @@ fn unnormed_q_and_k_are_taken_as_given() {
 
 /// The conv equals the f64 loop, and a sequence convolved in pieces (one row at a time, pieces
 /// shorter than the kernel, a piece at an offset of the batch) equals one call; with few
-/// channels, with more than one task of a one-row step takes, and with a one-tap kernel (no
-/// state).
+/// channels, with more than one task of a one-row step takes, with the 4-tap kernel (which a
+/// one-row step runs unrolled) and others, and with a one-tap kernel (no state).
 #[test]
 fn conv_matches_f64_and_carries_its_state() {
     conv_case(40, 4, 0x5eed_0004);
     conv_case(1100, 4, 0x5eed_0005);
     conv_case(40, 1, 0x5eed_0006);
+    conv_case(40, 3, 0x5eed_0007);
 }
 
 fn conv_case(ch: usize, k: usize, seed: u64) {

@@ -680,18 +680,24 @@ impl Backend for CpuBackend {
             self.pool.for_chunks(&mut work, 1, |i, w| {
                 let (o, s) = &mut w[0];
                 let c0 = i * CONV_CHANNELS;
-                for (k, ov) in o.iter_mut().enumerate() {
-                    let c = c0 + k;
-                    let (sc, wc) = (&mut s[k * hist..(k + 1) * hist], &wv[c * kk..(c + 1) * kk]);
-                    let mut acc = 0f32;
-                    for (&a, &b) in sc.iter().chain([&x[c]]).zip(wc) {
-                        acc += a * b;
-                    }
-                    *ov = acc;
-                    // The oldest input leaves the channel's state, the new one joins its end.
-                    if let Some(last) = sc.len().checked_sub(1) {
-                        sc.copy_within(1.., 0);
-                        sc[last] = x[c];
+                let (xs, ws) = (&x[c0..c0 + o.len()], &wv[c0 * kk..(c0 + o.len()) * kk]);
+                // The 4-tap kernel of the models in the field unrolled (its taps in registers,
+                // no copy for the state's shift); the sums are the general loop's.
+                if kk == 4 {
+                    conv_step::<3, 4>(o, s, ws, xs);
+                } else {
+                    for (k, ov) in o.iter_mut().enumerate() {
+                        let (sc, wc) = (&mut s[k * hist..(k + 1) * hist], &ws[k * kk..(k + 1) * kk]);
+                        let mut acc = 0f32;
+                        for (&a, &b) in sc.iter().chain([&xs[k]]).zip(wc) {
+                            acc += a * b;
+                        }
+                        *ov = acc;
+                        // The oldest input leaves the channel's state, the new one joins its end.
+                        if let Some(last) = sc.len().checked_sub(1) {
+                            sc.copy_within(1.., 0);
+                            sc[last] = xs[k];
+                        }
                     }
                 }
                 if silu {
@@ -1042,5 +1048,27 @@ mod tests {
             assert_eq!(argmax_row(&row), want, "{row:?}");
             assert_eq!(argmax(&row), want, "{row:?}");
         }
+    }
+}
+
+/// One decode step of a `K`-tap conv (`H` = `K` - 1 inputs of history) on a block of channels:
+/// `o` [ch] the outputs, `s` [ch][H] their states (oldest input first), `w` [ch][K] their taps,
+/// `x` [ch] the new inputs. Each output is `((0 + s0·w0) + s1·w1 + ...) + x·w_H`, in that order,
+/// and the state moves on by one input.
+#[inline]
+fn conv_step<const H: usize, const K: usize>(o: &mut [f32], s: &mut [f32], w: &[f32], x: &[f32]) {
+    debug_assert_eq!(H + 1, K);
+    for (((ov, sc), wc), &xv) in o.iter_mut().zip(s.chunks_exact_mut(H)).zip(w.chunks_exact(K)).zip(x) {
+        let sc: &mut [f32; H] = sc.try_into().expect("H values per state");
+        let wc: &[f32; K] = wc.try_into().expect("K taps per channel");
+        let mut acc = 0f32;
+        for t in 0..H {
+            acc += sc[t] * wc[t];
+        }
+        *ov = acc + xv * wc[H];
+        for t in 1..H {
+            sc[t - 1] = sc[t];
+        }
+        sc[H - 1] = xv;
     }
 }
