@@ -1011,6 +1011,28 @@ pub fn argmax_row(row: &[f32]) -> u32 {
     row.iter().position(|&v| v == max).unwrap_or(0) as u32
 }
 
+/// One decode step of a `K`-tap conv (`H` = `K` - 1 inputs of history) on a block of channels:
+/// `o` [ch] the outputs, `s` [ch][H] their states (oldest input first), `w` [ch][K] their taps,
+/// `x` [ch] the new inputs. Each output is `((0 + s0·w0) + s1·w1 + ...) + x·w_H`, in that order,
+/// and the state moves on by one input.
+#[inline]
+fn conv_step<const H: usize, const K: usize>(o: &mut [f32], s: &mut [f32], w: &[f32], x: &[f32]) {
+    debug_assert_eq!(H + 1, K);
+    for (((ov, sc), wc), &xv) in o.iter_mut().zip(s.chunks_exact_mut(H)).zip(w.chunks_exact(K)).zip(x) {
+        let sc: &mut [f32; H] = sc.try_into().expect("H values per state");
+        let wc: &[f32; K] = wc.try_into().expect("K taps per channel");
+        let mut acc = 0f32;
+        for t in 0..H {
+            acc += sc[t] * wc[t];
+        }
+        *ov = acc + xv * wc[H];
+        for t in 1..H {
+            sc[t - 1] = sc[t];
+        }
+        sc[H - 1] = xv;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::argmax_row;
@@ -1048,27 +1070,5 @@ mod tests {
             assert_eq!(argmax_row(&row), want, "{row:?}");
             assert_eq!(argmax(&row), want, "{row:?}");
         }
-    }
-}
-
-/// One decode step of a `K`-tap conv (`H` = `K` - 1 inputs of history) on a block of channels:
-/// `o` [ch] the outputs, `s` [ch][H] their states (oldest input first), `w` [ch][K] their taps,
-/// `x` [ch] the new inputs. Each output is `((0 + s0·w0) + s1·w1 + ...) + x·w_H`, in that order,
-/// and the state moves on by one input.
-#[inline]
-fn conv_step<const H: usize, const K: usize>(o: &mut [f32], s: &mut [f32], w: &[f32], x: &[f32]) {
-    debug_assert_eq!(H + 1, K);
-    for (((ov, sc), wc), &xv) in o.iter_mut().zip(s.chunks_exact_mut(H)).zip(w.chunks_exact(K)).zip(x) {
-        let sc: &mut [f32; H] = sc.try_into().expect("H values per state");
-        let wc: &[f32; K] = wc.try_into().expect("K taps per channel");
-        let mut acc = 0f32;
-        for t in 0..H {
-            acc += sc[t] * wc[t];
-        }
-        *ov = acc + xv * wc[H];
-        for t in 1..H {
-            sc[t - 1] = sc[t];
-        }
-        sc[H - 1] = xv;
     }
 }
