@@ -6,6 +6,7 @@
 //! Attention runs every sequence of a batch in one dispatch (`attention.rs`; over a Q8_0 cache
 //! `attention_q8.rs`, which reads the blocks directly).
 
+mod arena;
 mod attention;
 mod attention_q8;
 pub mod interleave;
@@ -128,6 +129,8 @@ impl Columns {
 pub struct CpuBackend {
     pool: Pool,
     kernels: Kernels,
+    /// Where the interleaved weights' bytes come from.
+    arena: arena::Arena,
 }
 
 impl CpuBackend {
@@ -142,6 +145,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Pool::new(threads)?,
             kernels,
+            arena: arena::Arena::default(),
         })
     }
 
@@ -211,6 +215,7 @@ impl Backend for CpuBackend {
         let view = file.tensor(name)?;
         CpuWeight::new(
             &self.pool,
+            &self.arena,
             self.kernels.interleaves,
             view,
             |r| file.release(view.info, r),
@@ -223,7 +228,7 @@ impl Backend for CpuBackend {
 
     fn place_weight(&self, tensor: TensorView<'_>) -> Result<CpuWeight, BackendError> {
         let rows = || WeightData::Owned(tensor.data.to_vec());
-        CpuWeight::new(&self.pool, self.kernels.interleaves, tensor, |_| {}, rows)
+        CpuWeight::new(&self.pool, &self.arena, self.kernels.interleaves, tensor, |_| {}, rows)
     }
 
     fn alloc(&self, len: usize) -> Result<CpuBuffer, BackendError> {

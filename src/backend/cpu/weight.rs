@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use super::arena::{Arena, ArenaBytes};
 use super::interleave;
 use super::pool::Pool;
 use super::tile::Layout;
@@ -37,8 +38,9 @@ pub(super) enum WeightData {
     /// 2-D tensors placed from bytes the caller did not keep (a streamed file): a copy.
     Owned(Vec<u8>),
     /// 2-D tensors of the types the kernels interleave, copied into that layout at load
-    /// (`[ceil(n_out / 8)]` tiles of [`interleave::tile_bytes`]).
-    Interleaved(Vec<u8>),
+    /// (`[ceil(n_out / 8)]` tiles of [`interleave::tile_bytes`]), on huge pages where the
+    /// system gives them ([`Arena`]).
+    Interleaved(ArenaBytes),
     /// 1-D tensors (norms, biases, rope factors) are small: decoded to f32 once.
     Dense(Vec<f32>),
 }
@@ -47,7 +49,8 @@ impl CpuWeight {
     pub(super) fn bytes(&self) -> &[u8] {
         match &self.data {
             WeightData::Mapped { file, info } => file.view(info).data,
-            WeightData::Owned(v) | WeightData::Interleaved(v) => v,
+            WeightData::Owned(v) => v,
+            WeightData::Interleaved(v) => v,
             WeightData::Dense(_) => &[],
         }
     }
@@ -120,6 +123,7 @@ impl CpuWeight {
     /// `rows` makes them (in the file mapping, or a copy).
     pub(super) fn new(
         pool: &Pool,
+        arena: &Arena,
         interleaves: fn(GgmlType) -> bool,
         view: TensorView<'_>,
         release: impl Fn(std::ops::Range<usize>) + Sync,
@@ -133,7 +137,7 @@ impl CpuWeight {
         let whole_tiles = (n_out / mats).is_multiple_of(interleave::TILE_ROWS);
         let vector = checks::is_vector(info);
         let interleaved = (!vector && (mats == 1 || whole_tiles) && interleaves(info.ty))
-            .then(|| interleaved(pool, info, n_in, view.data, &release))
+            .then(|| interleaved(pool, arena, info, n_in, view.data, &release))
             .flatten();
         let data = if vector {
             WeightData::Dense(view.to_f32()?)
@@ -158,16 +162,16 @@ impl CpuWeight {
 /// part's source pages are released once copied, so the tensor is never resident twice.
 fn interleaved(
     pool: &Pool,
+    arena: &Arena,
     info: &TensorInfo,
     k: usize,
     rows: &[u8],
     release: &(impl Fn(std::ops::Range<usize>) + Sync),
-) -> Option<Vec<u8>> {
+) -> Option<ArenaBytes> {
     /// Tiles per task.
     const TILES: usize = 64;
     let n = interleave::row_count(info.ty, k, rows)?;
-    let mut tiles = vec![0u8; interleave::len(info.ty, k, n)];
-    prefer_huge_pages(&mut tiles);
+    let mut tiles = arena.zeroed(interleave::len(info.ty, k, n));
     let tb = interleave::tile_bytes(info.ty, k);
     let rb = rows.len() / n.max(1);
     pool.for_chunks(&mut tiles, TILES * tb, |c, dst| {
@@ -180,23 +184,4 @@ fn interleaved(
     // neighbouring part that was already released.
     release(0..rows.len());
     Some(tiles)
-}
-
-/// Ask for transparent huge pages under `buf` before it is first written: a fresh large
-/// allocation is untouched zero pages, and 2 MiB pages make filling it at load cheaper (far
-/// fewer faults) and streaming it per token too (fewer TLB misses). Only a hint.
-fn prefer_huge_pages(buf: &mut [u8]) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let start = (buf.as_mut_ptr() as usize).next_multiple_of(HUGE);
-        let end = (buf.as_mut_ptr() as usize + buf.len()) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: the range lies inside `buf`, which we own; MADV_HUGEPAGE changes how
-            // pages are backed, never their contents.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = buf;
 }
