@@ -377,12 +377,14 @@ unsafe fn iq3s_signs_scales(p: *const u8) -> (__m256i, __m512i) {
     (signs, odd_quarters(_mm_unpacklo_epi8(s, s)))
 }
 
-/// A grid of four-byte entries as four byte planes: plane `b`'s byte `e` is byte `b` of entry
-/// `e`, so that `vpermi2b` looks up 64 entries' byte `b` at once from 128 of them.
+/// A table of `N` entries of `P` bytes as `P` byte planes, on a 64-byte boundary: plane `b`'s
+/// byte `e` is byte `b` of entry `e`, so that `vpermi2b` looks up 64 entries' byte `b` at once
+/// from 128 of them.
 #[repr(C, align(64))]
-struct Planes<const N: usize>([[u8; N]; 4]);
+struct Planes<const N: usize, const P: usize>([[u8; N]; P]);
 
-const fn planes<const N: usize>(grid: &[u32; N]) -> Planes<N> {
+/// A grid of four-byte entries as its byte planes.
+const fn planes<const N: usize>(grid: &[u32; N]) -> Planes<N, 4> {
     let mut p = [[0u8; N]; 4];
     let mut e = 0;
     while e < N {
@@ -396,8 +398,8 @@ const fn planes<const N: usize>(grid: &[u32; N]) -> Planes<N> {
     Planes(p)
 }
 
-static IQ3XXS_PLANES: Planes<256> = planes(&IQ3XXS_GRID);
-static IQ3S_PLANES: Planes<512> = planes(&IQ3S_GRID);
+static IQ3XXS_PLANES: Planes<256, 4> = planes(&IQ3XXS_GRID);
+static IQ3S_PLANES: Planes<512, 4> = planes(&IQ3S_GRID);
 
 /// Where [`permuted_entries`] puts the super-block's 64 indices before its lookups: position
 /// `16l + 4j + t` takes index `16j + 4l + t`, so that the byte and word unpacks after them,
@@ -419,7 +421,7 @@ const ENTRY_ORDER: [u8; 64] = {
 /// against 64 loads and inserts (or four gathers), which on AMD's Zen 4 cost about three cycles
 /// per entry. Needs `avx512vbmi` in the caller's target features.
 #[inline(always)]
-unsafe fn permuted_entries<const N: usize>(planes: &Planes<N>, idx: __m512i, high: u64) -> [__m512i; 4] {
+unsafe fn permuted_entries<const N: usize>(planes: &Planes<N, 4>, idx: __m512i, high: u64) -> [__m512i; 4] {
     let order = _mm512_loadu_si512(ENTRY_ORDER.as_ptr() as *const __m512i);
     let idx = _mm512_permutexvar_epi8(order, idx);
     let bit7 = _mm512_movepi8_mask(idx);
@@ -453,13 +455,9 @@ const IQ2_CODED: [u8; 3] = [IQ2_XXS, IQ2_XS, IQ2_S];
 /// The three magnitudes of the IQ2 grids' values, by their 2-bit level code.
 const IQ2_LEVELS: [u8; 3] = [0x08, 0x19, 0x2b];
 
-/// A grid of eight-value entries whose values are [`IQ2_LEVELS`], as the two byte planes of a
-/// 16-bit code per entry (value `i`'s level in bits `2i, 2i + 1`): plane `b`'s byte `e` is byte
-/// `b` of entry `e`'s code, so that `vpermi2b` looks up 64 entries' codes at once from 128.
-#[repr(C, align(64))]
-struct CodePlanes<const N: usize>([[u8; N]; 2]);
-
-const fn code_planes<const N: usize>(grid: &[u64; N]) -> CodePlanes<N> {
+/// A grid of eight-value entries whose values are [`IQ2_LEVELS`] as the two byte planes of a
+/// 16-bit code per entry, value `i`'s level in bits `2i, 2i + 1` ([`entry_codes`] looks them up).
+const fn code_planes<const N: usize>(grid: &[u64; N]) -> Planes<N, 2> {
     let mut p = [[0u8; N]; 2];
     let mut e = 0;
     while e < N {
@@ -480,37 +478,33 @@ const fn code_planes<const N: usize>(grid: &[u64; N]) -> CodePlanes<N> {
         p[1][e] = (code >> 8) as u8;
         e += 1;
     }
-    CodePlanes(p)
+    Planes(p)
 }
 
-static IQ2XXS_CODES: CodePlanes<256> = code_planes(&IQ2XXS_GRID);
-static IQ2XS_CODES: CodePlanes<512> = code_planes(&IQ2XS_GRID);
-static IQ2S_CODES: CodePlanes<1024> = code_planes(&IQ2S_GRID);
+static IQ2XXS_CODES: Planes<256, 2> = code_planes(&IQ2XXS_GRID);
+static IQ2XS_CODES: Planes<512, 2> = code_planes(&IQ2XS_GRID);
+static IQ2S_CODES: Planes<1024, 2> = code_planes(&IQ2S_GRID);
 
 /// Byte `x`: the magnitude of level `x & 3` (`vpermb` reads six bits of its index; level 3 does
 /// not occur).
-static LEVEL_BYTES: Aligned64 = {
+static LEVEL_BYTES: Planes<64, 1> = {
     let mut t = [0u8; 64];
     let mut x = 0;
     while x < 64 {
         t[x] = IQ2_LEVELS[if x & 3 == 3 { 2 } else { x & 3 }];
         x += 1;
     }
-    Aligned64(t)
+    Planes([t])
 };
 
-/// 64 bytes on a 64-byte boundary, for aligned vector loads.
-#[repr(C, align(64))]
-struct Aligned64([u8; 64]);
-
-/// The codes ([`CodePlanes`]) of up to 64 entries of a grid of 256, 512 or 1024, low and high
+/// The codes ([`code_planes`]) of up to 64 entries of a grid of 256, 512 or 1024, low and high
 /// byte: byte `n` of each for the index whose bits 0..8 are byte `n` of `low` and whose bits 8
 /// and 9 are bit `n` of `high[0]` and `high[1]`. Through AVX-512 VBMI's byte permutes: per plane
 /// and 256 entries two `vpermi2b` and a blend on the index's bit 7, then blends on its bits 8
 /// and 9, for all 64 entries at once; against a load and an insert per entry. Needs
 /// `avx512vbmi` in the caller's target features.
 #[inline(always)]
-unsafe fn entry_codes<const N: usize>(planes: &CodePlanes<N>, low: __m512i, high: [u64; 2]) -> [__m512i; 2] {
+unsafe fn entry_codes<const N: usize>(planes: &Planes<N, 2>, low: __m512i, high: [u64; 2]) -> [__m512i; 2] {
     let bit7 = _mm512_movepi8_mask(low);
     let mut code = [_mm512_setzero_si512(); 2];
     for (plane, c) in planes.0.iter().zip(&mut code) {
@@ -545,7 +539,7 @@ unsafe fn spread_codes(code: &[__m512i; 2], first: i64) -> __m512i {
     let codes = _mm512_permutex2var_epi8(code[0], lanes, code[1]);
     // Byte i of each 64-bit lane: the lane's bits 2i..2i + 8, value i's level in its low bits.
     let shifts = _mm512_set1_epi64(0x0e0c_0a08_0604_0200);
-    let levels = _mm512_load_si512(LEVEL_BYTES.0.as_ptr() as *const __m512i);
+    let levels = _mm512_load_si512(LEVEL_BYTES.0[0].as_ptr() as *const __m512i);
     _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(shifts, codes), levels)
 }
 
