@@ -465,13 +465,12 @@ const fn code_planes<const N: usize>(grid: &[u64; N]) -> Planes<N, 2> {
         let mut i = 0;
         while i < 8 {
             let v = (grid[e] >> (8 * i)) as u8;
-            let level = match v {
-                0x08 => 0,
-                0x19 => 1,
-                0x2b => 2,
-                _ => panic!("an IQ2 grid value outside its three levels"),
-            };
-            code |= level << (2 * i);
+            let mut level = 0;
+            while level < IQ2_LEVELS.len() && IQ2_LEVELS[level] != v {
+                level += 1;
+            }
+            assert!(level < IQ2_LEVELS.len(), "an IQ2 grid value outside its three levels");
+            code |= (level as u16) << (2 * i);
             i += 1;
         }
         p[0][e] = code as u8;
@@ -683,10 +682,7 @@ impl<const K: u8, const L: u8> Pairs for Grid<K, L> {
         let mut mags = [_mm512_setzero_si512(); 4];
         let (signs, odd) = match K {
             IQ2_XXS => {
-                // Group g: four index bytes at 2 + 8g, then its sign and scale word.
-                let q = _mm512_loadu_si512(p.add(2) as *const __m512i);
-                let even_lanes = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
-                let words = _mm512_castsi512_si256(_mm512_permutexvar_epi32(even_lanes, q));
+                let words = iq2_indices::<K>(p).low;
                 let idx = [
                     _mm512_cvtepu8_epi32(_mm256_castsi256_si128(words)),
                     _mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(words)),
