@@ -241,37 +241,56 @@ unsafe fn attend_block_avx2(
     attend_block_generic::<true>(q, k_cache, v_cache, p, sinks, b, scratch, out);
 }
 
-/// `dst[i] = src[i]` widened to f32 (exact either way): with `AVX2`, eight at a time with the
-/// conversion instruction, which `half`'s slice conversion reaches only through a run-time
-/// check per call, a cost that showed in decode profiles (one call per K and V row).
+/// `dst` (`[rows][width]`, `rows = dst.len() / width`) = rows of `src` widened to f32 (exact
+/// either way), row `j` starting at `src[first + j * stride]`: with `AVX2`, eight at a time with
+/// the conversion instruction, which `half`'s slice conversion reaches only through a run-time
+/// check per call. One call per task covers all its rows: a call per K and V row (of 64-128
+/// values) cost as much again as the conversion in decode profiles.
 #[inline(always)]
-fn widen<const AVX2: bool>(src: &[f16], dst: &mut [f32]) {
+fn widen_rows<const AVX2: bool>(src: &[f16], first: usize, stride: usize, width: usize, dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if AVX2 {
         // SAFETY: `AVX2` is set only by `attend_block_avx2`, which enables AVX2, F16C and FMA.
-        unsafe { widen_f16c(src, dst) };
+        unsafe { widen_rows_f16c(src, first, stride, width, dst) };
         return;
     }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return super::wasm::widen_f16(src, dst);
-    #[allow(unreachable_code)]
-    src.convert_to_f32_slice(dst);
+    for (j, d) in dst.chunks_exact_mut(width).enumerate() {
+        let row = &src[first + j * stride..first + j * stride + width];
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        super::wasm::widen_f16(row, d);
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+        row.convert_to_f32_slice(d);
+    }
 }
+
+/// Rows ahead that [`widen_rows_f16c`] prefetches. OLMoE-like synthetic model, 2 threads, AMD
+/// EPYC (Zen 4), decode after 512 tokens: 307 -> 335 tok/s (median of eight alternations, 6 of
+/// 8 faster); 4 and 8 rows measured alike, 16 less.
+#[cfg(target_arch = "x86_64")]
+const WIDEN_AHEAD: usize = 6;
 
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
+unsafe fn widen_rows_f16c(src: &[f16], first: usize, stride: usize, width: usize, dst: &mut [f32]) {
     use std::arch::x86_64::*;
-    let n = src.len().min(dst.len());
-    let mut i = 0;
-    while i + 8 <= n {
-        let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
-        _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
-        i += 8;
-    }
-    for (d, s) in dst[i..n].iter_mut().zip(&src[i..n]) {
-        *d = s.to_f32();
+    let full = width / 8 * 8;
+    for (j, d) in dst.chunks_exact_mut(width).enumerate() {
+        let row = &src[first + j * stride..first + j * stride + width];
+        // Row `j + WIDEN_AHEAD` on its way: rows lie a context position apart (4 KiB for
+        // OLMoE's 16 heads of 128), each on another small page, where the hardware's stream
+        // prefetchers stop. (A prefetch past the cache's end is a hint that never faults.)
+        let ahead = row.as_ptr().wrapping_add(WIDEN_AHEAD * stride) as *const i8;
+        for b in (0..2 * width).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(b));
+        }
+        let (sp, dp) = (row.as_ptr() as *const __m128i, d.as_mut_ptr());
+        for i in (0..full).step_by(8) {
+            _mm256_storeu_ps(dp.add(i), _mm256_cvtph_ps(_mm_loadu_si128(sp.add(i / 8))));
+        }
+        for (d, s) in d[full..].iter_mut().zip(&row[full..]) {
+            *d = s.to_f32();
+        }
     }
 }
 
@@ -303,11 +322,8 @@ fn attend_block_generic<const AVX2: bool>(
     let (vf, rest) = rest.split_at_mut(n * hdv);
     let (q16, rest) = rest.split_at_mut(2 * b.heads * hdk);
     let (scores, inv) = rest.split_at_mut(b.heads * n);
-    for (j, (kr, vr)) in kf.chunks_exact_mut(hdk).zip(vf.chunks_exact_mut(hdv)).enumerate() {
-        let (kb, vb) = ((lo + j) * k_dim + b.kvh * hdk, (lo + j) * v_row + b.kvh * v_head);
-        widen::<AVX2>(&k_cache[kb..kb + hdk], kr);
-        widen::<AVX2>(&v_cache[vb..vb + hdv], vr);
-    }
+    widen_rows::<AVX2>(k_cache, lo * k_dim + b.kvh * hdk, k_dim, hdk, kf);
+    widen_rows::<AVX2>(v_cache, lo * v_row + b.kvh * v_head, v_row, hdv, vf);
     let sinks = sinks.map(|s| &s[b.head0..b.head0 + b.heads]);
     block_rows::<AVX2>(q, p, sinks, b, lo, kf, vf, q16, scores, inv, out);
 }
