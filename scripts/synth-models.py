@@ -8,7 +8,8 @@ IQ3_XXS experts, Q4_K/Q6_K attention: see RECIPES).
 
 FAMILY: qwen3moe (2048 hidden, 64 experts of 768, 8 used), deepseek2 (deepseek-V2-lite-like
 MLA, with V3's low-rank q (768): kv_lora 512, rope 64, 64 experts of 1408, 6 used, 2 shared, one leading dense block),
-gpt-oss (2880 hidden, 32 experts of 2880, 4 used, sinks, MXFP4 experts via llama-quantize's
+olmoe (OLMoE-1B-7B-like: 2048 hidden, 16 heads of 128 with q/k norms over the whole
+projection, 64 experts of 1024, 8 used), gpt-oss (2880 hidden, 32 experts of 2880, 4 used, sinks, MXFP4 experts via llama-quantize's
 MXFP4_MOE), qwen35 (Qwen3.5-0.8B-like gated-delta-net hybrid: 1024 hidden, 16 delta heads of
 128, full attention every 4th layer with 8 heads of 256, partial M-RoPE), qwen35moe
 (Qwen3.5-35B-A3B-like: 2048 hidden, 32 delta value heads of 128, 16 attention heads of 256,
@@ -40,6 +41,9 @@ CONFIGS = {
     "deepseek2": dict(
         n_embd=2048, n_head=16, q_lora=768, kv_lora=512, nope=128, rope=64, v_head=128, n_expert=64,
         n_used=6, n_ff_exp=1408, n_shared=2, n_ff=10944, n_dense=1,
+    ),
+    "olmoe": dict(
+        n_embd=2048, n_head=16, n_head_kv=16, head_dim=128, n_expert=64, n_used=8, n_ff_exp=1024
     ),
     "gpt-oss": dict(
         n_embd=2880, n_head=64, n_head_kv=8, head_dim=64, n_expert=32, n_used=4, n_ff_exp=2880
@@ -223,6 +227,9 @@ def write(family, layers, path):
             if family == "qwen3moe":
                 ones(b + "attn_q_norm.weight", hd)
                 ones(b + "attn_k_norm.weight", hd)
+            elif family == "olmoe":
+                ones(b + "attn_q_norm.weight", nh * hd)
+                ones(b + "attn_k_norm.weight", nkv * hd)
             else:
                 for n, d in [("attn_q.bias", nh * hd), ("attn_k.bias", nkv * hd), ("attn_v.bias", nkv * hd), ("attn_output.bias", e)]:
                     t(b + n, [d], 0.1, f32=True)
@@ -268,7 +275,10 @@ def write(family, layers, path):
         w.add_head_count_kv(c["n_head_kv"])
         w.add_key_length(c["head_dim"])
         w.add_value_length(c["head_dim"])
-        w.add_rope_freq_base(1e6 if family == "qwen3moe" else 1.5e5)
+        w.add_rope_freq_base({"qwen3moe": 1e6, "olmoe": 1e4}.get(family, 1.5e5))
+    if family == "olmoe":
+        # As llama.cpp's converter writes OLMoE: the expert width as the feed-forward length.
+        w.add_feed_forward_length(c["n_ff_exp"])
     if family == "gpt-oss":
         w.add_uint32("gpt-oss.attention.sliding_window", 128)
         w.add_uint32("gpt-oss.rope.dimension_count", c["head_dim"])
