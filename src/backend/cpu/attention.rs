@@ -22,6 +22,8 @@
 use std::cell::RefCell;
 
 use half::f16;
+// The portable widening's conversion (the SIMD128 build has its own) and the tests'.
+#[cfg(any(test, not(all(target_arch = "wasm32", target_feature = "simd128"))))]
 use half::slice::HalfFloatSliceExt;
 
 use crate::backend::attn::AttnParams;
