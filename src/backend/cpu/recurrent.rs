@@ -141,10 +141,10 @@ mod simd {
         for ((block, vb), ob) in (&mut rows).zip(&mut vs).zip(&mut outs) {
             // The block [`BLOCKS_AHEAD`] on its way (a hint: past the state's end it never
             // faults).
-            let ahead = (block.as_ptr() as *const i8).wrapping_add(BLOCKS_AHEAD * span);
-            for b in (0..span).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(b));
-            }
+            crate::backend::cpu::simd::prefetch_lines(
+                (block.as_ptr() as *const u8).wrapping_add(BLOCKS_AHEAD * span),
+                span,
+            );
             rows_of::<ROWS>(block, q, k, vb, decay, beta, ob);
         }
         let rest = rows.into_remainder();

@@ -506,10 +506,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
         let p = tile.add(b * R * block_bytes(K));
         if prefetch {
             // As in `dot_legacy`: the weights stream from memory once per decode step.
-            let ahead = p.wrapping_add(PREFETCH_AHEAD);
-            for line in (0..R * block_bytes(K)).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
-            }
+            super::prefetch_lines(p.wrapping_add(PREFETCH_AHEAD), R * block_bytes(K));
         }
         let own;
         let s = if BUF {
