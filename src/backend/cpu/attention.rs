@@ -282,7 +282,10 @@ unsafe fn widen_rows_f16c(src: &[f16], first: usize, stride: usize, width: usize
         // Row `j + WIDEN_AHEAD` on its way: rows lie a context position apart (4 KiB for
         // OLMoE's 16 heads of 128), each on another small page, where the hardware's stream
         // prefetchers stop. (A prefetch past the cache's end is a hint that never faults.)
-        super::simd::prefetch_lines(row.as_ptr().wrapping_add(WIDEN_AHEAD * stride) as *const u8, 2 * width);
+        super::simd::prefetch_lines::<_MM_HINT_T0>(
+            row.as_ptr().wrapping_add(WIDEN_AHEAD * stride) as *const u8,
+            2 * width,
+        );
         let (sp, dp) = (row.as_ptr() as *const __m128i, d.as_mut_ptr());
         for i in (0..full).step_by(8) {
             _mm256_storeu_ps(dp.add(i), _mm256_cvtph_ps(_mm_loadu_si128(sp.add(i / 8))));

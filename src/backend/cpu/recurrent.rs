@@ -108,12 +108,17 @@ mod simd {
     /// one row alone waits on the adder's latency.
     const ROWS: usize = 4;
 
-    /// Row blocks ahead that [`delta_token`] prefetches. A head's state streams from memory once
-    /// per token (64 KiB for Qwen3.5's heads of 128 by 128, from the last-level cache or
-    /// memory: the weights' stream evicts it between tokens), over small pages, at each of
-    /// which the hardware's stream prefetchers stop. qwen35-24l decode, AMD EPYC (Zen 4), 2
-    /// threads: the delta-rule op's time 202 -> 158 ms over 99 steps (medians of four
-    /// alternations, 4 of 4); 8 blocks ahead measured in between.
+    /// Row blocks ahead that [`delta_token`] prefetches, into L2 (`_MM_HINT_T2`). A head's
+    /// state streams from memory once per token (64 KiB for Qwen3.5's heads of 128 by 128,
+    /// from the last-level cache or memory: the weights' stream evicts it between tokens), over
+    /// small pages, at each of which the hardware's stream prefetchers stop. qwen35-24l decode,
+    /// AMD EPYC (Zen 4), 2 threads: the delta-rule op's time 202 -> 158 ms over 99 steps with
+    /// prefetches into L1 (`_MM_HINT_T0`, medians of four alternations, 4 of 4; 8 blocks ahead
+    /// measured in between). Into L2, the op's time over 130 steps, medians of six alternations:
+    /// 198 ms (L1, 2 ahead), 128 (`_MM_HINT_T1`, 2 ahead), 127 (T1, 3), 126 (T2, 3) and 120 (T2,
+    /// 2): an L1 prefetch holds one of the core's few L1 miss buffers until its line arrives,
+    /// so fewer lines are in flight. (The weight kernels' streams measured the other way: see
+    /// `dot_legacy::prefetch_pays`.)
     const BLOCKS_AHEAD: usize = 2;
 
     /// [`crate::backend::recurrent::delta_token`] with each row's two passes in registers,
@@ -139,9 +144,9 @@ mod simd {
         let (mut vs, mut outs) = (v.chunks_exact(ROWS), out.chunks_exact_mut(ROWS));
         let span = ROWS * d_k * std::mem::size_of::<f32>();
         for ((block, vb), ob) in (&mut rows).zip(&mut vs).zip(&mut outs) {
-            // The block [`BLOCKS_AHEAD`] on its way (a hint: past the state's end it never
-            // faults).
-            crate::backend::cpu::simd::prefetch_lines(
+            // The block [`BLOCKS_AHEAD`] on its way into L2 (a hint: past the state's end it
+            // never faults).
+            crate::backend::cpu::simd::prefetch_lines::<_MM_HINT_T2>(
                 (block.as_ptr() as *const u8).wrapping_add(BLOCKS_AHEAD * span),
                 span,
             );

@@ -195,7 +195,7 @@ unsafe fn kernel<const K: u8, const RR: usize, const CC: usize>(
         for r in 0..RR {
             let p = w.add(r * rb + b * wb);
             // As in `dot_legacy`: fetch the same super-block of the next tile of rows.
-            super::lanes::prefetch_lines(w.wrapping_add((RR + r) * rb + b * wb), wb);
+            super::lanes::prefetch_lines::<_MM_HINT_T0>(w.wrapping_add((RR + r) * rb + b * wb), wb);
             let h = header::<K>(p);
             for c in 0..CC {
                 let y = a.add(c * act.row_bytes + b * ACT_BLOCK);

@@ -506,7 +506,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
         let p = tile.add(b * R * block_bytes(K));
         if prefetch {
             // As in `dot_legacy`: the weights stream from memory once per decode step.
-            super::lanes::prefetch_lines(p.wrapping_add(PREFETCH_AHEAD), R * block_bytes(K));
+            super::lanes::prefetch_lines::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD), R * block_bytes(K));
         }
         let own;
         let s = if BUF {

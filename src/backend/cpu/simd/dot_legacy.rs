@@ -264,7 +264,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
             // The weights stream from memory once per decode step: ask for the bytes
             // `PREFETCH_AHEAD` further on now, so that enough lines are in flight (a prefetch
             // past the end of the weights is dropped, never a fault).
-            super::lanes::prefetch_lines(p.wrapping_add(PREFETCH_AHEAD), R * block_bytes(K));
+            super::lanes::prefetch_lines::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD), R * block_bytes(K));
         }
         // Macros rather than closures: closures would not inherit the target features.
         macro_rules! grp {

@@ -21,17 +21,16 @@ pub(super) fn vendor_is(name: &[u8; 12]) -> bool {
     &v == name
 }
 
-/// Ask for the `bytes` bytes from `p` on, a prefetch per 64-byte line: the streams of the decode
+/// Ask for the `bytes` bytes from `p` on, a prefetch per 64-byte line, with `_mm_prefetch`'s
+/// `HINT` (`_MM_HINT_T0`: into L1; `_MM_HINT_T2`: into L2 only): the streams of the decode
 /// kernels (weights, K/V rows, recurrent state) whose next lines the hardware's prefetchers
 /// will not fetch in time. A hint: an address past the data's end is dropped, never a fault, so
 /// `p` may be formed with `wrapping_add` beyond it.
 #[inline(always)]
-pub(crate) fn prefetch_lines(p: *const u8, bytes: usize) {
+pub(crate) fn prefetch_lines<const HINT: i32>(p: *const u8, bytes: usize) {
     for line in (0..bytes).step_by(64) {
         // SAFETY: a prefetch reads nothing the program sees and never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(line) as *const i8)
-        };
+        unsafe { _mm_prefetch::<HINT>(p.wrapping_add(line) as *const i8) };
     }
 }
 
