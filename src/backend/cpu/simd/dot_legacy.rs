@@ -377,8 +377,10 @@ pub(super) const PREFETCH_AHEAD: usize = 4096;
 /// Q4_K_M 289 → 326 and 338 → 352 (7 of 8 pairs faster), deepseek2-2l 254 → 275 and 271 → 291
 /// (5 of 6), qwen35-24l even (49 → 51, 3 of 6); and the legacy tiles too: gpt-oss-2l's MXFP4
 /// experts 160 → 165 and 175 → 190 (4 of 6), qwen2.5-coder-0.5b 64 → 67 and 70 → 71 (3 of 6).
-/// Its own prefetchers keep up with these streams, and the prefetches take load slots. The
-/// Intel measurements above are with it.
+/// Its own prefetchers keep up with these streams, and the prefetches take load slots. Into L2
+/// instead of L1 (`_MM_HINT_T1`/`_MM_HINT_T2`, which the delta rule's state gains from: see
+/// `recurrent.rs`) is still slower than none there: qwen3moe-2l Q4_K_M, five alternations,
+/// median tok/s, none 484, T0 372, T1 431, T2 417. The Intel measurements above are with it.
 pub(super) fn prefetch_pays() -> bool {
     static PAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PAYS.get_or_init(|| match std::env::var("TINYLLM_CPU_PREFETCH").as_deref() {
