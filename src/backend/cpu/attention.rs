@@ -155,20 +155,38 @@ impl Plan {
         }
     }
 
+    /// Output values per row block: `out`'s rows of one block (`[rows_per_block][n_head][head_dim_v]`).
+    pub fn block_values(&self) -> usize {
+        self.rows_per_block * self.n_head_kv * self.group * self.head_dim_v
+    }
+
     /// Copy the task chunks of `scratch` (task `t`'s at `t * stride`, `stride >= chunk()`) to
     /// `out` (`[rows][n_head][head_dim_v]`).
     pub fn scatter(&self, scratch: &[f32], stride: usize, rows: usize, out: &mut [f32]) {
-        let hd = self.head_dim_v;
-        let q_dim = self.n_head_kv * self.group * hd;
-        for t in 0..self.tasks() {
+        for (b, o) in out[..rows * self.q_width()].chunks_mut(self.block_values()).enumerate() {
+            self.scatter_block(scratch, stride, rows, b, o);
+        }
+    }
+
+    /// [`Plan::scatter`] of row block `b` alone: `out` is that block's rows of the whole output
+    /// (`[rows in block b][n_head][head_dim_v]`), so blocks can be copied in parallel.
+    pub fn scatter_block(&self, scratch: &[f32], stride: usize, rows: usize, b: usize, out: &mut [f32]) {
+        let (hd, q_dim) = (self.head_dim_v, self.q_width());
+        let per_block = self.n_head_kv * self.n_sub;
+        for t in b * per_block..(b + 1) * per_block {
             let chunk = &scratch[t * stride..t * stride + self.chunk()];
-            let b = self.block(t, rows);
-            let width = b.heads * hd;
-            for r in 0..b.rows {
-                let dst = (b.row0 + r) * q_dim + b.head0 * hd;
+            let blk = self.block(t, rows);
+            let width = blk.heads * hd;
+            for r in 0..blk.rows {
+                let dst = r * q_dim + blk.head0 * hd;
                 out[dst..dst + width].copy_from_slice(&chunk[r * width..(r + 1) * width]);
             }
         }
+    }
+
+    /// Values of one output row: every query head's.
+    fn q_width(&self) -> usize {
+        self.n_head_kv * self.group * self.head_dim_v
     }
 }
 
@@ -1309,7 +1327,7 @@ pub(super) mod tests {
 
     /// All rows and heads of `p` through [`Plan`], each task's block through `run` (a build of
     /// an `attend_block`), in order (as the pool runs them, minus the threads), scattered into
-    /// place. The Q8_0 cache's tests share it.
+    /// place by row blocks. The Q8_0 cache's tests share it.
     pub(crate) fn blocked(p: &AttnParams, threads: usize, run: impl Fn(&Block, &mut [f32])) -> Vec<f32> {
         let plan = Plan::new(p, threads);
         let mut scratch = vec![0f32; plan.tasks() * plan.chunk()];
@@ -1317,7 +1335,11 @@ pub(super) mod tests {
             run(&plan.block(t, p.rows), c);
         }
         let mut out = vec![f32::NAN; p.rows * p.out_dim()];
-        plan.scatter(&scratch, plan.chunk(), p.rows, &mut out);
+        // Block by block, last first: the row blocks are independent (the pool copies a
+        // prefill's in parallel).
+        for (b, o) in out.chunks_mut(plan.block_values()).enumerate().rev() {
+            plan.scatter_block(&scratch, plan.chunk(), p.rows, b, o);
+        }
         out
     }
 
