@@ -515,6 +515,10 @@ trait VColumns {
     /// `out[..WIDTH] += Σ_j probs[j] · v[j][..WIDTH]` in key order (`v`: the block's first V
     /// row, rows `hdv` apart), zero probabilities skipped, the sums in registers.
     unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32);
+    /// [`VColumns::cols`] for two heads at once (`probs[h]` and `out[h]`, `h` in 0..2): each
+    /// V load feeds both heads' sums, and a head's zero probabilities are still skipped, so
+    /// each sum is the one head's.
+    unsafe fn cols2(probs: [&[f32]; 2], v: *const f32, hdv: usize, out: [*mut f32; 2]);
 }
 
 /// A register of f32 lanes, 256 or 512 bits: the x86 attention kernels are written once over
@@ -609,6 +613,45 @@ impl<V: F32Reg, const REGS: usize> VColumns for Cols<V, REGS> {
             a.store(out.add(V::LANES * i));
         }
     }
+
+    #[inline(always)]
+    unsafe fn cols2(probs: [&[f32]; 2], v: *const f32, hdv: usize, out: [*mut f32; 2]) {
+        let (mut a, mut b) = ([V::zero(); REGS], [V::zero(); REGS]);
+        for i in 0..REGS {
+            a[i] = V::load(out[0].add(V::LANES * i));
+            b[i] = V::load(out[1].add(V::LANES * i));
+        }
+        for (j, (&pa, &pb)) in probs[0].iter().zip(probs[1]).enumerate() {
+            let vj = v.add(j * hdv);
+            match (pa != 0.0, pb != 0.0) {
+                (true, true) => {
+                    let (sa, sb) = (V::splat(pa), V::splat(pb));
+                    for i in 0..REGS {
+                        let x = V::load(vj.add(V::LANES * i));
+                        a[i] = V::fma(sa, x, a[i]);
+                        b[i] = V::fma(sb, x, b[i]);
+                    }
+                }
+                (true, false) => {
+                    let sa = V::splat(pa);
+                    for (i, a) in a.iter_mut().enumerate() {
+                        *a = V::fma(sa, V::load(vj.add(V::LANES * i)), *a);
+                    }
+                }
+                (false, true) => {
+                    let sb = V::splat(pb);
+                    for (i, b) in b.iter_mut().enumerate() {
+                        *b = V::fma(sb, V::load(vj.add(V::LANES * i)), *b);
+                    }
+                }
+                (false, false) => {}
+            }
+        }
+        for i in 0..REGS {
+            a[i].store(out[0].add(V::LANES * i));
+            b[i].store(out[1].add(V::LANES * i));
+        }
+    }
 }
 
 /// The x86 V kernels' loops: [`weigh_heads`]' sums, `C::WIDTH` output values of a head at a
@@ -620,21 +663,43 @@ impl<V: F32Reg, const REGS: usize> VColumns for Cols<V, REGS> {
 /// Inlined into a function with the target features `C`'s intrinsics need.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn weigh_blocks<C: VColumns>(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+unsafe fn weigh_blocks<C: VColumns, P: VColumns>(
+    scores: &[f32],
+    n: usize,
+    m: usize,
+    vrows: &[f32],
+    hdv: usize,
+    o: &mut [f32],
+) {
     // One head of 64 keeps its sums in registers over every key.
     let block = if hdv == 64 { m.max(1) } else { KEY_BLOCK };
     o.fill(0.0);
+    let heads = o.len() / hdv;
+    let out = o.as_mut_ptr();
     for j0 in (0..m).step_by(block) {
         let kb = block.min(m - j0);
         let v = vrows.as_ptr().add(j0 * hdv);
-        for (g, og) in o.chunks_exact_mut(hdv).enumerate() {
-            let probs = &scores[g * n + j0..g * n + j0 + kb];
-            if probs.iter().all(|&p| p == 0.0) {
+        let probs = |g: usize| &scores[g * n + j0..g * n + j0 + kb];
+        let live = |g: usize| probs(g).iter().any(|&p| p != 0.0);
+        // Heads in pairs (an odd last one alone); a pair with one head's block all zero goes
+        // as that one head.
+        let mut g = 0;
+        while g < heads {
+            let pair = g + 1 < heads && live(g) && live(g + 1);
+            if pair {
+                for c0 in (0..hdv).step_by(P::WIDTH) {
+                    let og = [out.add(g * hdv + c0), out.add((g + 1) * hdv + c0)];
+                    P::cols2([probs(g), probs(g + 1)], v.add(c0), hdv, og);
+                }
+                g += 2;
                 continue;
             }
-            for c0 in (0..hdv).step_by(C::WIDTH) {
-                C::cols(probs, v.add(c0), hdv, og.as_mut_ptr().add(c0));
+            if live(g) {
+                for c0 in (0..hdv).step_by(C::WIDTH) {
+                    C::cols(probs(g), v.add(c0), hdv, out.add(g * hdv + c0));
+                }
             }
+            g += 1;
         }
     }
 }
@@ -651,10 +716,11 @@ unsafe fn weigh_blocks<C: VColumns>(scores: &[f32], n: usize, m: usize, vrows: &
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn weigh_heads_avx2(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+    use std::arch::x86_64::__m256;
     if hdv.is_multiple_of(64) {
-        weigh_blocks::<Cols<std::arch::x86_64::__m256, 8>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<__m256, 8>, Cols<__m256, 4>>(scores, n, m, vrows, hdv, o);
     } else {
-        weigh_blocks::<Cols<std::arch::x86_64::__m256, 4>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<__m256, 4>, Cols<__m256, 4>>(scores, n, m, vrows, hdv, o);
     }
 }
 
@@ -674,12 +740,13 @@ fn avx512_build() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn weigh_heads_avx512(scores: &[f32], n: usize, m: usize, vrows: &[f32], hdv: usize, o: &mut [f32]) {
+    use std::arch::x86_64::__m512;
     if hdv.is_multiple_of(128) {
-        weigh_blocks::<Cols<std::arch::x86_64::__m512, 8>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<__m512, 8>, Cols<__m512, 8>>(scores, n, m, vrows, hdv, o);
     } else if hdv.is_multiple_of(64) {
-        weigh_blocks::<Cols<std::arch::x86_64::__m512, 4>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<__m512, 4>, Cols<__m512, 4>>(scores, n, m, vrows, hdv, o);
     } else {
-        weigh_blocks::<Cols<std::arch::x86_64::__m512, 2>>(scores, n, m, vrows, hdv, o);
+        weigh_blocks::<Cols<__m512, 2>, Cols<__m512, 2>>(scores, n, m, vrows, hdv, o);
     }
 }
 
