@@ -1162,6 +1162,14 @@ mod tests {
                 KvData::Q8_0(b) => bytemuck::cast_slice::<_, u8>(b).to_vec(),
             };
             assert_eq!(bytes(&all), bytes(&one), "{ty}");
+            // And the F16 rows are each value rounded on its own.
+            if let KvData::F16(v) = &all.0 {
+                let want: Vec<half::f16> = src.as_slice()[row0 * width..]
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x))
+                    .collect();
+                assert_eq!(&v[pos0 as usize * width..(pos0 as usize + rows) * width], &want[..]);
+            }
         }
     }
 
