@@ -157,7 +157,7 @@ impl Plan {
 
     /// Output values per row block: `out`'s rows of one block (`[rows_per_block][n_head][head_dim_v]`).
     pub fn block_values(&self) -> usize {
-        self.rows_per_block * self.n_head_kv * self.group * self.head_dim_v
+        self.rows_per_block * self.q_width()
     }
 
     /// Copy the task chunks of `scratch` (task `t`'s at `t * stride`, `stride >= chunk()`) to
@@ -596,31 +596,18 @@ impl<V: F32Reg, const REGS: usize> VColumns for Cols<V, REGS> {
     // intrinsics take.
     #[inline(always)]
     unsafe fn cols(probs: &[f32], v: *const f32, hdv: usize, out: *mut f32) {
-        let mut acc = [V::zero(); REGS];
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = V::load(out.add(V::LANES * i));
-        }
+        let mut acc = Self::load(out);
         for (j, &pj) in probs.iter().enumerate() {
-            if pj == 0.0 {
-                continue;
-            }
-            let (pv, vj) = (V::splat(pj), v.add(j * hdv));
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = V::fma(pv, V::load(vj.add(V::LANES * i)), *a);
+            if pj != 0.0 {
+                Self::add_key(&mut acc, pj, v.add(j * hdv));
             }
         }
-        for (i, a) in acc.iter().enumerate() {
-            a.store(out.add(V::LANES * i));
-        }
+        Self::store(&acc, out);
     }
 
     #[inline(always)]
     unsafe fn cols2(probs: [&[f32]; 2], v: *const f32, hdv: usize, out: [*mut f32; 2]) {
-        let (mut a, mut b) = ([V::zero(); REGS], [V::zero(); REGS]);
-        for i in 0..REGS {
-            a[i] = V::load(out[0].add(V::LANES * i));
-            b[i] = V::load(out[1].add(V::LANES * i));
-        }
+        let (mut a, mut b) = (Self::load(out[0]), Self::load(out[1]));
         for (j, (&pa, &pb)) in probs[0].iter().zip(probs[1]).enumerate() {
             let vj = v.add(j * hdv);
             match (pa != 0.0, pb != 0.0) {
@@ -632,24 +619,38 @@ impl<V: F32Reg, const REGS: usize> VColumns for Cols<V, REGS> {
                         b[i] = V::fma(sb, x, b[i]);
                     }
                 }
-                (true, false) => {
-                    let sa = V::splat(pa);
-                    for (i, a) in a.iter_mut().enumerate() {
-                        *a = V::fma(sa, V::load(vj.add(V::LANES * i)), *a);
-                    }
-                }
-                (false, true) => {
-                    let sb = V::splat(pb);
-                    for (i, b) in b.iter_mut().enumerate() {
-                        *b = V::fma(sb, V::load(vj.add(V::LANES * i)), *b);
-                    }
-                }
+                (true, false) => Self::add_key(&mut a, pa, vj),
+                (false, true) => Self::add_key(&mut b, pb, vj),
                 (false, false) => {}
             }
         }
-        for i in 0..REGS {
-            a[i].store(out[0].add(V::LANES * i));
-            b[i].store(out[1].add(V::LANES * i));
+        Self::store(&a, out[0]);
+        Self::store(&b, out[1]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<V: F32Reg, const REGS: usize> Cols<V, REGS> {
+    /// The `REGS` registers of sums at `out`.
+    #[inline(always)]
+    unsafe fn load(out: *const f32) -> [V; REGS] {
+        std::array::from_fn(|i| V::load(out.add(V::LANES * i)))
+    }
+
+    /// The sums `acc` back to `out`.
+    #[inline(always)]
+    unsafe fn store(acc: &[V; REGS], out: *mut f32) {
+        for (i, a) in acc.iter().enumerate() {
+            a.store(out.add(V::LANES * i));
+        }
+    }
+
+    /// `acc += p · v` for the `REGS` lane groups of the V row at `v`.
+    #[inline(always)]
+    unsafe fn add_key(acc: &mut [V; REGS], p: f32, v: *const f32) {
+        let pv = V::splat(p);
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a = V::fma(pv, V::load(v.add(V::LANES * i)), *a);
         }
     }
 }
@@ -680,26 +681,29 @@ unsafe fn weigh_blocks<C: VColumns, P: VColumns>(
         let kb = block.min(m - j0);
         let v = vrows.as_ptr().add(j0 * hdv);
         let probs = |g: usize| &scores[g * n + j0..g * n + j0 + kb];
-        let live = |g: usize| probs(g).iter().any(|&p| p != 0.0);
+        // Whether head `g` has a nonzero probability in the block (past the last head: no).
+        let live = |g: usize| g < heads && probs(g).iter().any(|&p| p != 0.0);
         // Heads in pairs (an odd last one alone); a pair with one head's block all zero goes
-        // as that one head.
-        let mut g = 0;
+        // as that one head. Each head's block is scanned once.
+        let (mut g, mut here) = (0, live(0));
         while g < heads {
-            let pair = g + 1 < heads && live(g) && live(g + 1);
-            if pair {
+            let next = live(g + 1);
+            if here && next {
                 for c0 in (0..hdv).step_by(P::WIDTH) {
                     let og = [out.add(g * hdv + c0), out.add((g + 1) * hdv + c0)];
                     P::cols2([probs(g), probs(g + 1)], v.add(c0), hdv, og);
                 }
                 g += 2;
+                here = live(g);
                 continue;
             }
-            if live(g) {
+            if here {
                 for c0 in (0..hdv).step_by(C::WIDTH) {
                     C::cols(probs(g), v.add(c0), hdv, out.add(g * hdv + c0));
                 }
             }
             g += 1;
+            here = next;
         }
     }
 }

@@ -74,10 +74,10 @@ const GATE_MIN_CHUNK: usize = 1 << 10;
 #[cfg(not(target_arch = "wasm32"))]
 const GATE_MIN_CHUNK: usize = ELEMENTWISE_CHUNK;
 
-/// Values per task of a norm over groups of `g`: whole groups, about [`ELEMENTWISE_CHUNK`] of
-/// them, so that a decode batch's few rows are normed in place rather than dispatched (waking
-/// the pool cost more than the work).
-fn norm_task_values(g: usize) -> usize {
+/// Values per task of an op over rows (or groups) of `g`: whole rows, about
+/// [`ELEMENTWISE_CHUNK`] values, so that a decode batch's few rows are normed, stored or copied
+/// in place rather than dispatched (waking the pool cost more than the work).
+fn row_task_values(g: usize) -> usize {
     let g = g.max(1);
     g * (ELEMENTWISE_CHUNK / g).max(1)
 }
@@ -361,7 +361,7 @@ impl Backend for CpuBackend {
         let g = wv.len();
         checks::norm(Some(x.0.len()), out.0.len(), groups, g)?;
         let x = &x.0[..groups * g];
-        let per_task = norm_task_values(g);
+        let per_task = row_task_values(g);
         self.pool.for_chunks(&mut out.0[..groups * g], per_task, |i, o| {
             let x = &x[i * per_task..i * per_task + o.len()];
             for (x, o) in x.chunks_exact(g).zip(o.chunks_exact_mut(g)) {
@@ -376,7 +376,7 @@ impl Backend for CpuBackend {
         let g = wv.len();
         checks::norm(None, x.0.len(), groups, g)?;
         self.pool
-            .for_chunks(&mut x.0[..groups * g], norm_task_values(g), |_, c| {
+            .for_chunks(&mut x.0[..groups * g], row_task_values(g), |_, c| {
                 c.chunks_exact_mut(g).for_each(|c| ops::rmsnorm_inplace(c, wv, eps));
             });
         Ok(())
@@ -420,9 +420,9 @@ impl Backend for CpuBackend {
         // A prefill's positions follow each other: its rows are one span of the cache, stored
         // by rows in parallel (about [`ELEMENTWISE_CHUNK`] values per task).
         let consecutive = positions.windows(2).all(|p| p[1].checked_sub(p[0]) == Some(1));
-        if let (true, Some(&p0)) = (consecutive && rows > 1, positions.first()) {
+        if let Some(&p0) = positions.first().filter(|_| consecutive) {
             let span = p0 as usize * width..(p0 as usize + rows) * width;
-            let per_task = width * (ELEMENTWISE_CHUNK / width.max(1)).max(1);
+            let per_task = row_task_values(width);
             match &mut cache.0 {
                 KvData::F16(c) => self.pool.for_chunks(&mut c[span], per_task, |t, d| {
                     d.convert_from_f32_slice(&src[t * per_task..t * per_task + d.len()]);
@@ -896,7 +896,7 @@ impl Backend for CpuBackend {
         let g = wv.len();
         check_gated_norm(groups, g, x.0.len(), z.0.len())?;
         let z = &z.0[..groups * g];
-        let per_task = norm_task_values(g);
+        let per_task = row_task_values(g);
         self.pool.for_chunks(&mut x.0[..groups * g], per_task, |i, xs| {
             let zs = &z[i * per_task..i * per_task + xs.len()];
             // gate: [g] silu(z) of one group.
@@ -917,7 +917,7 @@ impl Backend for CpuBackend {
     fn copy_strided(&self, src: &CpuBuffer, dst: &mut CpuBuffer, c: &Strided) -> Result<(), BackendError> {
         c.check(src.0.len(), dst.0.len())?;
         let (w, ds) = (c.width, c.dst_stride);
-        let per_task = (ELEMENTWISE_CHUNK / w.max(1)).max(1);
+        let per_task = row_task_values(w) / w.max(1);
         if w == 0 || ds < w || c.count <= per_task {
             for i in 0..c.count {
                 let (s, d) = (c.src_off + i * c.src_stride, c.dst_off + i * c.dst_stride);
@@ -947,13 +947,7 @@ impl Backend for CpuBackend {
         dst: &mut CpuBuffer,
     ) -> Result<(), BackendError> {
         checks::rows("copy_rows", src.0.len(), dst.0.len(), row0, rows, width)?;
-        let src = &src.0[row0 * width..(row0 + rows) * width];
-        // A recurrent checkpoint is a copy of 1 MB per layer (qwen35): by parts in parallel.
-        self.pool
-            .for_chunks(&mut dst.0[..rows * width], ELEMENTWISE_CHUNK, |t, d| {
-                let at = t * ELEMENTWISE_CHUNK;
-                d.copy_from_slice(&src[at..at + d.len()]);
-            });
+        self.copy_parts(&src.0[row0 * width..(row0 + rows) * width], &mut dst.0[..rows * width]);
         Ok(())
     }
 
@@ -966,7 +960,7 @@ impl Backend for CpuBackend {
         row0: usize,
     ) -> Result<(), BackendError> {
         checks::rows("paste_rows", src.0.len(), dst.0.len(), row0, rows, width)?;
-        dst.0[row0 * width..(row0 + rows) * width].copy_from_slice(&src.0[..rows * width]);
+        self.copy_parts(&src.0[..rows * width], &mut dst.0[row0 * width..(row0 + rows) * width]);
         Ok(())
     }
 
@@ -998,6 +992,16 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
+    /// `dst = src` (equal lengths) by parts of [`ELEMENTWISE_CHUNK`] values in parallel: a
+    /// recurrent checkpoint is a copy of 1 MB per layer (qwen35); a copy of one part stays on
+    /// this thread.
+    fn copy_parts(&self, src: &[f32], dst: &mut [f32]) {
+        self.pool.for_chunks(dst, ELEMENTWISE_CHUNK, |t, d| {
+            let at = t * ELEMENTWISE_CHUNK;
+            d.copy_from_slice(&src[at..at + d.len()]);
+        });
+    }
+
     /// `kernels.prepare` of the rows of `x` (`k` values each): a batch of at least
     /// [`PREPARE_SPLIT_ROWS`] rows per worker in one piece per worker, prepared in parallel and
     /// joined ([`tile::Activations::concat`]), the same activations as one call without one
