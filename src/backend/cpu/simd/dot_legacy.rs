@@ -92,7 +92,7 @@ const fn off_qs(kind: u8) -> usize {
 }
 
 /// 16 bytes of nibbles as 32 values: low nibbles are values 0..16, high nibbles 16..32 (the
-/// file layout, for IQ4_XS in `dot_kquant`).
+/// file layout, for IQ4_XS in `dot_iq4xs`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {

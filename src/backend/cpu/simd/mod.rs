@@ -22,7 +22,8 @@
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
 //! against Q8_0), `dot_ktile.rs` (interleaved Q2_K/Q3_K/Q4_K/Q6_K/TQ2_0 against Q8_K), `dot_kquant.rs`
-//! (Q5_K, IQ4_XS against Q8_K), `dot_ternary.rs` (TQ1_0 rows against Q8_K),
+//! (Q5_K against Q8_K), `dot_iq4xs.rs` (IQ4_XS rows against Q8_K), `dot_ternary.rs` (TQ1_0 rows
+//! against Q8_K),
 //! `dot_iquant.rs` (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S rows against Q8_K), `dot_iq1.rs`
 //! (IQ1_S, IQ1_M rows against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs`
 //! (F32/F16/BF16 rows).
@@ -158,6 +159,7 @@ macro_rules! interleaved_driver {
 pub(super) mod activation;
 mod dot_float;
 mod dot_iq1;
+mod dot_iq4xs;
 mod dot_iquant;
 mod dot_kquant;
 mod dot_ktile;
@@ -256,13 +258,14 @@ pub unsafe fn tile(
     if let Some(run) = dot_iquant::kernel(ty, dot_iquant::Lookup::of_this_cpu())
         .or_else(|| dot_iq1::kernel(ty))
         .or_else(|| dot_ternary::kernel(ty))
+        .or_else(|| dot_iq4xs::kernel(ty))
     {
         run(k, weights, act, out, isa);
         return true;
     }
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
-        GgmlType::Q5_K | GgmlType::IQ4_XS => dot_kquant::tile(ty, k, weights, act, out),
+        GgmlType::Q5_K => dot_kquant::tile(ty, k, weights, act, out),
         GgmlType::Q1_0 => {
             dot_sign::tile(k, weights, act, out);
             true

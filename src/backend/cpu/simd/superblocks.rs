@@ -494,8 +494,9 @@ unsafe fn unpack_tile<F: SuperBlocks, const SIGNED: bool>(
     }
     if !SIGNED {
         for j in 0..8 {
-            // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16.
-            x.pair[j][h] = _mm256_or_si256(sc[2 * j], _mm256_slli_epi32::<16>(sc[2 * j + 1]));
+            // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16 (IQ4_XS's may be
+            // negative, so the low half is blended in, not or-ed over sign bits).
+            x.pair[j][h] = _mm256_blend_epi16::<0b1010_1010>(sc[2 * j], _mm256_slli_epi32::<16>(sc[2 * j + 1]));
         }
     }
     x.d[h] = _mm256_loadu_ps(d.as_ptr());

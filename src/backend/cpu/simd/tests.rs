@@ -495,14 +495,14 @@ fn swiglu_matches_the_scalar_gate() {
     assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN in silu: {g:?}");
 }
 
-/// The row formats (IQ1-IQ3, TQ1_0) take three paths by batch size (groups met as unpacked, a
+/// The row formats (IQ1-IQ3, TQ1_0, IQ4_XS) take three paths by batch size (groups met as unpacked, a
 /// buffered super-block, and with VNNI tiles unpacked eight rows at a time): every output of a
 /// batch must have the bits it has alone, on every kernel set.
 #[test]
 fn row_formats_give_every_path_the_same_bits() {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     use GgmlType::*;
-    for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0] {
+    for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, IQ4_XS] {
         let (k, nw) = (512, 11);
         let w = weights(&mut rng, ty, k, nw);
         let x = activations(&mut rng, k * 70);
