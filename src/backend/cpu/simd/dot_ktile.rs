@@ -1,4 +1,5 @@
-//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files), Q2_K, Q3_K (the experts of
+//! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files), Q5_K (Q4_K with a fifth bit
+//! per value, of the Q5_K_M files and the attention of MoE quantizations), Q2_K, Q3_K (the experts of
 //! the 2- and 3-bit "dynamic" MoE quantizations) and TQ2_0 (ternary, Q2_K's bit layout with one
 //! scale per super-block) against Q8_K activations, on weights interleaved at load
 //! ([`super::super::interleave`]: eight rows per tile).
@@ -9,8 +10,8 @@
 //! once per tile block, eight rows per vector op) in `madd`. So each lane ends a super-block
 //! with its row's exact integer sums, with no sum across lanes: ggml's `Σ sc·Σq·q8` (less
 //! `32·Σ sc·bsum` for Q6_K, whose values are `q - 32`, `4·Σ sc·bsum` for Q3_K, whose values
-//! are its 3-bit codes less 4, and `Σ bsum` for TQ2_0, whose are its codes less 1) and for Q4_K and Q2_K `Σ m·bsum` for the minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
-//! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K and Q2_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
+//! are its 3-bit codes less 4, and `Σ bsum` for TQ2_0, whose are its codes less 1) and for Q4_K, Q5_K and Q2_K `Σ m·bsum` for the minimums. From there the f32 arithmetic is ggml's `vec_dot_q*_K_q8_K`:
+//! `acc = fma(isum, d_w·d_a, acc)`, then for Q4_K, Q5_K and Q2_K `acc = fnmadd(msum, dmin_w·d_a, acc)`.
 //!
 //! With VNNI ([`super::lanes::Isa`]), `vpdpbusd` sums a sub-block's products per row straight into i32
 //! lanes, which then meet the sub-block scales (as i32) in `mullo`: the same integer sums. Q6_K
@@ -36,6 +37,7 @@ const Q6_K: u8 = 1;
 const Q2_K: u8 = 2;
 const Q3_K: u8 = 3;
 const TQ2_0: u8 = 4;
+const Q5_K: u8 = 5;
 
 use super::q8::{Q8K_BLOCK as ACT_BLOCK, Q8K_BSUMS as ACT_BSUMS, Q8K_VALUES as ACT_VALUES};
 
@@ -48,6 +50,7 @@ const fn vnni(kind: u8, v: u8, buf: bool) -> bool {
 const fn block_bytes(kind: u8) -> usize {
     match kind {
         Q4_K => 144,
+        Q5_K => 176,
         Q6_K => 210,
         Q3_K => 110,
         TQ2_0 => 66,
@@ -60,6 +63,9 @@ const fn block_bytes(kind: u8) -> usize {
 const Q4K_DMIN: usize = 2 * R;
 const Q4K_SCALES: usize = 4 * R;
 const Q4K_QS: usize = 16 * R;
+// Q5_K: Q4_K's `d`, `dmin` and scales at the same offsets, then `qh` (8 groups), `qs` (32 groups).
+const Q5K_QH: usize = 16 * R;
+const Q5K_QS: usize = 48 * R;
 // Q6_K: `d`, the 16 signed scales (4 groups), then `ql` (32 groups) and `qh` (16 groups) as
 // [`q6k_quads`] places them.
 const Q6K_SCALES: usize = 2 * R;
@@ -160,7 +166,7 @@ unsafe fn scales<const K: u8, const V: u8, const BUF: bool>(p: *const u8) -> Sca
         d: _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
         dmin: _mm256_setzero_ps(),
     };
-    if K == Q4_K {
+    if K == Q4_K || K == Q5_K {
         // Eight rows at once of `quant::kquant::scale_min_k4`: the first four scales and
         // minimums are the low 6 bits of bytes 0..4 / 4..8; the last four take 4 bits from
         // bytes 8..12 and their top 2 bits from the spare top bits of bytes 0..8.
@@ -304,6 +310,24 @@ unsafe fn q4k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
     ]
 }
 
+/// Q5_K value groups `16j + r` and `16j + 8 + r` as [`q4k_groups`] (`qs` further on), each
+/// value's fifth bit on top: bit `2j` of `qh` byte `l` is value `64j + l`'s, bit `2j + 1`
+/// value `64j + 32 + l`'s, and `qh` group `r` holds bytes `4r..4r + 4` of every row.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
+    let (low, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+    let v = load(p.add(Q5K_QS + 32 * (8 * j + r)));
+    // Shifts within 16-bit lanes, but each byte keeps only its own bit 0, then moves it to bit 4.
+    let qh = _mm256_srl_epi16(load(p.add(Q5K_QH + 32 * r)), _mm_cvtsi32_si128(2 * j as i32));
+    let fifth_lo = _mm256_slli_epi16::<4>(_mm256_and_si256(qh, one));
+    let fifth_hi = _mm256_slli_epi16::<3>(_mm256_and_si256(qh, _mm256_add_epi8(one, one)));
+    [
+        _mm256_or_si256(_mm256_and_si256(v, low), fifth_lo),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), low), fifth_hi),
+    ]
+}
+
 /// Q6_K value group `32n + 8q + l` (`n` < 2, `q` < 4, `l` < 8) of all eight rows of the tile
 /// block at `p`, unsigned (`q`, before its -32): value `128n + 32q + i` is the low (q < 2) or
 /// high nibble of `ql` byte `64n + 32(q % 2) + i` with bits `2q, 2q + 1` of `qh` byte `32n + i`
@@ -440,10 +464,14 @@ impl Unpacked {
 /// values `4g..4g + 4` of all eight rows (the order of [`Unpacked`]).
 #[inline(always)]
 unsafe fn block_groups<const K: u8>(p: *const u8, mut put: impl FnMut(usize, __m256i)) {
-    if K == Q4_K {
+    if K == Q4_K || K == Q5_K {
         for j in 0..4 {
             for r in 0..8 {
-                let [lo, hi] = q4k_groups(p, j, r);
+                let [lo, hi] = if K == Q4_K {
+                    q4k_groups(p, j, r)
+                } else {
+                    q5k_groups(p, j, r)
+                };
                 put(16 * j + r, lo);
                 put(16 * j + 8 + r, hi);
             }
@@ -537,17 +565,26 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
             };
         }
         let mut isum = [_mm256_setzero_si256(); CC];
-        if K == Q4_K {
-            // Values below 16: eight i16 pair sums stay below 8 · 2 · 15 · 128 < 2^15. Sub-block
-            // 2j + h is value groups 16j + 8h + r, r < 8.
+        if K == Q4_K || K == Q5_K {
+            // Without VNNI the i16 sums meet the scale every `flush` groups: Q4_K's values are
+            // below 16, so eight pair sums stay below 8 · 2 · 15 · 128 < 2^15; Q5_K's below 32,
+            // four (4 · 2 · 31 · 128 < 2^15). Sub-block 2j + h is value groups 16j + 8h + r, r < 8.
+            let flush = if K == Q5_K && !vnni(K, V, BUF) { 4 } else { 8 };
             for j in 0..4 {
                 for h in 0..2 {
+                    let sc = s.sc[2 * j + h];
                     let mut hs = [_mm256_setzero_si256(); CC];
                     // VNNI with one or two rows: odd groups in a second chain (see `dot_legacy`).
                     let mut odd = [_mm256_setzero_si256(); CC];
                     for r in 0..8 {
                         let g = 16 * j + 8 * h + r;
-                        let u = if BUF { buf!(g) } else { q4k_groups(p, j, r)[h] };
+                        let u = if BUF {
+                            buf!(g)
+                        } else if K == Q4_K {
+                            q4k_groups(p, j, r)[h]
+                        } else {
+                            q5k_groups(p, j, r)[h]
+                        };
                         for c in 0..CC {
                             if !vnni(K, V, BUF) {
                                 hs[c] = _mm256_add_epi16(hs[c], _mm256_maddubs_epi16(u, y!(c, g)));
@@ -557,20 +594,21 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                                 hs[c] = dpbusd::<V>(hs[c], u, y!(c, g));
                             }
                         }
-                    }
-                    if vnni(K, V, BUF) && CC <= 2 {
-                        for c in 0..CC {
-                            hs[c] = _mm256_add_epi32(hs[c], odd[c]);
+                        if (r + 1) % flush != 0 {
+                            continue;
                         }
-                    }
-                    for c in 0..CC {
-                        let sc = s.sc[2 * j + h];
-                        let prod = if vnni(K, V, BUF) {
-                            _mm256_mullo_epi32(hs[c], sc)
-                        } else {
-                            _mm256_madd_epi16(hs[c], sc)
-                        };
-                        isum[c] = _mm256_add_epi32(isum[c], prod);
+                        for c in 0..CC {
+                            let prod = if vnni(K, V, BUF) {
+                                if CC <= 2 {
+                                    hs[c] = _mm256_add_epi32(hs[c], odd[c]);
+                                }
+                                _mm256_mullo_epi32(hs[c], sc)
+                            } else {
+                                _mm256_madd_epi16(hs[c], sc)
+                            };
+                            isum[c] = _mm256_add_epi32(isum[c], prod);
+                            hs[c] = _mm256_setzero_si256();
+                        }
                     }
                 }
             }
@@ -681,7 +719,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
             let dy = _mm256_set1_ps(std::ptr::read_unaligned(y as *const f32));
             let bsums = y.add(ACT_BSUMS);
             let mut psum = _mm256_setzero_si256();
-            if K == Q4_K {
+            if K == Q4_K || K == Q5_K {
                 // The sums over each 32 values (|sum| <= 32 · 128 fits an i16), as i16 pairs
                 // per 32-bit lane: (0, 1), (2, 3) in lanes 0, 1 and (4, 5), (6, 7) in lanes 4, 5.
                 let s32 = _mm256_madd_epi16(load(bsums), ones);
@@ -704,7 +742,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                 }
             }
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(s.d, dy), acc[c]);
-            if K == Q4_K || K == Q2_K {
+            if K == Q4_K || K == Q5_K || K == Q2_K {
                 acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(psum), _mm256_mul_ps(s.dmin, dy), acc[c]);
             }
         }
@@ -719,8 +757,9 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
 /// `cargo bench --bench kernels` (4096², 2 threads, GB/s of weights, direct against buffered):
 /// Q4_K, whose unpacking is a mask or a shift, 16.5 / 13.2 at 8 rows, 8.5 / 8.5 at 16, 4.2 / 4.8
 /// at 32; Q6_K, which merges two bit fields per value, 17.0 / 17.7 at 8 rows and 4.7 / 6.3 at 32.
+/// Q5_K merges two fields too.
 const fn unpack_min_rows(kind: u8) -> usize {
-    if kind == Q6_K {
+    if kind == Q6_K || kind == Q5_K {
         8
     } else {
         16
@@ -750,7 +789,7 @@ unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Ac
             }
         }
         for_row_groups!(wide act.rows, |a0, CC| match K {
-            Q4_K => wide::dot::<8, 0, true, false, CC>(&blocks, act, w0, nr, a0, out),
+            Q4_K | Q5_K => wide::dot::<8, 0, true, false, CC>(&blocks, act, w0, nr, a0, out),
             Q2_K => wide::dot::<4, 0, true, false, CC>(&blocks, act, w0, nr, a0, out),
             Q6_K => wide::dot::<4, 5, false, false, CC>(&blocks, act, w0, nr, a0, out),
             Q3_K => wide::dot::<4, 2, false, false, CC>(&blocks, act, w0, nr, a0, out),
@@ -762,7 +801,7 @@ unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Ac
 }
 
 /// The factors of half `h` (rows `8h..8h + 8`) of `x` from those of a tile block, `s`. The
-/// sub-blocks and pairs are those [`wide_tiles`] names: Q4_K's eight sub-blocks of 32, its
+/// sub-blocks and pairs are those [`wide_tiles`] names: Q4_K's (and Q5_K's) eight sub-blocks of 32, its
 /// minimums paired with themselves to meet the 16-value sums (the 256-bit kernel pairs them
 /// with 32-value sums: the same integer); TQ2_0's one sub-block.
 #[inline(always)]
@@ -770,7 +809,7 @@ unsafe fn widen<const K: u8>(s: &Scales, h: usize, x: &mut WideBlock) {
     for (sc, &v) in x.sc.iter_mut().zip(&s.sc) {
         sc[h] = v;
     }
-    if K == Q4_K {
+    if K == Q4_K || K == Q5_K {
         for j in 0..4 {
             // (m_2j, m_2j+1) as i16 to (m_2j, m_2j) and (m_2j+1, m_2j+1).
             let p = s.pair[j];
@@ -801,6 +840,7 @@ interleaved_driver!();
 pub(super) fn kernel(ty: GgmlType, isa: super::lanes::Isa) -> Option<super::lanes::RunFn> {
     Some(match ty {
         GgmlType::Q4_K => entry::<Q4_K>(isa),
+        GgmlType::Q5_K => entry::<Q5_K>(isa),
         GgmlType::Q6_K => entry::<Q6_K>(isa),
         GgmlType::Q2_K => entry::<Q2_K>(isa),
         GgmlType::Q3_K => entry::<Q3_K>(isa),

@@ -21,9 +21,8 @@
 //! activation row. The other formats keep an 8-lane accumulator per output, summed at the end.
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
-//! against Q8_0), `dot_ktile.rs` (interleaved Q2_K/Q3_K/Q4_K/Q6_K/TQ2_0 against Q8_K), `dot_kquant.rs`
-//! (Q5_K against Q8_K), `dot_iq4xs.rs` (IQ4_XS rows against Q8_K), `dot_ternary.rs` (TQ1_0 rows
-//! against Q8_K),
+//! against Q8_0), `dot_ktile.rs` (interleaved Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/TQ2_0 against Q8_K),
+//! `dot_iq4xs.rs` (IQ4_XS rows against Q8_K), `dot_ternary.rs` (TQ1_0 rows against Q8_K),
 //! `dot_iquant.rs` (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S rows against Q8_K), `dot_iq1.rs`
 //! (IQ1_S, IQ1_M rows against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs`
 //! (F32/F16/BF16 rows).
@@ -161,7 +160,6 @@ mod dot_float;
 mod dot_iq1;
 mod dot_iq4xs;
 mod dot_iquant;
-mod dot_kquant;
 mod dot_ktile;
 mod dot_legacy;
 mod dot_sign;
@@ -191,7 +189,7 @@ pub fn supports(ty: GgmlType) -> bool {
 }
 
 /// Whether [`tile`] reads weights of type `ty` interleaved ([`super::interleave`]): the formats
-/// of the tile kernels. The others (floats, Q5_K, the IQ1-IQ3 formats, TQ1_0, IQ4_XS, Q1_0)
+/// of the tile kernels. The others (floats, the IQ1-IQ3 formats, TQ1_0, IQ4_XS, Q1_0)
 /// are read as file rows.
 pub fn interleaves(ty: GgmlType) -> bool {
     dot_ktile::kernel(ty, Isa::Avx2).is_some() || dot_legacy::kernel(ty, Isa::Avx2).is_some()
@@ -265,7 +263,6 @@ pub unsafe fn tile(
     }
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => dot_float::tile(ty, k, weights, act, out),
-        GgmlType::Q5_K => dot_kquant::tile(ty, k, weights, act, out),
         GgmlType::Q1_0 => {
             dot_sign::tile(k, weights, act, out);
             true

@@ -335,11 +335,11 @@ fn mismatched_lengths_give_nan_not_a_panic() {
     // Activations prepared for a Q8_0 type handed to a Q8_K type.
     let act = (fast.prepare)(GgmlType::Q4_0, &x, 256).unwrap();
     assert!(nan(GgmlType::Q4_K, Layout::Rows, &[0u8; 144], &act));
-    // The same on an interleaved K-quant tile; a K-quant without an interleaved layout given
-    // as interleaved; a short interleaved tile.
+    // The same on an interleaved K-quant tile; a 256-value format without an interleaved
+    // layout given as interleaved; a short interleaved tile.
     assert!(nan(GgmlType::Q4_K, Layout::Interleaved, &[0u8; 144 * 8], &act));
-    let act_k = (fast.prepare)(GgmlType::Q5_K, &x, 256).unwrap();
-    assert!(nan(GgmlType::Q5_K, Layout::Interleaved, &[0u8; 176 * 8], &act_k));
+    let act_k = (fast.prepare)(GgmlType::IQ4_XS, &x, 256).unwrap();
+    assert!(nan(GgmlType::IQ4_XS, Layout::Interleaved, &[0u8; 136 * 8], &act_k));
     assert!(nan(GgmlType::Q4_K, Layout::Interleaved, &[0u8; 144], &act_k));
     assert!(nan(GgmlType::Q4_0, Layout::Interleaved, &[0u8; 144], &act));
     // An output of two activation rows for one.
