@@ -566,13 +566,11 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
         }
         let mut isum = [_mm256_setzero_si256(); CC];
         if K == Q4_K || K == Q5_K {
-            // Without VNNI the i16 sums meet the scale every `flush` groups: Q4_K's values are
-            // below 16, so eight pair sums stay below 8 · 2 · 15 · 128 < 2^15; Q5_K's below 32,
-            // four (4 · 2 · 31 · 128 < 2^15). Sub-block 2j + h is value groups 16j + 8h + r, r < 8.
-            let flush = if K == Q5_K && !vnni(K, V, BUF) { 4 } else { 8 };
+            // Values below 16: eight i16 pair sums stay below 8 · 2 · 15 · 128 < 2^15; Q5_K's
+            // below 32, so without VNNI its first four meet the scale on their own (4 · 2 · 31 ·
+            // 128 < 2^15). Sub-block 2j + h is value groups 16j + 8h + r, r < 8.
             for j in 0..4 {
                 for h in 0..2 {
-                    let sc = s.sc[2 * j + h];
                     let mut hs = [_mm256_setzero_si256(); CC];
                     // VNNI with one or two rows: odd groups in a second chain (see `dot_legacy`).
                     let mut odd = [_mm256_setzero_si256(); CC];
@@ -594,21 +592,26 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                                 hs[c] = dpbusd::<V>(hs[c], u, y!(c, g));
                             }
                         }
-                        if (r + 1) % flush != 0 {
-                            continue;
+                        if K == Q5_K && !vnni(K, V, BUF) && r == 3 {
+                            for c in 0..CC {
+                                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(hs[c], s.sc[2 * j + h]));
+                                hs[c] = _mm256_setzero_si256();
+                            }
                         }
+                    }
+                    if vnni(K, V, BUF) && CC <= 2 {
                         for c in 0..CC {
-                            let prod = if vnni(K, V, BUF) {
-                                if CC <= 2 {
-                                    hs[c] = _mm256_add_epi32(hs[c], odd[c]);
-                                }
-                                _mm256_mullo_epi32(hs[c], sc)
-                            } else {
-                                _mm256_madd_epi16(hs[c], sc)
-                            };
-                            isum[c] = _mm256_add_epi32(isum[c], prod);
-                            hs[c] = _mm256_setzero_si256();
+                            hs[c] = _mm256_add_epi32(hs[c], odd[c]);
                         }
+                    }
+                    for c in 0..CC {
+                        let sc = s.sc[2 * j + h];
+                        let prod = if vnni(K, V, BUF) {
+                            _mm256_mullo_epi32(hs[c], sc)
+                        } else {
+                            _mm256_madd_epi16(hs[c], sc)
+                        };
+                        isum[c] = _mm256_add_epi32(isum[c], prod);
                     }
                 }
             }
