@@ -1,8 +1,8 @@
 //! The driver of the kernels that read 256-value weight super-blocks in the file layout against
-//! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`), written once. A format says how
-//! to unpack a group of 32 values ([`SuperBlocks::group`]) and how such a group meets 32
-//! activation bytes ([`SuperBlocks::meet`]: exact integer products in i32 lanes); the driver
-//! sums each super-block's groups per output into its exact integer sum `isum`, then
+//! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`, `dot_iq4xs`), written once. A
+//! format says how to unpack a group of 32 values ([`SuperBlocks::group`]) and how such a group
+//! meets 32 activation bytes ([`SuperBlocks::meet`]: exact integer products in i32 lanes); the
+//! driver sums each super-block's groups per output into its exact integer sum `isum`, then
 //! `acc = fma(isum, (d_w·FACTOR)·d_a, acc)` in f32 (ggml's step; the oracle's f32 order only
 //! within the reordering bound). Every path below does exactly that per output, so a value does
 //! not depend on the tile or path it was computed in.
