@@ -12,8 +12,8 @@
 use std::arch::x86_64::*;
 
 use super::dot_legacy::{nibbles, KVALUES_IQ4NL};
-use super::lanes::load_f16;
 use super::superblocks::{run, RowsFn, SuperBlocks};
+use crate::quant::iquant::{iq4xs_scale, BlockIq4Xs};
 use crate::quant::GgmlType;
 
 /// Bytes of an IQ4_XS block: `d`, `scales_h`, `scales_l[4]`, `qs[128]`.
@@ -44,15 +44,16 @@ impl SuperBlocks for Iq4Xs {
 
     #[inline(always)]
     unsafe fn head(p: *const u8) -> Head {
-        // Group g's 6-bit scale: nibble g of `scales_l` (bytes 4..8), its top two bits bits
-        // 2g, 2g + 1 of `scales_h` (bytes 2..4).
-        let high = u32::from(std::ptr::read_unaligned(p.add(2) as *const u16));
+        // The oracle's decoding of the scales (quant::iquant), once per super-block and row.
+        let block = bytemuck::pod_read_unaligned::<BlockIq4Xs>(std::slice::from_raw_parts(p, BLOCK));
         let mut ls = [0i16; 8];
         for (g, l) in ls.iter_mut().enumerate() {
-            let low = u32::from(*p.add(4 + g / 2) >> (4 * (g % 2))) & 0xf;
-            *l = (low | ((high >> (2 * g)) & 3) << 4) as i16 - 32;
+            *l = iq4xs_scale(&block, g) as i16 - 32;
         }
-        Head { d: load_f16(p), ls }
+        Head {
+            d: block.d.to_f32(),
+            ls,
+        }
     }
 
     #[inline(always)]

@@ -302,8 +302,14 @@ unsafe fn scales<const K: u8, const V: u8, const BUF: bool>(p: *const u8) -> Sca
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
+    nibble_halves(load(p.add(Q4K_QS + 32 * (8 * j + r))))
+}
+
+/// The low and the high nibbles of the bytes of `v` (a `qs` group of Q4_K or Q5_K).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibble_halves(v: __m256i) -> [__m256i; 2] {
     let low = _mm256_set1_epi8(0x0F);
-    let v = load(p.add(Q4K_QS + 32 * (8 * j + r)));
     [
         _mm256_and_si256(v, low),
         _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
@@ -316,16 +322,13 @@ unsafe fn q4k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5k_groups(p: *const u8, j: usize, r: usize) -> [__m256i; 2] {
-    let (low, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
-    let v = load(p.add(Q5K_QS + 32 * (8 * j + r)));
+    let one = _mm256_set1_epi8(1);
+    let [lo, hi] = nibble_halves(load(p.add(Q5K_QS + 32 * (8 * j + r))));
     // Shifts within 16-bit lanes, but each byte keeps only its own bit 0, then moves it to bit 4.
     let qh = _mm256_srl_epi16(load(p.add(Q5K_QH + 32 * r)), _mm_cvtsi32_si128(2 * j as i32));
     let fifth_lo = _mm256_slli_epi16::<4>(_mm256_and_si256(qh, one));
     let fifth_hi = _mm256_slli_epi16::<3>(_mm256_and_si256(qh, _mm256_add_epi8(one, one)));
-    [
-        _mm256_or_si256(_mm256_and_si256(v, low), fifth_lo),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), low), fifth_hi),
-    ]
+    [_mm256_or_si256(lo, fifth_lo), _mm256_or_si256(hi, fifth_hi)]
 }
 
 /// Q6_K value group `32n + 8q + l` (`n` < 2, `q` < 4, `l` < 8) of all eight rows of the tile
