@@ -329,7 +329,7 @@ fn iq1m_scales(sc: &[u16; 4], ib: usize) -> (i32, i32) {
 
 /// IQ4_XS: the 6-bit scale of group of 32 `ib`.
 #[inline]
-pub(crate) fn iq4xs_scale(b: &BlockIq4Xs, ib: usize) -> i32 {
+fn iq4xs_scale(b: &BlockIq4Xs, ib: usize) -> i32 {
     let lo = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf;
     let hi = ((b.scales_h >> (2 * ib)) & 3) as u8;
     i32::from(lo | (hi << 4))

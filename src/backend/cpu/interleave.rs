@@ -1,8 +1,7 @@
 //! The interleaved weight layout of the formats the SIMD kernels take eight rows at a time (the
 //! 32-value Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 and the 256-value Q2_K, Q3_K, Q4_K,
-//! Q5_K, Q6_K, IQ4_XS, TQ2_0), made once at load. Each kernel set says which of them it reads interleaved (the
-//! AVX2 set reads IQ4_XS as file rows, through the super-block driver of the grid formats; the
-//! wasm set reads every one it covers interleaved).
+//! Q5_K, Q6_K, IQ4_XS, TQ2_0), made once at load. Each kernel set says which of them it reads
+//! interleaved (the AVX2 and the wasm sets read every one of them so).
 //!
 //! In the file, each row's blocks follow each other, and a kernel that takes eight rows at a
 //! time (one per vector lane) must unpack each row's nibbles and scales on its own and then sum

@@ -1,7 +1,8 @@
 //! Q4_K and Q6_K (the K-quant weights of the common Q4_K_M files), Q5_K (Q4_K with a fifth bit
 //! per value, of the Q5_K_M files and the attention of MoE quantizations), Q2_K, Q3_K (the experts of
-//! the 2- and 3-bit "dynamic" MoE quantizations) and TQ2_0 (ternary, Q2_K's bit layout with one
-//! scale per super-block) against Q8_K activations, on weights interleaved at load
+//! the 2- and 3-bit "dynamic" MoE quantizations), TQ2_0 (ternary, Q2_K's bit layout with one
+//! scale per super-block) and IQ4_XS (nibbles indexing ggml's non-linear levels, a signed 6-bit
+//! scale per 32 values) against Q8_K activations, on weights interleaved at load
 //! ([`super::super::interleave`]: eight rows per tile).
 //!
 //! As in `dot_legacy`: one load and a mask or shift give four consecutive values of all eight
@@ -19,6 +20,13 @@
 //! a time for few rows measured slower than the AVX2 products (`cargo bench --bench kernels`, 4
 //! rows 20 against 31-33 GB/s; buffered, 512 rows 570-583 against 493-527 GOP/s).
 //!
+//! IQ4_XS's levels are signed bytes up to 127 in magnitude. Without VNNI they meet the
+//! activations under the sign trick (`maddubs` of the magnitudes with the activations under
+//! the levels' signs), each value group's i16 pairs meeting its scale at once. With VNNI they
+//! go in as level + 128, unsigned, and `isum` loses `128·Σ sc·bsum` (the scales paired with
+//! the activations' 32-value sums): the same exact `Σ sc·Σ level·q8` as ggml's
+//! `vec_dot_iq4_xs_q8_K`, and the f32 step `acc = fma(isum, d_w·d_a, acc)`.
+//!
 //! Few activation rows (decode) unpack each tile block in registers and meet it with every row;
 //! from [`unpack_min_rows`] rows on, each tile is unpacked once into a buffer first. Both give
 //! the same bits.
@@ -26,7 +34,7 @@
 use std::arch::x86_64::*;
 
 use super::super::interleave::{q6k_quads, TILE_ROWS as R};
-use super::dot_legacy::{prefetch_pays, PREFETCH_AHEAD};
+use super::dot_legacy::{prefetch_pays, KVALUES_IQ4NL, PREFETCH_AHEAD};
 use super::lanes::{dpbusd, store_lanes, AVX2, AVX512};
 use super::wide::{self, WideBlock, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
@@ -38,6 +46,7 @@ const Q2_K: u8 = 2;
 const Q3_K: u8 = 3;
 const TQ2_0: u8 = 4;
 const Q5_K: u8 = 5;
+const IQ4_XS: u8 = 6;
 
 use super::q8::{Q8K_BLOCK as ACT_BLOCK, Q8K_BSUMS as ACT_BSUMS, Q8K_VALUES as ACT_VALUES};
 
@@ -54,6 +63,7 @@ const fn block_bytes(kind: u8) -> usize {
         Q6_K => 210,
         Q3_K => 110,
         TQ2_0 => 66,
+        IQ4_XS => 136,
         _ => 84,
     }
 }
@@ -79,6 +89,10 @@ const Q3K_HMASK: usize = 14 * R;
 const Q3K_QS: usize = 46 * R;
 // TQ2_0: `d`, `qs` (16 groups, Q2_K's bit layout).
 const TQ2_QS: usize = 2 * R;
+// IQ4_XS: `d`, `scales_h` (8 u16), `scales_l` (1 group), `qs` (32 groups).
+const IQ4_SCALES_H: usize = 2 * R;
+const IQ4_SCALES_L: usize = 4 * R;
+const IQ4_QS: usize = 8 * R;
 
 /// A `shuffle_epi8` mask filling every 32-bit lane from its own four bytes: the lane's byte
 /// `k` becomes its byte `pick[k]`, or zero where `pick[k]` is negative.
@@ -237,6 +251,42 @@ unsafe fn scales<const K: u8, const V: u8, const BUF: bool>(p: *const u8) -> Sca
         };
         s.sc = [one; 16];
         s.pair = [_mm256_set1_epi16(1); 8];
+    } else if K == IQ4_XS {
+        // Eight rows at once of `quant::iquant::iq4xs_scale`: group g's scale is bits 4g..4g + 4
+        // of `scales_l` (a row's four bytes, one per lane) with bits 2g, 2g + 1 of `scales_h`
+        // on top, less 32.
+        let low = load(p.add(IQ4_SCALES_L));
+        let high = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(IQ4_SCALES_H) as *const __m128i));
+        let mut sc = [zero; 8];
+        for (g, sc) in sc.iter_mut().enumerate() {
+            let l = _mm256_and_si256(
+                _mm256_srlv_epi32(low, _mm256_set1_epi32(4 * g as i32)),
+                _mm256_set1_epi32(15),
+            );
+            let h = _mm256_and_si256(
+                _mm256_srlv_epi32(high, _mm256_set1_epi32(2 * g as i32)),
+                _mm256_set1_epi32(3),
+            );
+            *sc = _mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32::<4>(h)), _mm256_set1_epi32(32));
+        }
+        // As i16: the scale in both halves of a lane (`madd`'s operand), and the pairs of
+        // scales that meet pairs of the activations' 32-value sums (the 128 the unsigned
+        // values carry, see `dot`).
+        macro_rules! i16_lo {
+            ($v:expr) => {
+                _mm256_and_si256($v, _mm256_set1_epi32(0xffff))
+            };
+        }
+        for g in 0..8 {
+            s.sc[g] = if vnni(K, V, BUF) {
+                sc[g]
+            } else {
+                _mm256_or_si256(i16_lo!(sc[g]), _mm256_slli_epi32::<16>(sc[g]))
+            };
+        }
+        for j in 0..4 {
+            s.pair[j] = _mm256_or_si256(i16_lo!(sc[2 * j]), _mm256_slli_epi32::<16>(sc[2 * j + 1]));
+        }
     } else if K == Q3_K {
         // Eight rows at once of the 6-bit scales: sub-block t's low 4 bits are the low (t < 8)
         // or high nibble of byte t % 8 (groups 0, 1), its top 2 bits bits 2(t / 4).. of byte
@@ -437,6 +487,23 @@ unsafe fn q3k_groups(p: *const u8, n: usize, m: usize) -> [__m256i; 4] {
     ]
 }
 
+/// IQ4_XS value groups `8g + t` and `8g + 4 + t` (values `32g + 4t..` and `32g + 16 + 4t..`, for
+/// `g` < 8, `t` < 4) of all eight rows of the tile block at `p`: the low and high nibbles of
+/// `qs` group `4g + t` index ggml's levels (`kvalues_iq4nl`). With VNNI ([`vnni`]) as the
+/// unsigned `vpdpbusd` operand, each level plus 128 (`dot` takes the 128 off through the
+/// activations' sums); else signed, for `maddubs` under the sign trick.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4xs_groups<const V: u8>(p: *const u8, g: usize, t: usize) -> [__m256i; 2] {
+    let mut table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+    if vnni(IQ4_XS, V, false) {
+        // level + 128 in an unsigned byte: its top bit flipped.
+        table = _mm256_xor_si256(table, _mm256_set1_epi8(-128));
+    }
+    let [lo, hi] = nibble_halves(load(p.add(IQ4_QS + 32 * (4 * g + t))));
+    [_mm256_shuffle_epi8(table, lo), _mm256_shuffle_epi8(table, hi)]
+}
+
 /// The value groups of Q2_K, Q3_K or TQ2_0 (see [`q2k_groups`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -466,8 +533,16 @@ impl Unpacked {
 /// The 64 value groups of the tile block at `p`, each handed to `put(g, values)`: group `g` is
 /// values `4g..4g + 4` of all eight rows (the order of [`Unpacked`]).
 #[inline(always)]
-unsafe fn block_groups<const K: u8>(p: *const u8, mut put: impl FnMut(usize, __m256i)) {
-    if K == Q4_K || K == Q5_K {
+unsafe fn block_groups<const K: u8, const V: u8>(p: *const u8, mut put: impl FnMut(usize, __m256i)) {
+    if K == IQ4_XS {
+        for g in 0..8 {
+            for t in 0..4 {
+                let [lo, hi] = iq4xs_groups::<V>(p, g, t);
+                put(8 * g + t, lo);
+                put(8 * g + 4 + t, hi);
+            }
+        }
+    } else if K == Q4_K || K == Q5_K {
         for j in 0..4 {
             for r in 0..8 {
                 let [lo, hi] = if K == Q4_K {
@@ -508,7 +583,7 @@ unsafe fn unpack<const K: u8, const V: u8>(tile: *const u8, nb: usize, out: &mut
         let u = out.u.len();
         out.u.resize(u + 64, _mm256_setzero_si256());
         let u = &mut out.u[u..];
-        block_groups::<K>(p, |g, v| u[g] = v);
+        block_groups::<K, V>(p, |g, v| u[g] = v);
         out.scales.push(scales::<K, V, true>(p));
     }
 }
@@ -568,7 +643,41 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
             };
         }
         let mut isum = [_mm256_setzero_si256(); CC];
-        if K == Q4_K || K == Q5_K {
+        if K == IQ4_XS {
+            // Sub-block g (one scale) is value groups 8g..8g + 8: qs groups 4g + t, t < 4, hold
+            // groups 8g + t (low nibbles) and 8g + 4 + t (high), which go in two chains.
+            for g in 0..8 {
+                let mut hs = [_mm256_setzero_si256(); CC];
+                let mut odd = [_mm256_setzero_si256(); CC];
+                for t in 0..4 {
+                    let (g0, g1) = (8 * g + t, 8 * g + 4 + t);
+                    let [lo, hi] = if BUF {
+                        [buf!(g0), buf!(g1)]
+                    } else {
+                        iq4xs_groups::<V>(p, g, t)
+                    };
+                    for c in 0..CC {
+                        if vnni(K, V, BUF) {
+                            hs[c] = dpbusd::<V>(hs[c], lo, y!(c, g0));
+                            odd[c] = dpbusd::<V>(odd[c], hi, y!(c, g1));
+                        } else {
+                            // |level| <= 127 and |q8| <= 127: a pair's sum fits an i16, two
+                            // pairs' may not, so each group meets the scale on its own.
+                            for (u, gi) in [(lo, g0), (hi, g1)] {
+                                let prod = _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(y!(c, gi), u));
+                                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(prod, s.sc[g]));
+                            }
+                        }
+                    }
+                }
+                if vnni(K, V, BUF) {
+                    for c in 0..CC {
+                        let s32 = _mm256_add_epi32(hs[c], odd[c]);
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(s32, s.sc[g]));
+                    }
+                }
+            }
+        } else if K == Q4_K || K == Q5_K {
             // Values below 16: eight i16 pair sums stay below 8 · 2 · 15 · 128 < 2^15; Q5_K's
             // below 32, so without VNNI its first four meet the scale on their own (4 · 2 · 31 ·
             // 128 < 2^15). Sub-block 2j + h is value groups 16j + 8h + r, r < 8.
@@ -725,7 +834,7 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
             let dy = _mm256_set1_ps(std::ptr::read_unaligned(y as *const f32));
             let bsums = y.add(ACT_BSUMS);
             let mut psum = _mm256_setzero_si256();
-            if K == Q4_K || K == Q5_K {
+            if K == Q4_K || K == Q5_K || (K == IQ4_XS && vnni(K, V, BUF)) {
                 // The sums over each 32 values (|sum| <= 32 · 128 fits an i16), as i16 pairs
                 // per 32-bit lane: (0, 1), (2, 3) in lanes 0, 1 and (4, 5), (6, 7) in lanes 4, 5.
                 let s32 = _mm256_madd_epi16(load(bsums), ones);
@@ -734,7 +843,11 @@ unsafe fn dot<const K: u8, const CC: usize, const BUF: bool, const V: u8>(
                     let pair = _mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(lane));
                     psum = _mm256_add_epi32(psum, _mm256_madd_epi16(s.pair[j], pair));
                 }
-            } else {
+                if K == IQ4_XS {
+                    // The levels met the activations as level + 128.
+                    isum[c] = _mm256_sub_epi32(isum[c], _mm256_slli_epi32::<7>(psum));
+                }
+            } else if K != IQ4_XS {
                 for j in 0..8 {
                     let pair = _mm256_set1_epi32(std::ptr::read_unaligned(bsums.add(4 * j) as *const i32));
                     psum = _mm256_add_epi32(psum, _mm256_madd_epi16(s.pair[j], pair));
@@ -790,12 +903,14 @@ unsafe fn wide_tiles<const K: u8>(nb: usize, nw: usize, weights: &[u8], act: &Ac
                     continue;
                 }
                 let p = tile.add(b * R * block_bytes(K));
-                block_groups::<K>(p, |g, v| x.u[g][h] = v);
+                block_groups::<K, AVX512>(p, |g, v| x.u[g][h] = v);
                 widen::<K>(&scales::<K, AVX512, true>(p), h, x);
             }
         }
         for_row_groups!(wide act.rows, |a0, CC| match K {
             Q4_K | Q5_K => wide::dot::<8, 0, true, false, CC>(&blocks, act, w0, nr, a0, out),
+            // The levels as level + 128 (see `dot`).
+            IQ4_XS => wide::dot::<8, 7, false, false, CC>(&blocks, act, w0, nr, a0, out),
             Q2_K => wide::dot::<4, 0, true, false, CC>(&blocks, act, w0, nr, a0, out),
             Q6_K => wide::dot::<4, 5, false, false, CC>(&blocks, act, w0, nr, a0, out),
             Q3_K => wide::dot::<4, 2, false, false, CC>(&blocks, act, w0, nr, a0, out),
@@ -815,9 +930,9 @@ unsafe fn widen<const K: u8>(s: &Scales, h: usize, x: &mut WideBlock) {
     for (sc, &v) in x.sc.iter_mut().zip(&s.sc) {
         sc[h] = v;
     }
-    if K == Q4_K || K == Q5_K {
+    if K == Q4_K || K == Q5_K || K == IQ4_XS {
         for j in 0..4 {
-            // (m_2j, m_2j+1) as i16 to (m_2j, m_2j) and (m_2j+1, m_2j+1).
+            // (m_2j, m_2j+1) as i16 to (m_2j, m_2j) and (m_2j+1, m_2j+1) (IQ4_XS: scales).
             let p = s.pair[j];
             let lo = _mm256_and_si256(p, _mm256_set1_epi32(0xffff));
             let hi = _mm256_srli_epi32::<16>(p);
@@ -851,6 +966,7 @@ pub(super) fn kernel(ty: GgmlType, isa: super::lanes::Isa) -> Option<super::lane
         GgmlType::Q2_K => entry::<Q2_K>(isa),
         GgmlType::Q3_K => entry::<Q3_K>(isa),
         GgmlType::TQ2_0 => entry::<TQ2_0>(isa),
+        GgmlType::IQ4_XS => entry::<IQ4_XS>(isa),
         _ => return None,
     })
 }

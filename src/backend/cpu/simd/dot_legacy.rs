@@ -91,15 +91,6 @@ const fn off_qs(kind: u8) -> usize {
     off_qh(kind) + if five_bit(kind) { 4 * R } else { 0 }
 }
 
-/// 16 bytes of nibbles as 32 values: low nibbles are values 0..16, high nibbles 16..32 (the
-/// file layout, for IQ4_XS in `dot_iq4xs`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
-    let x = _mm_loadu_si128(p as *const __m128i);
-    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F))
-}
-
 /// Group `g` of the tile block at `p`: lane `i` holds values `4g..4g + 4` of row `i`, as the
 /// unsigned `maddubs` operand (the magnitudes for signed formats) and, for signed formats, the
 /// signed values.

@@ -14,15 +14,15 @@
 //! operations in the same order whatever the tile shape, so results do not depend on how the
 //! work was split (thread count, tail tiles, batch size).
 //!
-//! The 32-value formats, Q4_K/Q6_K (the K-quants of the common Q4_K_M files), Q2_K, Q3_K and TQ2_0 work on weights
+//! The 32-value formats, Q4_K/Q5_K/Q6_K (the K-quants of the common Q4_K_M files), Q2_K, Q3_K, TQ2_0 and IQ4_XS work on weights
 //! interleaved at load ([`super::interleave`]): one load and a mask give four values of eight
 //! rows, a row per lane, so a block's exact integer sums for eight rows land in one vector with
 //! no sum across lanes (decode), and batches unpack each tile once and reuse it for every
 //! activation row. The other formats keep an 8-lane accumulator per output, summed at the end.
 //!
 //! Files: `q8.rs` (activation quantizers), `dot_legacy.rs` (interleaved 32-value formats
-//! against Q8_0), `dot_ktile.rs` (interleaved Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/TQ2_0 against Q8_K),
-//! `dot_iq4xs.rs` (IQ4_XS rows against Q8_K), `dot_ternary.rs` (TQ1_0 rows against Q8_K),
+//! against Q8_0), `dot_ktile.rs` (interleaved Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/TQ2_0/IQ4_XS against
+//! Q8_K), `dot_ternary.rs` (TQ1_0 rows against Q8_K),
 //! `dot_iquant.rs` (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S rows against Q8_K), `dot_iq1.rs`
 //! (IQ1_S, IQ1_M rows against Q8_K), `dot_sign.rs` (Q1_0 rows against Q8_0), `dot_float.rs`
 //! (F32/F16/BF16 rows).
@@ -158,7 +158,6 @@ macro_rules! interleaved_driver {
 pub(super) mod activation;
 mod dot_float;
 mod dot_iq1;
-mod dot_iq4xs;
 mod dot_iquant;
 mod dot_ktile;
 mod dot_legacy;
@@ -189,7 +188,7 @@ pub fn supports(ty: GgmlType) -> bool {
 }
 
 /// Whether [`tile`] reads weights of type `ty` interleaved ([`super::interleave`]): the formats
-/// of the tile kernels. The others (floats, the IQ1-IQ3 formats, TQ1_0, IQ4_XS, Q1_0)
+/// of the tile kernels. The others (floats, the IQ1-IQ3 formats, TQ1_0, Q1_0)
 /// are read as file rows.
 pub fn interleaves(ty: GgmlType) -> bool {
     dot_ktile::kernel(ty, Isa::Avx2).is_some() || dot_legacy::kernel(ty, Isa::Avx2).is_some()
@@ -256,7 +255,6 @@ pub unsafe fn tile(
     if let Some(run) = dot_iquant::kernel(ty, dot_iquant::Lookup::of_this_cpu())
         .or_else(|| dot_iq1::kernel(ty))
         .or_else(|| dot_ternary::kernel(ty))
-        .or_else(|| dot_iq4xs::kernel(ty))
     {
         run(k, weights, act, out, isa);
         return true;

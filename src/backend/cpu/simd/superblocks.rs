@@ -1,5 +1,5 @@
 //! The driver of the kernels that read 256-value weight super-blocks in the file layout against
-//! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`, `dot_iq4xs`), written once. A
+//! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`), written once. A
 //! format says how to unpack a group of 32 values ([`SuperBlocks::group`]) and how such a group
 //! meets 32 activation bytes ([`SuperBlocks::meet`]: exact integer products in i32 lanes); the
 //! driver sums each super-block's groups per output into its exact integer sum `isum`, then
@@ -494,8 +494,8 @@ unsafe fn unpack_tile<F: SuperBlocks, const SIGNED: bool>(
     }
     if !SIGNED {
         for j in 0..8 {
-            // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16 (IQ4_XS's may be
-            // negative, so the low half is blended in, not or-ed over sign bits).
+            // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16 (a format's scale may
+            // be negative, so the low half is blended in, not or-ed over sign bits).
             x.pair[j][h] = _mm256_blend_epi16::<0b1010_1010>(sc[2 * j], _mm256_slli_epi32::<16>(sc[2 * j + 1]));
         }
     }

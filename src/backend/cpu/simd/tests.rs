@@ -338,8 +338,8 @@ fn mismatched_lengths_give_nan_not_a_panic() {
     // The same on an interleaved K-quant tile; a 256-value format without an interleaved
     // layout given as interleaved; a short interleaved tile.
     assert!(nan(GgmlType::Q4_K, Layout::Interleaved, &[0u8; 144 * 8], &act));
-    let act_k = (fast.prepare)(GgmlType::IQ4_XS, &x, 256).unwrap();
-    assert!(nan(GgmlType::IQ4_XS, Layout::Interleaved, &[0u8; 136 * 8], &act_k));
+    let act_k = (fast.prepare)(GgmlType::IQ3_XXS, &x, 256).unwrap();
+    assert!(nan(GgmlType::IQ3_XXS, Layout::Interleaved, &[0u8; 98 * 8], &act_k));
     assert!(nan(GgmlType::Q4_K, Layout::Interleaved, &[0u8; 144], &act_k));
     assert!(nan(GgmlType::Q4_0, Layout::Interleaved, &[0u8; 144], &act));
     // An output of two activation rows for one.
@@ -495,9 +495,11 @@ fn swiglu_matches_the_scalar_gate() {
     assert!(g.iter().all(|v| v.is_nan()), "NaN must stay NaN in silu: {g:?}");
 }
 
-/// The row formats (IQ1-IQ3, TQ1_0, IQ4_XS) take three paths by batch size (groups met as unpacked, a
-/// buffered super-block, and with VNNI tiles unpacked eight rows at a time): every output of a
-/// batch must have the bits it has alone, on every kernel set.
+/// The row formats (IQ1-IQ3, TQ1_0) take three paths by batch size (groups met as unpacked, a
+/// buffered super-block, and with VNNI tiles unpacked eight rows at a time), and so do the
+/// interleaved K-quant tiles (in registers, buffered, 512-bit wide), here IQ4_XS's, whose
+/// signed levels meet the activations as level + 128 with VNNI and signed without: every output
+/// of a batch must have the bits it has alone, on every kernel set.
 #[test]
 fn row_formats_give_every_path_the_same_bits() {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
