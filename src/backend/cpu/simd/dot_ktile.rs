@@ -157,11 +157,11 @@ unsafe fn load(p: *const u8) -> __m256i {
 #[derive(Clone, Copy)]
 struct Scales {
     /// The scale of sub-block `j` as two equal i16, the `madd` operand of its values' i16 sums,
-    /// or with VNNI as an i32, the `mullo` operand of their i32 sums (Q4_K: 8 sub-blocks of 32
-    /// values; Q6_K, Q2_K and Q3_K: 16 of 16).
+    /// or with VNNI as an i32, the `mullo` operand of their i32 sums (Q4_K, Q5_K and IQ4_XS: 8
+    /// sub-blocks of 32 values; Q6_K, Q2_K and Q3_K: 16 of 16).
     sc: [__m256i; 16],
-    /// Q4_K: minimums `2j`, `2j + 1` as i16 (4 pairs), to meet the activations' sums over
-    /// sub-blocks `2j`, `2j + 1`; Q6_K: scales `2j`, `2j + 1`, Q2_K: minimums `2j`, `2j + 1` (8
+    /// Q4_K: minimums `2j`, `2j + 1` as i16 (4 pairs; IQ4_XS: scales), to meet the activations'
+    /// sums over sub-blocks `2j`, `2j + 1`; Q6_K: scales `2j`, `2j + 1`, Q2_K: minimums `2j`, `2j + 1` (8
     /// pairs; Q3_K: scales), to meet pairs of the 16-value `bsums`. One `madd` each.
     pair: [__m256i; 8],
     d: __m256,
