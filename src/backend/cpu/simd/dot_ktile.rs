@@ -35,7 +35,7 @@ use std::arch::x86_64::*;
 
 use super::super::interleave::{q6k_quads, TILE_ROWS as R};
 use super::dot_legacy::{prefetch_pays, KVALUES_IQ4NL, PREFETCH_AHEAD};
-use super::lanes::{dpbusd, store_lanes, AVX2, AVX512};
+use super::lanes::{dpbusd, i16_pairs, store_lanes, AVX2, AVX512};
 use super::wide::{self, WideBlock, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 use crate::quant::GgmlType;
@@ -272,20 +272,15 @@ unsafe fn scales<const K: u8, const V: u8, const BUF: bool>(p: *const u8) -> Sca
         // As i16: the scale in both halves of a lane (`madd`'s operand), and the pairs of
         // scales that meet pairs of the activations' 32-value sums (the 128 the unsigned
         // values carry, see `dot`).
-        macro_rules! i16_lo {
-            ($v:expr) => {
-                _mm256_and_si256($v, _mm256_set1_epi32(0xffff))
-            };
-        }
         for g in 0..8 {
             s.sc[g] = if vnni(K, V, BUF) {
                 sc[g]
             } else {
-                _mm256_or_si256(i16_lo!(sc[g]), _mm256_slli_epi32::<16>(sc[g]))
+                i16_pairs(sc[g], sc[g])
             };
         }
         for j in 0..4 {
-            s.pair[j] = _mm256_or_si256(i16_lo!(sc[2 * j]), _mm256_slli_epi32::<16>(sc[2 * j + 1]));
+            s.pair[j] = i16_pairs(sc[2 * j], sc[2 * j + 1]);
         }
     } else if K == Q3_K {
         // Eight rows at once of the 6-bit scales: sub-block t's low 4 bits are the low (t < 8)
@@ -934,10 +929,9 @@ unsafe fn widen<const K: u8>(s: &Scales, h: usize, x: &mut WideBlock) {
         for j in 0..4 {
             // (m_2j, m_2j+1) as i16 to (m_2j, m_2j) and (m_2j+1, m_2j+1) (IQ4_XS: scales).
             let p = s.pair[j];
-            let lo = _mm256_and_si256(p, _mm256_set1_epi32(0xffff));
             let hi = _mm256_srli_epi32::<16>(p);
-            x.pair[2 * j][h] = _mm256_or_si256(lo, _mm256_slli_epi32::<16>(lo));
-            x.pair[2 * j + 1][h] = _mm256_or_si256(hi, _mm256_slli_epi32::<16>(hi));
+            x.pair[2 * j][h] = i16_pairs(p, p);
+            x.pair[2 * j + 1][h] = i16_pairs(hi, hi);
         }
     } else {
         for (pair, &v) in x.pair.iter_mut().zip(&s.pair) {

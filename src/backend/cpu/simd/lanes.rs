@@ -105,6 +105,15 @@ pub(super) unsafe fn dpbusd<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -
 /// `nw` interleaved weight rows of `nb` blocks.
 pub(super) type RunFn = unsafe fn(usize, usize, &[u8], &Activations, &mut TileOut<'_>);
 
+/// The i16 pairs `(lo, hi)` per 32-bit lane, from the i32 lanes of `lo` and `hi` (each within
+/// i16): `hi`'s low half is blended over the top half of `lo`'s lane, so a negative `lo`'s sign
+/// bits do not spill into it, as an or would.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn i16_pairs(lo: __m256i, hi: __m256i) -> __m256i {
+    _mm256_blend_epi16::<0b1010_1010>(lo, _mm256_slli_epi32::<16>(hi))
+}
+
 /// Sum of the 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

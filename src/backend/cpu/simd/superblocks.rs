@@ -1,8 +1,8 @@
 //! The driver of the kernels that read 256-value weight super-blocks in the file layout against
-//! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`), written once. A
-//! format says how to unpack a group of 32 values ([`SuperBlocks::group`]) and how such a group
-//! meets 32 activation bytes ([`SuperBlocks::meet`]: exact integer products in i32 lanes); the
-//! driver sums each super-block's groups per output into its exact integer sum `isum`, then
+//! Q8_K activations (`dot_ternary`, `dot_iquant`, `dot_iq1`), written once. A format says how
+//! to unpack a group of 32 values ([`SuperBlocks::group`]) and how such a group meets 32
+//! activation bytes ([`SuperBlocks::meet`]: exact integer products in i32 lanes); the driver
+//! sums each super-block's groups per output into its exact integer sum `isum`, then
 //! `acc = fma(isum, (d_w·FACTOR)·d_a, acc)` in f32 (ggml's step; the oracle's f32 order only
 //! within the reordering bound). Every path below does exactly that per output, so a value does
 //! not depend on the tile or path it was computed in.
@@ -34,7 +34,7 @@
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
-use super::lanes::{dpbusd, store_lanes, Isa, AVX512_VNNI, AVX_VNNI, LANE_ROWS};
+use super::lanes::{dpbusd, i16_pairs, store_lanes, Isa, AVX512_VNNI, AVX_VNNI, LANE_ROWS};
 use super::wide::{self, WideBlock, WIDE_ROWS};
 use crate::backend::cpu::tile::{Activations, TileOut};
 
@@ -494,9 +494,8 @@ unsafe fn unpack_tile<F: SuperBlocks, const SIGNED: bool>(
     }
     if !SIGNED {
         for j in 0..8 {
-            // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16 (a format's scale may
-            // be negative, so the low half is blended in, not or-ed over sign bits).
-            x.pair[j][h] = _mm256_blend_epi16::<0b1010_1010>(sc[2 * j], _mm256_slli_epi32::<16>(sc[2 * j + 1]));
+            // i16 pairs (scale 2j, scale 2j + 1) per lane: both fit i16.
+            x.pair[j][h] = i16_pairs(sc[2 * j], sc[2 * j + 1]);
         }
     }
     x.d[h] = _mm256_loadu_ps(d.as_ptr());
